@@ -1,0 +1,53 @@
+//! Small types several resources share.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Schema for a duration string such as `90m`, `4h` or `1h30m`.
+pub(crate) fn duration_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let _ = generator;
+    schemars::json_schema!({
+        "type": "string",
+        "pattern": spillway_core::duration::DURATION_PATTERN,
+    })
+}
+
+/// Schema for an optional duration string.
+pub(crate) fn optional_duration_schema(
+    generator: &mut schemars::SchemaGenerator,
+) -> schemars::Schema {
+    let _ = generator;
+    schemars::json_schema!({
+        "type": "string",
+        "nullable": true,
+        "pattern": spillway_core::duration::DURATION_PATTERN,
+    })
+}
+
+/// A free-form object the API server keeps as is (validated where it is used).
+pub(crate) fn preserve_unknown_object(
+    generator: &mut schemars::SchemaGenerator,
+) -> schemars::Schema {
+    let _ = generator;
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
+/// Dollar budgets. Either limit may be left out.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Budget {
+    /// Maximum cloud spend per calendar month (UTC), in USD.
+    #[serde(
+        rename = "monthlyUSD",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(range(min = 0))]
+    pub monthly_usd: Option<f64>,
+    /// Maximum cloud spend rate, in USD per hour, summed over the instances running at once.
+    #[serde(rename = "hourlyUSD", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub hourly_usd: Option<f64>,
+}

@@ -1,0 +1,215 @@
+//! `GpuJob`: a gang of pods that needs GPUs, submitted by a researcher.
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use spillway_core::{CapacityType, Environment, Placement};
+
+use crate::common::{optional_duration_schema, preserve_unknown_object};
+
+/// A GPU workload: `replicas` pods of `gpusPerReplica` GPUs each, started together or not at
+/// all, on private GPU nodes first and on cloud instances when its queue and the burst policies
+/// allow it.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "spillway.io",
+    version = "v1alpha1",
+    kind = "GpuJob",
+    doc = "A GPU workload that runs on private GPU nodes first and bursts to the cloud when its queue and the burst policies allow it. See docs/ for the full story.",
+    plural = "gpujobs",
+    singular = "gpujob",
+    shortname = "gj",
+    category = "spillway",
+    namespaced,
+    status = "GpuJobStatus",
+    printcolumn = r#"{"name":"Queue","type":"string","jsonPath":".spec.queue"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Where","type":"string","jsonPath":".status.environment"}"#,
+    printcolumn = r#"{"name":"Pool","type":"string","jsonPath":".status.pool"}"#,
+    printcolumn = r#"{"name":"Wait","type":"integer","description":"Seconds queued before start, or estimated wait while queued","jsonPath":".status.decision.estimatedWaitSeconds"}"#,
+    printcolumn = r#"{"name":"Cost","type":"number","description":"Accrued cost in USD","jsonPath":".status.cost.accruedUSD"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.decision.reason"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuJobSpec {
+    /// Name of the GpuQueue this job is submitted to. The queue must admit the job's namespace.
+    #[schemars(length(min = 1))]
+    pub queue: String,
+
+    /// Higher runs first within a queue. Jobs of equal priority run in arrival order.
+    #[serde(default)]
+    pub priority: i32,
+
+    /// Gang size: the number of pods. All replicas start together or none do.
+    #[serde(default = "default_replicas")]
+    #[schemars(range(min = 1))]
+    pub replicas: i32,
+
+    /// GPUs each replica needs, all on the same node (1 to 16).
+    #[schemars(range(min = 1, max = 16))]
+    pub gpus_per_replica: i32,
+
+    /// Acceptable GPU models, for example `H100`, `A100-80GB`, `L40S`, `A10G`, `V100`. Empty
+    /// means any model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_models: Vec<String>,
+
+    /// Names of the Datasets the job reads. Their classification decides where it may run, and
+    /// their locations whether a cloud placement pays data egress.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub datasets: Vec<String>,
+
+    /// The job checkpoints and may be stopped and resumed. Allows spot capacity and moving the
+    /// job back to private capacity.
+    #[serde(default)]
+    pub restartable: bool,
+
+    /// How long the job is expected to run, such as `90m` or `4h`. Used for backfilling, deadline
+    /// checks and cost estimates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "optional_duration_schema")]
+    pub estimated_runtime: Option<String>,
+
+    /// The job is stopped and marked Failed after running this long, such as `24h`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "optional_duration_schema")]
+    pub max_runtime: Option<String>,
+
+    /// The time (RFC 3339) by which the job should have finished. A job that cannot meet it on
+    /// private capacity may burst early.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Time>,
+
+    /// Upper bound on the hourly price of a cloud placement for the whole job, in USD per hour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub max_hourly_cost: Option<f64>,
+
+    /// Where the job may run: `Auto` (private first, cloud when allowed), `PrivateOnly` or
+    /// `CloudOnly`.
+    #[serde(default)]
+    pub placement: Placement,
+
+    /// The pod each replica runs. Spillway adds the GPU limits, node placement, identity and
+    /// telemetry settings. The API server checks it fully when the pods are created.
+    #[schemars(schema_with = "preserve_unknown_object")]
+    pub template: PodTemplateSpec,
+}
+
+fn default_replicas() -> i32 {
+    1
+}
+
+/// The lifecycle of a GpuJob.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum JobPhase {
+    Queued,
+    Provisioning,
+    Running,
+    Succeeded,
+    Failed,
+    Suspended,
+}
+
+/// What Spillway decided for a job, and why.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DecisionStatus {
+    /// What was decided: `StartPrivate`, `StartCloud`, `Wait`, `Stop` or `Reject`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    /// Why, as one PascalCase word, for example `FitsPrivate`, `MaxWaitExceeded` or
+    /// `BudgetExhausted`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The same, as one human sentence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The BurstPolicy rule that decided, as `policy/rule`, when a rule did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// Estimated seconds until the job starts (0 once started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_wait_seconds: Option<i64>,
+    /// Estimated hourly cost of the chosen placement for the whole job, in USD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_hourly_cost: Option<f64>,
+    /// The cloud offering chosen, for cloud placements.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offering: Option<OfferingStatus>,
+    /// When this decision was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
+}
+
+/// One cloud offering: an instance type bought a certain way in one zone.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OfferingStatus {
+    /// EC2 instance type, for example `p4d.24xlarge`.
+    pub instance_type: String,
+    /// `on-demand` or `spot`.
+    pub capacity_type: CapacityType,
+    /// Availability zone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// Price of one instance, in USD per hour.
+    pub hourly_price: f64,
+}
+
+/// What a job has cost so far.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct JobCost {
+    /// USD spent on this job so far (cloud instances, plus private GPUs at their pool's
+    /// `gpuCostPerHour` when set).
+    #[serde(rename = "accruedUSD", default)]
+    pub accrued_usd: f64,
+    /// Current spend rate for this job, in USD per hour.
+    #[serde(rename = "hourlyUSD", default)]
+    pub hourly_usd: f64,
+}
+
+/// The observed state of a GpuJob, written by the operator.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuJobStatus {
+    /// `Queued`, `Provisioning`, `Running`, `Succeeded`, `Failed` or `Suspended`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<JobPhase>,
+    /// Where the job runs: `private` or `cloud`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<Environment>,
+    /// The ComputePool the job runs in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    /// The nodes the job's replicas run on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
+    /// The latest scheduling decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<DecisionStatus>,
+    /// What the job has cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<JobCost>,
+    /// When the job entered its queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_at: Option<Time>,
+    /// When all replicas started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    /// When the job succeeded or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
+    /// How many times the job was stopped and requeued (spot loss, repatriation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restarts: Option<i32>,
+    /// The generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Standard conditions: `Admitted`, `Running`, `Burst`, `Invalid`, ...
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}

@@ -1,0 +1,215 @@
+//! `ComputePool`: a set of GPU nodes, either the organisation's own or cloud instances that
+//! Spillway launches.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Taint;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use spillway_core::CapacityType;
+
+use crate::common::duration_schema;
+
+/// A pool of GPU nodes: exactly one of `private` (existing nodes, selected by label) or `aws`
+/// (EC2 instances Spillway launches and terminates).
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "spillway.io",
+    version = "v1alpha1",
+    kind = "ComputePool",
+    doc = "A pool of GPU nodes: private nodes selected by label, or EC2 instances that Spillway launches.",
+    plural = "computepools",
+    singular = "computepool",
+    shortname = "cpool",
+    category = "spillway",
+    status = "ComputePoolStatus",
+    printcolumn = r#"{"name":"Nodes","type":"integer","jsonPath":".status.nodes.total"}"#,
+    printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.nodes.ready"}"#,
+    printcolumn = r#"{"name":"GPUs","type":"integer","jsonPath":".status.gpus.capacity"}"#,
+    printcolumn = r#"{"name":"Allocated","type":"integer","jsonPath":".status.gpus.allocated"}"#,
+    printcolumn = r#"{"name":"Spend/h","type":"number","jsonPath":".status.hourlyUSD"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("oneOf" = [{"required": ["private"]}, {"required": ["aws"]}]))]
+pub struct ComputePoolSpec {
+    /// Existing private GPU nodes. Exactly one of `private` and `aws` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private: Option<PrivatePool>,
+
+    /// EC2 instances that Spillway launches on demand. Exactly one of `private` and `aws` is
+    /// set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aws: Option<AwsPool>,
+
+    /// Caps on the pool's size and spend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<PoolLimits>,
+
+    /// A cloud node with no job for this long is drained and terminated, such as `10m`.
+    #[serde(default = "default_idle_timeout")]
+    #[schemars(schema_with = "duration_schema")]
+    pub idle_timeout: String,
+
+    /// Labels Spillway puts on the pool's nodes (cloud) or expects on them (private).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_labels: BTreeMap<String, String>,
+
+    /// Taints of the pool's nodes; Spillway gives the job's pods matching tolerations.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_taints: Vec<Taint>,
+
+    /// Telemetry settings injected into the pods that run in this pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<PoolTelemetry>,
+}
+
+fn default_idle_timeout() -> String {
+    "10m".to_string()
+}
+
+/// A pool of existing private GPU nodes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PrivatePool {
+    /// Labels that select the pool's nodes. A node's GPUs are its allocatable
+    /// `nvidia.com/gpu`; its model is the label `spillway.io/gpu-model`, else
+    /// `nvidia.com/gpu.product`.
+    #[serde(default)]
+    pub node_selector: BTreeMap<String, String>,
+    /// Amortised cost of one GPU for one hour, in USD, for cost reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub gpu_cost_per_hour: Option<f64>,
+}
+
+/// A pool of EC2 instances.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("anyOf" = [{"required": ["amiId"]}, {"required": ["launchTemplate"]}]))]
+pub struct AwsPool {
+    /// AWS region, for example `us-east-1`.
+    #[schemars(length(min = 1))]
+    pub region: String,
+    /// Zones to launch in. Empty means every zone of the subnets.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub availability_zones: Vec<String>,
+    /// Subnets to launch into; instances spread over their zones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subnet_ids: Vec<String>,
+    /// Security groups of the instances.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub security_group_ids: Vec<String>,
+    /// The AMI to boot. Set this or `launchTemplate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ami_id: Option<String>,
+    /// A launch template to start from. Set this or `amiId`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_template: Option<LaunchTemplateRef>,
+    /// Name or ARN of the IAM instance profile of the instances.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iam_instance_profile: Option<String>,
+    /// Instance types Spillway may launch, for example `p4d.24xlarge`, `g5.12xlarge`.
+    #[schemars(length(min = 1))]
+    pub instance_types: Vec<String>,
+    /// Allowed capacity types, a subset of `on-demand` and `spot`. Empty means both.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capacity_types: Vec<CapacityType>,
+    /// Extra tags on every instance (Spillway adds its own `spillway.io/*` tags).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
+}
+
+/// A reference to an EC2 launch template, by id or by name.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LaunchTemplateRef {
+    /// Launch template id (`lt-...`). Set this or `name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Launch template name. Set this or `id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Version: a number, `$Latest` or `$Default` (default `$Default`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+/// Caps on a pool.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolLimits {
+    /// Maximum number of nodes (for cloud pools: instances running or launching).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub max_nodes: Option<i32>,
+    /// Maximum number of GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub max_gpus: Option<i32>,
+    /// Maximum spend rate of the pool's instances, in USD per hour.
+    #[serde(
+        rename = "maxHourlyUSD",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(range(min = 0))]
+    pub max_hourly_usd: Option<f64>,
+}
+
+/// Telemetry settings of a pool.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolTelemetry {
+    /// OTLP endpoint the pods of this pool export to, for example `http://otel-collector:4317`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otlp_endpoint: Option<String>,
+}
+
+/// Node counts of a pool.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PoolNodes {
+    /// All nodes of the pool.
+    #[serde(default)]
+    pub total: i64,
+    /// Nodes that are Ready.
+    #[serde(default)]
+    pub ready: i64,
+    /// Ready nodes with no job.
+    #[serde(default)]
+    pub idle: i64,
+}
+
+/// GPU counts of a pool.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PoolGpus {
+    /// GPUs on the pool's nodes.
+    #[serde(default)]
+    pub capacity: i64,
+    /// GPUs taken by jobs.
+    #[serde(default)]
+    pub allocated: i64,
+}
+
+/// The observed state of a ComputePool.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ComputePoolStatus {
+    /// Node counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<PoolNodes>,
+    /// GPU counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<PoolGpus>,
+    /// Cloud instances running or launching (cloud pools).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instances: Option<i64>,
+    /// Current spend rate of the pool, in USD per hour.
+    #[serde(rename = "hourlyUSD", default, skip_serializing_if = "Option::is_none")]
+    pub hourly_usd: Option<f64>,
+    /// Standard conditions, for example `Ready` or `Invalid`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}

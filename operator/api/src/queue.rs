@@ -1,0 +1,182 @@
+//! `GpuQueue`: where jobs wait, with a private quota, a fair share and a burst policy.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use spillway_core::CapacityType;
+
+use crate::common::{Budget, duration_schema};
+
+/// A queue of GpuJobs from some namespaces, with a private GPU quota, a fair-share weight, a
+/// burst policy and a dollar budget.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "spillway.io",
+    version = "v1alpha1",
+    kind = "GpuQueue",
+    doc = "A queue of GpuJobs with a private GPU quota, a fair-share weight, a burst policy and a dollar budget.",
+    plural = "gpuqueues",
+    singular = "gpuqueue",
+    shortname = "gq",
+    category = "spillway",
+    status = "GpuQueueStatus",
+    printcolumn = r#"{"name":"Pending","type":"integer","jsonPath":".status.pending"}"#,
+    printcolumn = r#"{"name":"Running","type":"integer","jsonPath":".status.running"}"#,
+    printcolumn = r#"{"name":"Private GPUs","type":"integer","jsonPath":".status.gpusInUse.private"}"#,
+    printcolumn = r#"{"name":"Cloud GPUs","type":"integer","jsonPath":".status.gpusInUse.cloud"}"#,
+    printcolumn = r#"{"name":"Spend/h","type":"number","jsonPath":".status.spend.hourlyUSD"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuQueueSpec {
+    /// Namespaces whose GpuJobs may use this queue. Leave empty and set `namespaceSelector`
+    /// to select namespaces by label; leave both empty to admit every namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+
+    /// Selects the namespaces whose GpuJobs may use this queue, by label. Mutually exclusive
+    /// with `namespaces`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+
+    /// The private GPUs this queue is guaranteed. Without it the queue has no guarantee and
+    /// uses private GPUs by fair share only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_quota: Option<PrivateQuota>,
+
+    /// May use idle private GPUs beyond its quota (they are given back as other queues need
+    /// their quota). Defaults to true.
+    #[serde(default = "default_true")]
+    pub borrowing: bool,
+
+    /// Fair-share weight relative to other queues (at least 1). A queue of weight 3 gets three
+    /// times the private GPUs of a queue of weight 1 when both have work waiting.
+    #[serde(default = "default_weight")]
+    #[schemars(range(min = 1))]
+    pub weight: i32,
+
+    /// When and where this queue's jobs may burst to the cloud.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<QueueBurst>,
+
+    /// Dollar limits on this queue's cloud spend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_weight() -> i32 {
+    1
+}
+
+/// A nominal quota of private GPUs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PrivateQuota {
+    /// Number of private GPUs guaranteed to this queue.
+    #[schemars(range(min = 0))]
+    pub gpus: i32,
+}
+
+/// How long a wait is acceptable before a job bursts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum WaitMode {
+    /// Every job may wait `maxWait`.
+    #[serde(rename = "fixed")]
+    #[default]
+    Fixed,
+    /// A job's wait budget grows with its size, GPUs x estimated runtime x `computeWaitFactor`,
+    /// capped at `maxWait` (the Starburst rule, USENIX ATC'24).
+    #[serde(rename = "compute-wait")]
+    ComputeWait,
+}
+
+/// Bursting settings of a queue.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueBurst {
+    /// Whether jobs of this queue may run on cloud instances at all.
+    #[serde(default)]
+    pub enabled: bool,
+    /// How long a job waits for private GPUs before it may burst, such as `15m`.
+    #[serde(default = "default_max_wait")]
+    #[schemars(schema_with = "duration_schema")]
+    pub max_wait: String,
+    /// `fixed` (every job waits `maxWait`) or `compute-wait` (bigger jobs may wait longer).
+    #[serde(default)]
+    pub wait_mode: WaitMode,
+    /// In `compute-wait` mode, seconds of wait per GPU-second of estimated work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub compute_wait_factor: Option<f64>,
+    /// The cloud ComputePools this queue may burst to. Empty means every cloud pool.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<String>,
+    /// Allowed capacity types, a subset of `spot` and `on-demand`. Empty means both, with
+    /// spot only for restartable jobs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capacity_types: Vec<CapacityType>,
+}
+
+impl Default for QueueBurst {
+    fn default() -> Self {
+        QueueBurst {
+            enabled: false,
+            max_wait: default_max_wait(),
+            wait_mode: WaitMode::Fixed,
+            compute_wait_factor: None,
+            pools: Vec::new(),
+            capacity_types: Vec::new(),
+        }
+    }
+}
+
+fn default_max_wait() -> String {
+    "15m".to_string()
+}
+
+/// GPUs in use, by environment.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GpusByEnvironment {
+    /// GPUs on private nodes.
+    #[serde(default)]
+    pub private: i64,
+    /// GPUs on cloud instances.
+    #[serde(default)]
+    pub cloud: i64,
+}
+
+/// Spend of a queue.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct QueueSpend {
+    /// USD spent in the cloud this calendar month (UTC).
+    #[serde(rename = "thisMonthUSD", default)]
+    pub this_month_usd: f64,
+    /// Current cloud spend rate, in USD per hour.
+    #[serde(rename = "hourlyUSD", default)]
+    pub hourly_usd: f64,
+}
+
+/// The observed state of a GpuQueue.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuQueueStatus {
+    /// Jobs waiting.
+    #[serde(default)]
+    pub pending: i64,
+    /// Jobs provisioning or running.
+    #[serde(default)]
+    pub running: i64,
+    /// GPUs in use by this queue's jobs, per environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_in_use: Option<GpusByEnvironment>,
+    /// Cloud spend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spend: Option<QueueSpend>,
+    /// Standard conditions, for example `BudgetExhausted`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}

@@ -1,0 +1,62 @@
+//! The decision core stays pure: no async runtime, Kubernetes client or AWS SDK may enter its
+//! dependency tree (STYLE.md, "decide, then act").
+
+use std::process::Command;
+
+const FORBIDDEN: &[&str] = &[
+    "tokio",
+    "kube",
+    "kube-client",
+    "kube-runtime",
+    "k8s-openapi",
+    "aws-config",
+    "aws-sdk-ec2",
+    "aws-smithy-runtime",
+    "hyper",
+    "reqwest",
+    "spillway-api",
+    "spillway-k8s",
+    "spillway-aws",
+    "spillway-sim",
+    "spillway-policy",
+];
+
+#[test]
+fn core_depends_on_no_io_crate() {
+    let output = Command::new(env!("CARGO"))
+        .args([
+            "tree",
+            "--offline",
+            "--package",
+            "spillway-core",
+            "--edges",
+            "normal,build",
+            "--all-features",
+            "--prefix",
+            "none",
+            "--format",
+            "{p}",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run cargo tree");
+    assert!(
+        output.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let tree = String::from_utf8_lossy(&output.stdout);
+    let crates: Vec<&str> = tree
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(
+        crates.contains(&"spillway-core"),
+        "cargo tree listed: {tree}"
+    );
+    let bad: Vec<&&str> = crates.iter().filter(|c| FORBIDDEN.contains(c)).collect();
+    assert!(
+        bad.is_empty(),
+        "spillway-core must stay pure, but depends on {bad:?}"
+    );
+}

@@ -1,0 +1,66 @@
+//! `spillway`: one binary for the operator, the simulator, the policy tools and the kubectl
+//! plugin (installed as `kubectl-spillway`).
+//!
+//! This crate only wires the layers below it together; it holds no scheduling logic.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "spillway",
+    version,
+    about = "Private-first GPU scheduling that bursts to the cloud"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print the CustomResourceDefinitions of all Spillway kinds (the YAML in crds/).
+    Crds {
+        /// Write one file per CRD into this directory instead of printing them.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Crds { out } => {
+            crds(out)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn crds(out: Option<PathBuf>) -> anyhow::Result<()> {
+    match out {
+        None => print!("{}", spillway_api::crds_yaml()?),
+        Some(dir) => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            for crd in spillway_api::crds() {
+                let path = dir.join(spillway_api::crd_file_name(&crd));
+                std::fs::write(&path, spillway_api::crd_yaml(&crd)?)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs every Spillway test on a fresh machine: installs and caches what the tests need (a real
+# Kubernetes control plane built from Debian's source package, moto's EC2 server), then runs
+# the workspace's tests against them. Heavy builds are cached under ~/.cache/spillway.
+#
+#   scripts/test.sh            # everything
+#   scripts/test.sh -p spillway-core   # extra arguments go to `cargo test`
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export SPILLWAY_CACHE="${SPILLWAY_CACHE:-$HOME/.cache/spillway}"
+mkdir -p "$SPILLWAY_CACHE"
+
+if ! command -v openssl >/dev/null; then
+  echo "test.sh: installing openssl" >&2
+  if [[ $(id -u) -eq 0 ]]; then apt-get update -qq && apt-get install -y -qq openssl >&2
+  else sudo apt-get update -qq && sudo apt-get install -y -qq openssl >&2; fi
+fi
+
+KUBEBUILDER_ASSETS="$(scripts/k8s-binaries.sh)"
+export KUBEBUILDER_ASSETS
+SPILLWAY_MOTO_SERVER="$(scripts/moto.sh)"
+export SPILLWAY_MOTO_SERVER
+echo "test.sh: Kubernetes binaries in $KUBEBUILDER_ASSETS; moto at $SPILLWAY_MOTO_SERVER" >&2
+
+cargo test --workspace --locked "$@"

@@ -1,0 +1,390 @@
+//! A real Kubernetes control plane for tests: etcd, kube-apiserver, kube-scheduler and
+//! kube-controller-manager on free loopback ports.
+//!
+//! [`TestCluster::shared`] starts it once per test process; every test of the process shares
+//! it, each in its own namespace ([`TestCluster::namespace`]) and with its own node names.
+//! The controller manager runs every controller but `nodelifecycle`, so fake nodes without a
+//! real kubelet stay Ready; it creates service-account tokens (without which no pod can be
+//! created) and runs the garbage collector that owner references rely on.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use tokio::sync::OnceCell;
+
+use crate::process::{Server, find_binary, free_port, temp_dir};
+
+/// A running control plane.
+pub struct TestCluster {
+    pub dir: PathBuf,
+    pub kubeconfig: PathBuf,
+    pub server_url: String,
+    pub ca_file: PathBuf,
+    pub token: String,
+    servers: std::sync::Mutex<Vec<Server>>,
+}
+
+static SHARED: OnceCell<TestCluster> = OnceCell::const_new();
+
+/// Where the Kubernetes binaries are: `KUBEBUILDER_ASSETS`, else the harness cache.
+pub fn binary_dirs() -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(d) = std::env::var_os("KUBEBUILDER_ASSETS") {
+        dirs.push(PathBuf::from(d));
+    }
+    dirs.push(crate::cache_dir().join("k8s-1.20.2/bin"));
+    dirs
+}
+
+fn binary(name: &str) -> anyhow::Result<PathBuf> {
+    find_binary(name, &binary_dirs()).with_context(|| {
+        format!(
+            "{name} not found in KUBEBUILDER_ASSETS, {} or PATH; run scripts/k8s-binaries.sh (or scripts/test.sh) first",
+            crate::cache_dir().join("k8s-1.20.2/bin").display()
+        )
+    })
+}
+
+impl TestCluster {
+    /// The control plane of this test process, started on first use.
+    pub async fn shared() -> &'static TestCluster {
+        SHARED
+            .get_or_try_init(TestCluster::start)
+            .await
+            .unwrap_or_else(|e| panic!("could not start the test control plane: {e:#}"))
+    }
+
+    async fn start() -> anyhow::Result<TestCluster> {
+        let started = Instant::now();
+        let dir = temp_dir("spillway-cp")?;
+        let etcd_bin = binary("etcd")?;
+        let apiserver_bin = binary("kube-apiserver")?;
+        let scheduler_bin = binary("kube-scheduler")?;
+        let kcm_bin = binary("kube-controller-manager")?;
+        let mut servers = Vec::new();
+
+        // etcd
+        let (client_port, peer_port) = (free_port()?, free_port()?);
+        let etcd_url = format!("http://127.0.0.1:{client_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        servers.push(Server::start(
+            &dir,
+            "etcd",
+            &etcd_bin,
+            &[
+                format!("--data-dir={}", dir.join("etcd").display()),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster=default={peer_url}"),
+                "--name=default".into(),
+                "--log-level=warn".into(),
+            ],
+            &[],
+        )?);
+
+        // Keys and the admin token.
+        let sa_key = dir.join("sa.key");
+        let status = std::process::Command::new("openssl")
+            .args(["genrsa", "-out"])
+            .arg(&sa_key)
+            .arg("2048")
+            .stderr(std::process::Stdio::null())
+            .status()
+            .context("running openssl to make the service-account key")?;
+        if !status.success() {
+            bail!("openssl genrsa failed");
+        }
+        let token = format!("spillway-test-{}", std::process::id());
+        std::fs::write(
+            dir.join("tokens.csv"),
+            format!("{token},admin,admin,\"system:masters\"\n"),
+        )?;
+        let cert_dir = dir.join("certs");
+        std::fs::create_dir_all(&cert_dir)?;
+
+        // kube-apiserver
+        let port = free_port()?;
+        let server_url = format!("https://127.0.0.1:{port}");
+        servers.push(Server::start(
+            &dir,
+            "kube-apiserver",
+            &apiserver_bin,
+            &[
+                format!("--etcd-servers={etcd_url}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={port}"),
+                "--insecure-port=0".into(),
+                format!("--cert-dir={}", cert_dir.display()),
+                format!("--token-auth-file={}", dir.join("tokens.csv").display()),
+                "--authorization-mode=RBAC".into(),
+                format!("--service-account-key-file={}", sa_key.display()),
+                format!("--service-account-signing-key-file={}", sa_key.display()),
+                "--service-account-issuer=https://kubernetes.default.svc".into(),
+                "--service-cluster-ip-range=10.0.0.0/24".into(),
+                "--enable-priority-and-fairness=false".into(),
+                "--v=1".into(),
+            ],
+            &[],
+        )?);
+
+        let ca_file = cert_dir.join("apiserver.crt");
+        let kubeconfig = dir.join("kubeconfig");
+        let mut cluster = TestCluster {
+            dir: dir.clone(),
+            kubeconfig: kubeconfig.clone(),
+            server_url,
+            ca_file,
+            token,
+            servers: std::sync::Mutex::new(servers),
+        };
+
+        // Wait for the serving certificate, then for the API.
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while !cluster.ca_file.exists() {
+            cluster.check_alive()?;
+            if Instant::now() > deadline {
+                bail!(
+                    "kube-apiserver wrote no certificate in 90 s\n{}",
+                    cluster.logs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        cluster.write_kubeconfig()?;
+        loop {
+            cluster.check_alive()?;
+            if let Ok(client) = cluster.client().await
+                && ready(&client).await
+            {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("kube-apiserver not ready in 90 s\n{}", cluster.logs());
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+
+        let kc = kubeconfig.display().to_string();
+        let scheduler = Server::start(
+            &dir,
+            "kube-scheduler",
+            &scheduler_bin,
+            &[
+                format!("--kubeconfig={kc}"),
+                "--leader-elect=false".into(),
+                "--port=0".into(),
+                "--secure-port=0".into(),
+            ],
+            &[],
+        )?;
+        let kcm = Server::start(
+            &dir,
+            "kube-controller-manager",
+            &kcm_bin,
+            &[
+                format!("--kubeconfig={kc}"),
+                format!("--service-account-private-key-file={}", sa_key.display()),
+                format!("--root-ca-file={}", cluster.ca_file.display()),
+                "--controllers=*,-nodelifecycle".into(),
+                "--use-service-account-credentials=false".into(),
+                "--leader-elect=false".into(),
+                "--port=0".into(),
+                "--secure-port=0".into(),
+            ],
+            &[],
+        )?;
+        {
+            let mut servers = cluster.servers.lock().expect("server list poisoned");
+            servers.push(scheduler);
+            servers.push(kcm);
+        }
+        // The default namespace is usable once its service account has a token.
+        let client = cluster.client().await?;
+        cluster.wait_for_service_account(&client, "default").await?;
+        eprintln!(
+            "test control plane up in {:.1}s at {} (logs in {})",
+            started.elapsed().as_secs_f64(),
+            cluster.server_url,
+            cluster.dir.display()
+        );
+        Ok(cluster)
+    }
+
+    fn write_kubeconfig(&mut self) -> anyhow::Result<()> {
+        let yaml = format!(
+            r#"apiVersion: v1
+kind: Config
+clusters:
+- name: spillway-test
+  cluster:
+    server: {server}
+    certificate-authority: {ca}
+users:
+- name: admin
+  user:
+    token: {token}
+contexts:
+- name: spillway-test
+  context:
+    cluster: spillway-test
+    user: admin
+    namespace: default
+current-context: spillway-test
+"#,
+            server = self.server_url,
+            ca = self.ca_file.display(),
+            token = self.token
+        );
+        std::fs::write(&self.kubeconfig, yaml)?;
+        Ok(())
+    }
+
+    /// A new client for the cluster (make one per test: clients belong to a tokio runtime).
+    pub async fn client(&self) -> anyhow::Result<Client> {
+        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)?;
+        let config =
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+        Ok(Client::try_from(config)?)
+    }
+
+    /// Fails if any server of the control plane has exited, with its log.
+    pub fn check_alive(&self) -> anyhow::Result<()> {
+        let mut servers = self.servers.lock().expect("server list poisoned");
+        for s in servers.iter_mut() {
+            if s.exited() {
+                bail!("{} exited:\n{}", s.name, s.log_tail(4000));
+            }
+        }
+        Ok(())
+    }
+
+    /// The tails of all server logs, for failure messages.
+    pub fn logs(&self) -> String {
+        let servers = self.servers.lock().expect("server list poisoned");
+        servers
+            .iter()
+            .map(|s| format!("--- {} ---\n{}", s.name, s.log_tail(2000)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Creates a fresh namespace (named after `prefix`) whose default service account has a
+    /// token, so pods can be created in it at once.
+    pub async fn namespace(&self, client: &Client, prefix: &str) -> anyhow::Result<String> {
+        let name = crate::unique_name(prefix);
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}
+        }))?;
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await?;
+        self.wait_for_service_account(client, &name).await?;
+        Ok(name)
+    }
+
+    async fn wait_for_service_account(&self, client: &Client, ns: &str) -> anyhow::Result<()> {
+        let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            self.check_alive()?;
+            if sas.get_opt("default").await?.is_some() {
+                let tokens = secrets
+                    .list(&ListParams::default().fields("type=kubernetes.io/service-account-token"))
+                    .await?;
+                if !tokens.items.is_empty() {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "no service-account token in namespace {ns} after 60 s\n{}",
+                    self.logs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Installs (server-side applies) the given CRDs and waits until they are served.
+    pub async fn install_crds(
+        &self,
+        client: &Client,
+        crds: &[CustomResourceDefinition],
+    ) -> anyhow::Result<()> {
+        let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+        // Create or replace: Kubernetes 1.20 refuses a server-side apply of a one-version v1
+        // CRD ("per-version schemas may not all be set to identical values"), while create and
+        // update work (as `kubectl apply` and `helm install` do).
+        for crd in crds {
+            let name = crd.metadata.name.clone().context("CRD without a name")?;
+            match api.get_opt(&name).await? {
+                None => match api.create(&PostParams::default(), crd).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 409 => {}
+                    Err(e) => return Err(e).with_context(|| format!("creating CRD {name}")),
+                },
+                Some(existing) => {
+                    let mut updated = crd.clone();
+                    updated.metadata.resource_version = existing.metadata.resource_version;
+                    if existing.spec != crd.spec {
+                        api.replace(&name, &PostParams::default(), &updated)
+                            .await
+                            .with_context(|| format!("replacing CRD {name}"))?;
+                    }
+                }
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for crd in crds {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            loop {
+                let current = api.get(&name).await?;
+                let established = current
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                if established {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!("CRD {name} not established after 30 s");
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Where the logs and state of this control plane are.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+async fn ready(client: &Client) -> bool {
+    match client.apiserver_version().await {
+        Ok(_) => {
+            // /readyz turns ok once the post-start hooks (RBAC bootstrap among them) are done.
+            let Ok(req) = http::Request::get("/readyz").body(Vec::new()) else {
+                return false;
+            };
+            client
+                .request_text(req)
+                .await
+                .is_ok_and(|body| body.trim() == "ok")
+        }
+        Err(_) => false,
+    }
+}

@@ -1,0 +1,327 @@
+//! A fake kubelet, as kwok does: GPU nodes without machines.
+//!
+//! [`FakeKubelet::register`] creates a Node with `nvidia.com/gpu` capacity, a GPU model label
+//! and a Ready condition (and removes the `not-ready` taint the API server adds, since no node
+//! lifecycle controller runs), then keeps its heartbeat fresh. Pods that the real scheduler
+//! binds to such a node become Running; with the annotation [`RUN_SECONDS`] they finish after
+//! that many seconds, Succeeded, or Failed when [`EXIT_CODE`] is not `0`. Pods being deleted
+//! on its nodes are removed at once, as a kubelet confirms a deletion.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use tokio::task::JoinHandle;
+
+/// Annotation: seconds a pod runs before it finishes (absent: it runs until deleted).
+pub const RUN_SECONDS: &str = "kubelet.spillway.io/run-seconds";
+/// Annotation: exit code of the pod's containers when it finishes (default 0).
+pub const EXIT_CODE: &str = "kubelet.spillway.io/exit-code";
+
+/// A GPU node to register.
+#[derive(Clone, Debug)]
+pub struct FakeNode {
+    pub name: String,
+    pub gpus: u32,
+    pub model: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<serde_json::Value>,
+    pub provider_id: Option<String>,
+}
+
+impl FakeNode {
+    /// A node with `gpus` GPUs and no model label.
+    pub fn gpu(name: impl Into<String>, gpus: u32) -> Self {
+        FakeNode {
+            name: name.into(),
+            gpus,
+            model: None,
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+            provider_id: None,
+        }
+    }
+
+    /// Sets the `spillway.io/gpu-model` label.
+    pub fn model(mut self, model: &str) -> Self {
+        self.model = Some(model.to_string());
+        self
+    }
+
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.labels.insert(key.to_string(), value.to_string());
+        self
+    }
+
+    pub fn taint(mut self, key: &str, value: &str, effect: &str) -> Self {
+        self.taints
+            .push(json!({"key": key, "value": value, "effect": effect}));
+        self
+    }
+
+    pub fn provider_id(mut self, id: &str) -> Self {
+        self.provider_id = Some(id.to_string());
+        self
+    }
+}
+
+/// Plays the kubelet of the nodes it registered.
+pub struct FakeKubelet {
+    client: Client,
+    nodes: Arc<Mutex<HashSet<String>>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl FakeKubelet {
+    /// Starts watching pods (and beating the hearts of the nodes it will register).
+    pub fn start(client: Client) -> FakeKubelet {
+        let nodes: Arc<Mutex<HashSet<String>>> = Arc::default();
+        let pods_task = tokio::spawn(run_pods(client.clone(), nodes.clone()));
+        let heartbeat_task = tokio::spawn(heartbeat(client.clone(), nodes.clone()));
+        FakeKubelet {
+            client,
+            nodes,
+            tasks: vec![pods_task, heartbeat_task],
+        }
+    }
+
+    /// Registers a Ready GPU node.
+    pub async fn register(&self, node: FakeNode) -> anyhow::Result<()> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let mut labels = node.labels.clone();
+        labels.insert("kubernetes.io/hostname".into(), node.name.clone());
+        labels.insert("kubernetes.io/os".into(), "linux".into());
+        labels.insert("type".into(), "spillway-fake-node".into());
+        if let Some(m) = &node.model {
+            labels.insert("spillway.io/gpu-model".into(), m.clone());
+        }
+        let mut spec = json!({});
+        if let Some(p) = &node.provider_id {
+            spec["providerID"] = json!(p);
+        }
+        let obj: Node = serde_json::from_value(json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": node.name, "labels": labels},
+            "spec": spec,
+        }))?;
+        nodes.create(&PostParams::default(), &obj).await?;
+        self.nodes
+            .lock()
+            .expect("node set poisoned")
+            .insert(node.name.clone());
+        let resources = json!({
+            "cpu": "96",
+            "memory": "1024Gi",
+            "pods": "110",
+            "ephemeral-storage": "1000Gi",
+            "nvidia.com/gpu": node.gpus.to_string(),
+        });
+        let now = now_rfc3339();
+        nodes
+            .patch_status(
+                &node.name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({
+                    "status": {
+                        "capacity": resources,
+                        "allocatable": resources,
+                        "conditions": [ready_condition(&now)],
+                        "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
+                                      {"type": "Hostname", "address": node.name}],
+                        "nodeInfo": {
+                            "architecture": "amd64", "operatingSystem": "linux",
+                            "kubeletVersion": "v1.20.2-spillway-fake", "kubeProxyVersion": "v1.20.2",
+                            "containerRuntimeVersion": "fake://1", "kernelVersion": "fake",
+                            "osImage": "fake", "machineID": node.name, "systemUUID": node.name,
+                            "bootID": node.name,
+                        },
+                    }
+                })),
+            )
+            .await?;
+        // The API server taints new nodes not-ready; the node lifecycle controller that would
+        // lift it does not run here, so the kubelet sets the taints it wants.
+        nodes
+            .patch(
+                &node.name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"taints": node.taints}})),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes a node (as if its machine went away).
+    pub async fn remove(&self, name: &str) -> anyhow::Result<()> {
+        self.nodes.lock().expect("node set poisoned").remove(name);
+        Api::<Node>::all(self.client.clone())
+            .delete(name, &DeleteParams::default())
+            .await?;
+        Ok(())
+    }
+}
+
+impl Drop for FakeKubelet {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+fn now_rfc3339() -> String {
+    k8s_openapi::jiff::Timestamp::now().to_string()
+}
+
+fn ready_condition(now: &str) -> serde_json::Value {
+    json!({
+        "type": "Ready", "status": "True", "reason": "KubeletReady",
+        "message": "fake kubelet is posting ready status",
+        "lastHeartbeatTime": now, "lastTransitionTime": now,
+    })
+}
+
+async fn heartbeat(client: Client, nodes: Arc<Mutex<HashSet<String>>>) {
+    let api: Api<Node> = Api::all(client);
+    loop {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let names: Vec<String> = nodes
+            .lock()
+            .expect("node set poisoned")
+            .iter()
+            .cloned()
+            .collect();
+        for name in names {
+            let now = now_rfc3339();
+            let patch = json!({"status": {"conditions": [ready_condition(&now)]}});
+            if let Err(e) = api
+                .patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch))
+                .await
+            {
+                tracing::debug!(node = %name, error = %e, "fake kubelet heartbeat failed");
+            }
+        }
+    }
+}
+
+async fn run_pods(client: Client, nodes: Arc<Mutex<HashSet<String>>>) {
+    let api: Api<Pod> = Api::all(client.clone());
+    let started: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let mut events = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    while let Some(event) = events.next().await {
+        let Ok(pod) = event else { continue };
+        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+            continue;
+        };
+        if !nodes.lock().expect("node set poisoned").contains(&node) {
+            continue;
+        }
+        let ns = pod.namespace().unwrap_or_default();
+        let name = pod.name_any();
+        let key = format!("{ns}/{name}/{}", pod.uid().unwrap_or_default());
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        if pod.metadata.deletion_timestamp.is_some() {
+            // Confirm the deletion, as a kubelet does once the containers have stopped.
+            let _ = pods
+                .delete(&name, &DeleteParams::default().grace_period(0))
+                .await;
+            started.lock().expect("started set poisoned").remove(&key);
+            continue;
+        }
+        let phase = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default();
+        if phase != "Pending" && !phase.is_empty() {
+            continue;
+        }
+        if !started
+            .lock()
+            .expect("started set poisoned")
+            .insert(key.clone())
+        {
+            continue;
+        }
+        let containers: Vec<String> = pod
+            .spec
+            .as_ref()
+            .map(|s| s.containers.iter().map(|c| c.name.clone()).collect())
+            .unwrap_or_default();
+        let now = now_rfc3339();
+        let running = json!({"status": {
+            "phase": "Running",
+            "hostIP": "127.0.0.1",
+            "podIP": "10.244.0.1",
+            "startTime": now,
+            "conditions": [
+                {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+                {"type": "Ready", "status": "True", "lastTransitionTime": now},
+                {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+            ],
+            "containerStatuses": containers.iter().map(|c| json!({
+                "name": c, "ready": true, "restartCount": 0, "image": "fake", "imageID": "fake",
+                "started": true, "state": {"running": {"startedAt": now}},
+            })).collect::<Vec<_>>(),
+        }});
+        if let Err(e) = pods
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(running))
+            .await
+        {
+            tracing::debug!(pod = %name, error = %e, "fake kubelet could not start pod");
+            started.lock().expect("started set poisoned").remove(&key);
+            continue;
+        }
+        let annotations = pod.annotations();
+        let Some(run_for) = annotations
+            .get(RUN_SECONDS)
+            .and_then(|s| s.parse::<f64>().ok())
+        else {
+            continue;
+        };
+        let exit_code: i32 = annotations
+            .get(EXIT_CODE)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let pods = pods.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs_f64(run_for.max(0.0))).await;
+            let now = now_rfc3339();
+            let phase = if exit_code == 0 {
+                "Succeeded"
+            } else {
+                "Failed"
+            };
+            let reason = if exit_code == 0 { "Completed" } else { "Error" };
+            let done = json!({"status": {
+                "phase": phase,
+                "conditions": [
+                    {"type": "Ready", "status": "False", "reason": "PodCompleted", "lastTransitionTime": now},
+                    {"type": "ContainersReady", "status": "False", "reason": "PodCompleted", "lastTransitionTime": now},
+                ],
+                "containerStatuses": containers.iter().map(|c| json!({
+                    "name": c, "ready": false, "restartCount": 0, "image": "fake", "imageID": "fake",
+                    "started": false,
+                    "state": {"terminated": {"exitCode": exit_code, "reason": reason, "finishedAt": now}},
+                })).collect::<Vec<_>>(),
+            }});
+            if let Err(e) = pods
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(done))
+                .await
+            {
+                tracing::debug!(pod = %name, error = %e, "fake kubelet could not finish pod");
+            }
+        });
+    }
+}

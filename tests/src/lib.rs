@@ -1,0 +1,36 @@
+//! Spillway's test harness: the real parts a test needs, started by the test itself.
+//!
+//! - [`cluster::TestCluster`]: a real etcd, `kube-apiserver`, `kube-scheduler` and
+//!   `kube-controller-manager` on free loopback ports, started once per test process and
+//!   shared by its tests, and torn down when the process exits (a watchdog per server kills it
+//!   when the test process is gone, even after a crash).
+//! - [`kubelet::FakeKubelet`]: what no machine here can be, a GPU node. It registers Nodes with
+//!   `nvidia.com/gpu` capacity and keeps them Ready, and moves pods bound to them to Running and
+//!   then Succeeded or Failed, as kwok does.
+//! - [`moto::MotoServer`]: moto's EC2-compatible HTTP server, which the real AWS SDK talks to.
+//!
+//! Binaries come from `KUBEBUILDER_ASSETS` (the envtest convention) or from the cache that
+//! `scripts/k8s-binaries.sh` fills; moto from `SPILLWAY_MOTO_SERVER` or `scripts/moto.sh`'s
+//! cache. `scripts/test.sh` installs both before running the tests.
+
+pub mod cluster;
+pub mod kubelet;
+pub mod moto;
+mod process;
+
+/// A name unique within this test process, for namespaces, nodes and tags: `prefix-<pid>-<n>`.
+pub fn unique_name(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}-{}-{n}", std::process::id())
+}
+
+/// The harness's cache directory (`SPILLWAY_CACHE`, default `~/.cache/spillway`).
+pub fn cache_dir() -> std::path::PathBuf {
+    if let Some(dir) = std::env::var_os("SPILLWAY_CACHE") {
+        return dir.into();
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into());
+    std::path::PathBuf::from(home).join(".cache/spillway")
+}

@@ -1,0 +1,141 @@
+//! moto's EC2-compatible server, started once per test process on a free loopback port.
+//!
+//! The real AWS SDK talks to it through `AWS_ENDPOINT_URL_EC2` (or [`MotoServer::ec2_client`])
+//! with dummy static credentials. moto does not honour `ClientToken`, serves placeholder spot
+//! prices and injects no faults; tests that need faults put a proxy in front of it. Unknown
+//! instance types are refused, as on EC2 (`MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION`).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use tokio::sync::OnceCell;
+
+use crate::process::{Server, find_binary, free_port, temp_dir};
+
+/// A running moto server.
+pub struct MotoServer {
+    pub endpoint: String,
+    pub port: u16,
+    server: std::sync::Mutex<Server>,
+}
+
+static SHARED: OnceCell<MotoServer> = OnceCell::const_new();
+
+fn moto_binary() -> anyhow::Result<PathBuf> {
+    if let Some(p) = std::env::var_os("SPILLWAY_MOTO_SERVER") {
+        return Ok(PathBuf::from(p));
+    }
+    find_binary("moto_server", &[crate::cache_dir().join("moto-venv/bin")])
+        .context("moto_server not found; run scripts/moto.sh (or scripts/test.sh) first")
+}
+
+impl MotoServer {
+    /// The moto server of this test process, started on first use.
+    pub async fn shared() -> &'static MotoServer {
+        SHARED
+            .get_or_try_init(|| async { MotoServer::start() })
+            .await
+            .unwrap_or_else(|e| panic!("could not start moto: {e:#}"))
+    }
+
+    fn start() -> anyhow::Result<MotoServer> {
+        let dir = temp_dir("spillway-moto")?;
+        let port = free_port()?;
+        let mut server = Server::start(
+            &dir,
+            "moto",
+            &moto_binary()?,
+            &[
+                "-H".into(),
+                "127.0.0.1".into(),
+                "-p".into(),
+                port.to_string(),
+            ],
+            &[("MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION", "true")],
+        )?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if server.exited() {
+                bail!("moto exited:\n{}", server.log_tail(4000));
+            }
+            if http(port, "GET", "/moto-api/").is_ok_and(|(status, _)| status < 500) {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("moto not ready in 30 s:\n{}", server.log_tail(4000));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(MotoServer {
+            endpoint: format!("http://127.0.0.1:{port}"),
+            port,
+            server: std::sync::Mutex::new(server),
+        })
+    }
+
+    /// Clears all of moto's state (every test sharing this server sees it: use unique tags
+    /// instead where tests run in parallel).
+    pub fn reset(&self) -> anyhow::Result<()> {
+        let (status, body) = http(self.port, "POST", "/moto-api/reset")?;
+        if status != 200 {
+            bail!("moto reset answered {status}: {body}");
+        }
+        Ok(())
+    }
+
+    /// The tail of moto's log.
+    pub fn log_tail(&self) -> String {
+        self.server
+            .lock()
+            .map(|s| s.log_tail(4000))
+            .unwrap_or_default()
+    }
+
+    /// An SDK configuration that talks to this server (or to `endpoint`, such as a
+    /// fault-injecting proxy in front of it) with dummy credentials in `us-east-1`.
+    pub async fn sdk_config(&self, endpoint: Option<&str>) -> aws_config::SdkConfig {
+        let creds = aws_sdk_ec2::config::Credentials::new(
+            "testing",
+            "testing",
+            None,
+            None,
+            "spillway-tests",
+        );
+        aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(creds)
+            .endpoint_url(endpoint.unwrap_or(&self.endpoint))
+            .load()
+            .await
+    }
+
+    /// An EC2 client for this server.
+    pub async fn ec2_client(&self) -> aws_sdk_ec2::Client {
+        aws_sdk_ec2::Client::new(&self.sdk_config(None).await)
+    }
+}
+
+/// A minimal HTTP/1.1 request on loopback; returns the status code and the body.
+fn http(port: u16, method: &str, path: &str) -> anyhow::Result<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .context("malformed HTTP response")?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
