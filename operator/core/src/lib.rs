@@ -1,17 +1,36 @@
 //! Spillway's decision core.
 //!
-//! This crate owns the domain: what a job, a queue, a pool, a node and a cloud offering are, and
-//! (from the decision-core work on) the pure function that turns a snapshot of them into a plan.
+//! This crate owns the domain (jobs, queues, pools, nodes, cloud offerings) and the pure
+//! function [`decide`] that turns a [`Snapshot`] into a [`Plan`]: jobs to start on named
+//! private nodes, jobs to place on existing cloud nodes, instances to launch (with an
+//! idempotency key per need), idle cloud nodes to terminate, and a [`Decision`] with a reason
+//! for every job it looked at. The operator, the simulator and `spillway explain` all call it.
 //!
 //! Invariants this crate keeps:
 //! - No I/O and no clock: no tokio, kube or AWS crate may appear in its dependency tree (a test
-//!   in `tests/layering.rs` fails if one does), and time always arrives as an argument.
-//! - Deterministic: the same input gives the same output.
+//!   in `tests/layering.rs` fails if one does), and `now` always arrives as an argument.
+//! - Deterministic: the same snapshot and `now` give the same plan.
+//! - A job reading a Restricted dataset is never placed in the cloud; a gang is placed whole
+//!   or not at all; a plan never takes a queue past its budget or a pool past its limits; no
+//!   need is launched twice.
 
+pub mod decide;
 pub mod duration;
 pub mod gpu;
+pub mod model;
+pub mod plan;
+pub mod policy;
+pub mod time;
 pub mod types;
 
+pub use decide::decide;
 pub use duration::{Duration, ParseDurationError};
 pub use gpu::GpuModel;
+pub use model::{
+    BurstSettings, Dataset, Instance, Job, JobState, Node, Offering, Pool, PoolKind, Queue,
+    Settings, Snapshot, WaitMode,
+};
+pub use plan::{Decision, Launch, OfferingChoice, Outcome, Plan, Reason, Start, Termination};
+pub use policy::{Effects, NoPolicy, Policy, PolicyContext, QueueState};
+pub use time::Time;
 pub use types::{CapacityType, Classification, Environment, Placement};

@@ -1,0 +1,1388 @@
+//! `decide`: one scheduling cycle over a snapshot, written as numbered steps.
+//!
+//! 1. Index the snapshot: free GPUs per node, usage per queue and pool, spend per queue.
+//! 2. Jobs whose instances are launching: start them once every instance has joined.
+//! 3. Private pass, in weighted fair-share order across queues and priority/arrival order
+//!    within a queue: start each gang that fits whole on free private GPUs (best fit). A job
+//!    that does not fit gets a reservation (the nodes and the estimated time at which it will
+//!    fit); later jobs may backfill only where they do not delay it.
+//! 4. Burst pass over the jobs still waiting: a job may go to the cloud only if nothing forbids
+//!    it (placement, data classification, queue, rules) and it has waited past its threshold
+//!    (fixed or compute-wait), its deadline is at risk, or it can never run privately. It then
+//!    takes idle cloud nodes that fit, or the cheapest offering (whole gang, egress included)
+//!    within rules, pool limits and the queue's budget.
+//! 5. Scale-down: cloud nodes idle past their pool's `idleTimeout` are terminated.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::model::{JobState, Settings, WaitMode};
+use crate::plan::{Decision, Launch, OfferingChoice, Outcome, Plan, Reason, Start, Termination};
+use crate::policy::{Effects, Policy, PolicyContext, QueueState, glob_match};
+use crate::{
+    CapacityType, Classification, Duration, Environment, Job, Node, Placement, PoolKind, Queue,
+    Snapshot, Time,
+};
+
+/// Runs one scheduling cycle. Pure: the same snapshot, policy and `now` give the same plan.
+pub fn decide(snapshot: &Snapshot, policy: &dyn Policy, now: Time) -> Plan {
+    Cycle::new(snapshot, policy, now).run()
+}
+
+/// Free GPUs on private nodes, indexed for best-fit lookups.
+struct PrivateIndex {
+    /// Free GPUs per node (index into `snapshot.nodes`).
+    free: Vec<u32>,
+    /// GPUs held back for blocked jobs' reservations, per node.
+    reserved: Vec<u32>,
+    /// (free - reserved, node) for schedulable private nodes with some of it.
+    by_effective: BTreeSet<(u32, usize)>,
+    /// (free, node) for schedulable private nodes with some.
+    by_free: BTreeSet<(u32, usize)>,
+    private: Vec<bool>,
+}
+
+impl PrivateIndex {
+    fn new(nodes: &[Node], private: Vec<bool>) -> PrivateIndex {
+        let free: Vec<u32> = nodes.iter().map(|n| n.free_gpus.min(n.gpus)).collect();
+        let mut idx = PrivateIndex {
+            reserved: vec![0; nodes.len()],
+            by_effective: BTreeSet::new(),
+            by_free: BTreeSet::new(),
+            free,
+            private,
+        };
+        for (i, n) in nodes.iter().enumerate() {
+            if idx.private[i] && n.schedulable {
+                idx.insert(i);
+            } else {
+                idx.private[i] = false;
+            }
+        }
+        idx
+    }
+
+    fn effective(&self, i: usize) -> u32 {
+        self.free[i].saturating_sub(self.reserved[i])
+    }
+
+    fn insert(&mut self, i: usize) {
+        if self.free[i] > 0 {
+            self.by_free.insert((self.free[i], i));
+        }
+        let e = self.effective(i);
+        if e > 0 {
+            self.by_effective.insert((e, i));
+        }
+    }
+
+    fn remove(&mut self, i: usize) {
+        self.by_free.remove(&(self.free[i], i));
+        self.by_effective.remove(&(self.effective(i), i));
+    }
+
+    fn take(&mut self, i: usize, gpus: u32) {
+        self.remove(i);
+        self.free[i] = self.free[i].saturating_sub(gpus);
+        self.insert(i);
+    }
+
+    fn reserve(&mut self, i: usize, gpus: u32) {
+        self.remove(i);
+        self.reserved[i] = self.reserved[i].saturating_add(gpus);
+        self.insert(i);
+    }
+
+    /// Best fit for a gang: replicas go to the nodes with the least sufficient room first.
+    /// Returns one node per replica, or `None` if the whole gang does not fit.
+    fn fit(&self, nodes: &[Node], job: &Job, ignore_reservations: bool) -> Option<Vec<usize>> {
+        let g = job.gpus_per_replica;
+        if g == 0 {
+            return None;
+        }
+        let set = if ignore_reservations {
+            &self.by_free
+        } else {
+            &self.by_effective
+        };
+        match set.last() {
+            Some(&(largest, _)) if largest >= g => {}
+            _ => return None,
+        }
+        let mut placed = Vec::with_capacity(job.replicas as usize);
+        for &(room, i) in set.range((g, 0)..) {
+            if !job.accepts_model(nodes[i].gpu_model.as_ref()) {
+                continue;
+            }
+            let k = (room / g).min(job.replicas - placed.len() as u32);
+            placed.extend(std::iter::repeat_n(i, k as usize));
+            if placed.len() as u32 == job.replicas {
+                return Some(placed);
+            }
+        }
+        None
+    }
+}
+
+/// A blocked job's claim on future private capacity.
+struct Reservation {
+    /// When it is expected to fit; `None`: not estimable (some running job has no runtime).
+    at: Option<Time>,
+}
+
+/// Working state of one cycle.
+struct Cycle<'a> {
+    snap: &'a Snapshot,
+    policy: &'a dyn Policy,
+    now: Time,
+    settings: &'a Settings,
+    plan: Plan,
+    queues: HashMap<&'a str, &'a Queue>,
+    datasets: HashMap<&'a str, &'a crate::Dataset>,
+    pools: HashMap<&'a str, &'a crate::Pool>,
+    node_index: HashMap<&'a str, usize>,
+    private: PrivateIndex,
+    /// Free GPUs on cloud nodes (by node index), and whether the node is claimed.
+    cloud_free: Vec<u32>,
+    cloud_claimed: Vec<bool>,
+    /// (end time, node, GPUs) of private work with a known end.
+    releases: Vec<(Time, usize, u32)>,
+    releases_sorted: bool,
+    reservations: Vec<Reservation>,
+    queue_state: BTreeMap<&'a str, QueueState>,
+    /// Per cloud pool: instances, GPUs, USD/h (running and launching).
+    pool_usage: HashMap<&'a str, (u32, u32, f64)>,
+    needs_in_flight: BTreeSet<&'a str>,
+}
+
+impl<'a> Cycle<'a> {
+    fn new(snap: &'a Snapshot, policy: &'a dyn Policy, now: Time) -> Cycle<'a> {
+        let pools: HashMap<&str, &crate::Pool> =
+            snap.pools.iter().map(|p| (p.name.as_str(), p)).collect();
+        let is_private = |n: &Node| {
+            pools
+                .get(n.pool.as_str())
+                .is_some_and(|p| matches!(p.kind, PoolKind::Private { .. }))
+        };
+        let private_flags: Vec<bool> = snap.nodes.iter().map(is_private).collect();
+        let cloud_free = snap
+            .nodes
+            .iter()
+            .zip(&private_flags)
+            .map(|(n, &p)| {
+                let cloud = !p && pools.get(n.pool.as_str()).is_some_and(|p| p.is_cloud());
+                if cloud && n.schedulable {
+                    n.free_gpus.min(n.gpus)
+                } else {
+                    0
+                }
+            })
+            .collect();
+        let mut cycle = Cycle {
+            snap,
+            policy,
+            now,
+            settings: &snap.settings,
+            plan: Plan::default(),
+            queues: snap.queues.iter().map(|q| (q.name.as_str(), q)).collect(),
+            datasets: snap.datasets.iter().map(|d| (d.name.as_str(), d)).collect(),
+            node_index: snap
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.name.as_str(), i))
+                .collect(),
+            private: PrivateIndex::new(&snap.nodes, private_flags),
+            pools,
+            cloud_free,
+            cloud_claimed: vec![false; snap.nodes.len()],
+            releases: Vec::new(),
+            releases_sorted: false,
+            reservations: Vec::new(),
+            queue_state: BTreeMap::new(),
+            pool_usage: HashMap::new(),
+            needs_in_flight: BTreeSet::new(),
+        };
+        cycle.index_usage();
+        cycle
+    }
+
+    /// Step 1: usage per queue and pool, releases of private work, needs in flight.
+    fn index_usage(&mut self) {
+        let snap = self.snap;
+        for q in &snap.queues {
+            self.queue_state.insert(
+                q.name.as_str(),
+                QueueState {
+                    spent_this_month_usd: q.spent_this_month_usd,
+                    ..Default::default()
+                },
+            );
+        }
+        for job in &snap.jobs {
+            let Some(state) = self.queue_state.get_mut(job.queue.as_str()) else {
+                continue;
+            };
+            match &job.state {
+                JobState::Pending => state.pending_jobs += 1,
+                JobState::Provisioning { .. } => state.pending_jobs += 1,
+                JobState::Running {
+                    nodes,
+                    started_at,
+                    cloud,
+                } => {
+                    state.running_jobs += 1;
+                    if *cloud {
+                        state.cloud_gpus_in_use += job.total_gpus();
+                    } else {
+                        state.private_gpus_in_use += job.total_gpus();
+                        let end = job.planning_runtime().map(|r| {
+                            let end = *started_at + r;
+                            // Overrunning its estimate: expect it to end soon, not never.
+                            if end <= self.now {
+                                self.now + Duration::from_secs(60)
+                            } else {
+                                end
+                            }
+                        });
+                        if let Some(end) = end {
+                            for n in nodes {
+                                if let Some(&i) = self.node_index.get(n.as_str()) {
+                                    self.releases.push((end, i, job.gpus_per_replica));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for inst in &snap.instances {
+            self.needs_in_flight.insert(inst.need.as_str());
+            if let Some(state) = self.queue_state.get_mut(inst.queue.as_str()) {
+                state.hourly_usd += inst.hourly_price;
+            }
+            let usage = self
+                .pool_usage
+                .entry(inst.pool.as_str())
+                .or_insert((0, 0, 0.0));
+            usage.0 += 1;
+            usage.1 += inst.gpus;
+            usage.2 += inst.hourly_price;
+        }
+    }
+
+    fn run(mut self) -> Plan {
+        let snap = self.snap;
+        // Step 2: provisioning jobs.
+        let mut pending: Vec<usize> = Vec::new();
+        for (i, job) in snap.jobs.iter().enumerate() {
+            match &job.state {
+                JobState::Pending => pending.push(i),
+                JobState::Provisioning { need, pool } => {
+                    if !self.needs_in_flight.contains(need.as_str()) {
+                        // Its launch failed or its instances are gone: plan it again.
+                        pending.push(i);
+                    } else {
+                        self.provisioning(job, need, pool);
+                    }
+                }
+                JobState::Running { .. } => {}
+            }
+        }
+
+        // Reject what can never run; everything else goes through the passes.
+        let mut candidates: Vec<usize> = Vec::with_capacity(pending.len());
+        for i in pending {
+            let job = &snap.jobs[i];
+            if let Some((reason, message)) = self.invalid(job) {
+                self.decide_job(job, Outcome::Reject, reason, message, None);
+            } else {
+                candidates.push(i);
+            }
+        }
+
+        // Step 3: private pass.
+        let waiting = self.private_pass(&candidates);
+        // Step 4: burst pass.
+        for w in waiting {
+            self.burst(w);
+        }
+        // Step 5: scale-down.
+        self.scale_down();
+        self.plan
+    }
+
+    fn invalid(&self, job: &Job) -> Option<(Reason, String)> {
+        if job.replicas == 0 || job.gpus_per_replica == 0 {
+            return Some((
+                Reason::InvalidSpec,
+                format!(
+                    "Job {} asks for {} replicas of {} GPUs; both must be at least 1.",
+                    job.id, job.replicas, job.gpus_per_replica
+                ),
+            ));
+        }
+        if !self.queues.contains_key(job.queue.as_str()) {
+            return Some((
+                Reason::QueueNotFound,
+                format!("GpuQueue {:?} does not exist.", job.queue),
+            ));
+        }
+        if let Some(missing) = job
+            .datasets
+            .iter()
+            .find(|d| !self.datasets.contains_key(d.as_str()))
+        {
+            return Some((
+                Reason::DatasetNotFound,
+                format!("Dataset {missing:?} does not exist."),
+            ));
+        }
+        None
+    }
+
+    fn decide_job(
+        &mut self,
+        job: &Job,
+        outcome: Outcome,
+        reason: Reason,
+        message: String,
+        rule: Option<String>,
+    ) {
+        self.plan.decisions.push(Decision {
+            job: job.id.clone(),
+            outcome,
+            reason,
+            message,
+            rule,
+            estimated_wait: None,
+            estimated_hourly_cost: None,
+            estimated_total_cost: None,
+            offering: None,
+        });
+    }
+
+    fn provisioning(&mut self, job: &'a Job, need: &str, pool: &str) {
+        let snap = self.snap;
+        let instances: Vec<&crate::Instance> =
+            snap.instances.iter().filter(|i| i.need == need).collect();
+        let joined: Vec<usize> = instances
+            .iter()
+            .filter_map(|i| i.node.as_deref())
+            .filter_map(|n| self.node_index.get(n).copied())
+            .filter(|&n| snap.nodes[n].schedulable)
+            .collect();
+        for &n in &joined {
+            self.cloud_claimed[n] = true;
+        }
+        if joined.len() == instances.len()
+            && let Some(nodes) = self.fit_cloud(job, &joined)
+        {
+            let hourly: f64 = instances.iter().map(|i| i.hourly_price).sum();
+            self.start(
+                job,
+                Environment::Cloud,
+                pool,
+                nodes,
+                Reason::InstancesReady,
+                format!(
+                    "The {} instance(s) launched for job {} have joined; starting there.",
+                    instances.len(),
+                    job.id
+                ),
+                None,
+                Some(hourly),
+            );
+            return;
+        }
+        let message = format!(
+            "Waiting for {} of {} instance(s) launched for this job to join the cluster.",
+            instances.len() - joined.len().min(instances.len()),
+            instances.len()
+        );
+        self.decide_job(job, Outcome::Wait, Reason::Provisioning, message, None);
+    }
+
+    /// Places a gang on the given cloud nodes (best fit), taking their GPUs.
+    fn fit_cloud(&mut self, job: &Job, candidates: &[usize]) -> Option<Vec<usize>> {
+        let g = job.gpus_per_replica;
+        let mut order: Vec<usize> = candidates.to_vec();
+        order.sort_by_key(|&n| (self.cloud_free[n], n));
+        order.dedup();
+        let mut placed = Vec::new();
+        for n in order {
+            if !job.accepts_model(self.snap.nodes[n].gpu_model.as_ref()) {
+                continue;
+            }
+            let k = (self.cloud_free[n] / g).min(job.replicas - placed.len() as u32);
+            placed.extend(std::iter::repeat_n(n, k as usize));
+            if placed.len() as u32 == job.replicas {
+                for &n in &placed {
+                    self.cloud_free[n] -= g;
+                    self.cloud_claimed[n] = true;
+                }
+                return Some(placed);
+            }
+        }
+        None
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn start(
+        &mut self,
+        job: &Job,
+        env: Environment,
+        pool: &str,
+        nodes: Vec<usize>,
+        reason: Reason,
+        message: String,
+        rule: Option<String>,
+        hourly: Option<f64>,
+    ) {
+        let names: Vec<String> = nodes
+            .iter()
+            .map(|&n| self.snap.nodes[n].name.clone())
+            .collect();
+        let outcome = if env == Environment::Private {
+            Outcome::StartPrivate
+        } else {
+            Outcome::StartCloud
+        };
+        self.plan.starts.push(Start {
+            job: job.id.clone(),
+            environment: env,
+            pool: pool.to_string(),
+            nodes: names,
+        });
+        self.plan.decisions.push(Decision {
+            job: job.id.clone(),
+            outcome,
+            reason,
+            message,
+            rule,
+            estimated_wait: Some(Duration::ZERO),
+            estimated_hourly_cost: hourly,
+            estimated_total_cost: None,
+            offering: None,
+        });
+        if let Some(state) = self.queue_state.get_mut(job.queue.as_str()) {
+            state.pending_jobs = state.pending_jobs.saturating_sub(1);
+            state.running_jobs += 1;
+            match env {
+                Environment::Private => state.private_gpus_in_use += job.total_gpus(),
+                Environment::Cloud => state.cloud_gpus_in_use += job.total_gpus(),
+            }
+        }
+    }
+
+    fn waited(&self, job: &Job) -> Duration {
+        self.now.since(job.queued_at)
+    }
+
+    fn effects(&self, job: &'a Job) -> Effects {
+        let Some(queue) = self.queues.get(job.queue.as_str()) else {
+            return Effects::default();
+        };
+        let default_state = QueueState::default();
+        let state = self
+            .queue_state
+            .get(job.queue.as_str())
+            .unwrap_or(&default_state);
+        let ctx = PolicyContext {
+            job,
+            queue,
+            queue_state: state,
+            datasets: job
+                .datasets
+                .iter()
+                .filter_map(|d| self.datasets.get(d.as_str()).copied())
+                .collect(),
+            waited: self.waited(job),
+            now: self.now,
+        };
+        self.policy.effects(&ctx)
+    }
+
+    /// Step 3. Returns the jobs still waiting, in the order considered, with what the private
+    /// side knows about them.
+    fn private_pass(&mut self, candidates: &[usize]) -> Vec<Waiting> {
+        let snap = self.snap;
+        // Per queue: its candidates in priority, then arrival, then name order.
+        let mut by_queue: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for &i in candidates {
+            by_queue
+                .entry(snap.jobs[i].queue.as_str())
+                .or_default()
+                .push(i);
+        }
+        for list in by_queue.values_mut() {
+            list.sort_by(|&a, &b| {
+                let (ja, jb) = (&snap.jobs[a], &snap.jobs[b]);
+                jb.priority
+                    .cmp(&ja.priority)
+                    .then(ja.queued_at.cmp(&jb.queued_at))
+                    .then(ja.id.cmp(&jb.id))
+            });
+            list.reverse(); // pop() takes the head
+        }
+        let mut blocked: BTreeSet<&str> = BTreeSet::new();
+        let mut reserved_queue: BTreeSet<&str> = BTreeSet::new();
+        let mut waiting = Vec::new();
+        loop {
+            // Weighted fair share: the queue using the fewest private GPUs per unit of weight
+            // goes next.
+            let next = by_queue
+                .iter()
+                .filter(|(_, l)| !l.is_empty())
+                .map(|(q, _)| {
+                    let used = self.queue_state.get(q).map_or(0, |s| s.private_gpus_in_use) as f64;
+                    let weight = self.queues.get(q).map_or(1, |q| q.weight.max(1)) as f64;
+                    (used / weight, *q)
+                })
+                .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(b.1)))
+                .map(|(_, q)| q);
+            let Some(qname) = next else { break };
+            let Some(i) = by_queue.get_mut(qname).and_then(Vec::pop) else {
+                break;
+            };
+            let job = &snap.jobs[i];
+            let effects = self.effects(job);
+            let mut w = Waiting {
+                job: i,
+                effects,
+                private_estimate: None,
+                never_private: false,
+                private_block: None,
+            };
+
+            if job.placement == Placement::CloudOnly {
+                w.private_block = Some((Reason::CloudOnlyPlacement, None));
+                waiting.push(w);
+                continue;
+            }
+            if let Some(r) = w
+                .effects
+                .require
+                .as_ref()
+                .filter(|r| r.value == Environment::Cloud)
+            {
+                w.private_block = Some((Reason::RequiredByPolicy, Some(r.rule.clone())));
+                waiting.push(w);
+                continue;
+            }
+            let queue = self.queues[qname];
+            let in_use = self
+                .queue_state
+                .get(qname)
+                .map_or(0, |s| s.private_gpus_in_use);
+            if let Some(quota) = queue.quota_gpus
+                && !queue.borrowing
+                && in_use + job.total_gpus() > quota
+            {
+                w.private_block = Some((Reason::QuotaExhausted, None));
+                waiting.push(w);
+                continue;
+            }
+            if !self.can_ever_fit_private(job) {
+                w.never_private = true;
+                waiting.push(w);
+                continue;
+            }
+            if blocked.contains(qname) {
+                w.private_estimate = None;
+                waiting.push(w);
+                continue;
+            }
+            // Fits now? A job known to end before every reservation's time may use reserved
+            // GPUs; any other job only unreserved ones.
+            let ends_before_reservations = !self.reservations.is_empty()
+                && job.planning_runtime().is_some_and(|r| {
+                    self.reservations
+                        .iter()
+                        .all(|res| res.at.is_some_and(|at| self.now + r <= at))
+                });
+            let fit = self.private.fit(&snap.nodes, job, ends_before_reservations);
+            if let Some(nodes) = fit {
+                let backfilled = !self.reservations.is_empty();
+                for &n in &nodes {
+                    self.private.take(n, job.gpus_per_replica);
+                    if let Some(r) = job.planning_runtime() {
+                        self.releases.push((self.now + r, n, job.gpus_per_replica));
+                        self.releases_sorted = false;
+                    }
+                }
+                let pool = snap.nodes[nodes[0]].pool.clone();
+                let hourly = match self.pools.get(pool.as_str()).map(|p| &p.kind) {
+                    Some(PoolKind::Private {
+                        gpu_cost_per_hour: Some(c),
+                    }) => Some(c * job.total_gpus() as f64),
+                    _ => None,
+                };
+                let (reason, message) = if backfilled {
+                    (
+                        Reason::Backfilled,
+                        format!(
+                            "Started on free private GPUs ahead of a larger waiting job, without delaying its expected start ({} GPUs on {} node(s)).",
+                            job.total_gpus(),
+                            distinct(&nodes)
+                        ),
+                    )
+                } else {
+                    (
+                        Reason::FitsPrivate,
+                        format!(
+                            "The whole gang fits on free private GPUs ({} GPUs on {} node(s) of pool {pool}).",
+                            job.total_gpus(),
+                            distinct(&nodes)
+                        ),
+                    )
+                };
+                self.start(
+                    job,
+                    Environment::Private,
+                    &pool,
+                    nodes,
+                    reason,
+                    message,
+                    None,
+                    hourly,
+                );
+                continue;
+            }
+            // Does not fit now.
+            if self.settings.backfill {
+                if reserved_queue.insert(qname) {
+                    w.private_estimate = self.reserve(job);
+                } else {
+                    w.private_estimate = None;
+                }
+            } else {
+                blocked.insert(qname);
+                w.private_estimate = if self.reservations.is_empty() {
+                    self.estimate_only(job)
+                } else {
+                    None
+                };
+                self.reservations.push(Reservation {
+                    at: w.private_estimate,
+                });
+            }
+            waiting.push(w);
+        }
+        waiting
+    }
+
+    /// Could the gang fit on the private nodes if they were empty?
+    fn can_ever_fit_private(&self, job: &Job) -> bool {
+        let g = job.gpus_per_replica;
+        let mut slots = 0u32;
+        for (i, n) in self.snap.nodes.iter().enumerate() {
+            if self.private.private[i] && n.gpus >= g && job.accepts_model(n.gpu_model.as_ref()) {
+                slots += n.gpus / g;
+                if slots >= job.replicas {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    fn sort_releases(&mut self) {
+        if !self.releases_sorted {
+            self.releases.sort_by_key(|&(t, n, g)| (t, n, g));
+            self.releases_sorted = true;
+        }
+    }
+
+    /// When would `job` fit if private work ended as estimated? Returns the time and the free
+    /// GPUs per node at that time.
+    fn shadow(&mut self, job: &Job) -> Option<(Time, Vec<u32>)> {
+        self.sort_releases();
+        let g = job.gpus_per_replica;
+        let nodes = &self.snap.nodes;
+        let mut free: Vec<u32> = (0..nodes.len())
+            .map(|i| self.private.effective(i))
+            .collect();
+        let accepts =
+            |i: usize| self.private.private[i] && job.accepts_model(nodes[i].gpu_model.as_ref());
+        let mut slots: u32 = (0..nodes.len())
+            .filter(|&i| accepts(i))
+            .map(|i| free[i] / g)
+            .sum();
+        for &(t, n, gpus) in &self.releases {
+            if !accepts(n) {
+                continue;
+            }
+            let before = free[n] / g;
+            free[n] = (free[n] + gpus).min(nodes[n].gpus);
+            slots += free[n] / g - before;
+            if slots >= job.replicas {
+                return Some((t.max(self.now), free));
+            }
+        }
+        None
+    }
+
+    fn estimate_only(&mut self, job: &Job) -> Option<Time> {
+        self.shadow(job).map(|(t, _)| t)
+    }
+
+    /// Reserves private GPUs for a blocked job; returns its estimated start.
+    fn reserve(&mut self, job: &Job) -> Option<Time> {
+        let g = job.gpus_per_replica;
+        let nodes = &self.snap.nodes;
+        let (at, room) = match self.shadow(job) {
+            Some((t, free)) => (Some(t), free),
+            // Not estimable: plan for the moment everything running has ended.
+            None => (None, nodes.iter().map(|n| n.gpus).collect()),
+        };
+        // Best fit at that time; prefer nodes with more GPUs free now (they are closer).
+        let mut order: Vec<usize> = (0..nodes.len())
+            .filter(|&i| {
+                self.private.private[i]
+                    && room[i] >= g
+                    && job.accepts_model(nodes[i].gpu_model.as_ref())
+            })
+            .collect();
+        order.sort_by_key(|&i| (room[i], std::cmp::Reverse(self.private.free[i]), i));
+        let mut left = job.replicas;
+        let mut claims = Vec::new();
+        for i in order {
+            let k = (room[i] / g).min(left);
+            if k > 0 {
+                claims.push((i, k * g));
+                left -= k;
+            }
+            if left == 0 {
+                break;
+            }
+        }
+        if left > 0 {
+            return None;
+        }
+        for (i, gpus) in claims {
+            self.private.reserve(i, gpus);
+        }
+        self.reservations.push(Reservation { at });
+        at
+    }
+
+    /// Step 4 for one job.
+    fn burst(&mut self, w: Waiting) {
+        let snap = self.snap;
+        let job = &snap.jobs[w.job];
+        let queue = self.queues[job.queue.as_str()];
+        let waited = self.waited(job);
+
+        // What forbids the cloud outright.
+        let restricted = job
+            .datasets
+            .iter()
+            .filter_map(|d| self.datasets.get(d.as_str()))
+            .find(|d| d.classification == Classification::Restricted);
+        let confidential_allowed = w
+            .effects
+            .allowed_classifications
+            .iter()
+            .find(|r| r.value == Classification::Confidential)
+            .map(|r| r.rule.clone());
+        let confidential = job
+            .datasets
+            .iter()
+            .filter_map(|d| self.datasets.get(d.as_str()))
+            .find(|d| d.classification == Classification::Confidential);
+        let forced = match &w.private_block {
+            Some((Reason::CloudOnlyPlacement, _)) => Some((Reason::CloudOnlyPlacement, None)),
+            Some((Reason::RequiredByPolicy, rule)) => {
+                Some((Reason::RequiredByPolicy, rule.clone()))
+            }
+            _ => None,
+        };
+        let blocker: Option<(Reason, String, Option<String>)> = if job.placement
+            == Placement::PrivateOnly
+        {
+            Some((
+                Reason::PrivateOnlyPlacement,
+                "The job asks for private capacity only (placement: PrivateOnly).".into(),
+                None,
+            ))
+        } else if let Some(d) = restricted {
+            Some((
+                Reason::RestrictedData,
+                format!(
+                    "The job reads Restricted dataset {:?}, which never leaves private nodes.",
+                    d.name
+                ),
+                None,
+            ))
+        } else if let Some(rule) = w.effects.forbids(Environment::Cloud) {
+            Some((
+                Reason::ForbiddenByPolicy,
+                format!("Rule {rule} forbids the cloud for this job."),
+                Some(rule.to_string()),
+            ))
+        } else if let (Some(d), None) = (confidential, &confidential_allowed) {
+            Some((
+                Reason::ConfidentialData,
+                format!(
+                    "The job reads Confidential dataset {:?} and no rule allows it in the cloud.",
+                    d.name
+                ),
+                None,
+            ))
+        } else if !queue.burst.enabled {
+            Some((
+                Reason::BurstDisabled,
+                format!("Queue {} does not allow bursting to the cloud.", queue.name),
+                None,
+            ))
+        } else {
+            None
+        };
+        if let Some((reason, message, rule)) = blocker {
+            if w.never_private || forced.is_some() {
+                let why = if forced.is_some() {
+                    "it may not run privately"
+                } else {
+                    "no private node could ever hold it"
+                };
+                let message = format!("{message} It cannot run anywhere: {why}.");
+                self.decide_job(job, Outcome::Reject, Reason::NeverFits, message, rule);
+            } else {
+                self.wait(job, &w, reason, message, rule, None);
+            }
+            return;
+        }
+
+        // When to burst.
+        let (mode, factor, mode_rule) = match &w.effects.wait_mode {
+            Some(r) => (
+                r.value.0,
+                r.value.1.unwrap_or(queue.burst.compute_wait_factor),
+                Some(r.rule.clone()),
+            ),
+            None => (queue.burst.wait_mode, queue.burst.compute_wait_factor, None),
+        };
+        let (max_wait, wait_rule) = match &w.effects.max_wait {
+            Some(r) => (r.value, Some(r.rule.clone())),
+            None => (queue.burst.max_wait, None),
+        };
+        let runtime = job.planning_runtime();
+        let (threshold, threshold_reason, threshold_rule) = match (mode, runtime) {
+            (WaitMode::ComputeWait, Some(rt)) => {
+                let secs = factor * job.total_gpus() as f64 * rt.as_secs_f64();
+                (
+                    Duration::from_millis((secs * 1000.0) as u64),
+                    Reason::ComputeWaitExceeded,
+                    mode_rule.or(wait_rule),
+                )
+            }
+            _ => (max_wait, Reason::MaxWaitExceeded, wait_rule),
+        };
+        let deadline_risk = match (job.deadline, runtime) {
+            (Some(deadline), Some(rt)) => match w.private_estimate {
+                Some(start) => start + rt > deadline,
+                None => true,
+            },
+            _ => false,
+        };
+        let trigger: Option<(Reason, Option<String>)> = if let Some(f) = forced {
+            Some(f)
+        } else if w.never_private {
+            Some((Reason::NoPrivateCapacity, None))
+        } else if deadline_risk {
+            Some((Reason::DeadlineAtRisk, None))
+        } else if waited >= threshold {
+            Some((threshold_reason, threshold_rule))
+        } else {
+            None
+        };
+        let Some((reason, rule)) = trigger else {
+            let burst_at = job.queued_at + threshold;
+            self.wake(burst_at);
+            if let (Some(deadline), Some(rt)) = (job.deadline, runtime) {
+                self.wake(deadline - rt);
+            }
+            let message = match w.private_estimate {
+                Some(t) => format!(
+                    "Waiting for private GPUs, expected in {}; may burst after {threshold} of waiting.",
+                    t.since(self.now)
+                ),
+                None => format!(
+                    "Waiting for private GPUs; may burst after {threshold} of waiting ({} so far).",
+                    waited
+                ),
+            };
+            let est = w
+                .private_estimate
+                .map(|t| t.since(self.now))
+                .unwrap_or(burst_at.since(self.now))
+                .min(burst_at.since(self.now));
+            self.wait(job, &w, Reason::WaitingForPrivate, message, None, Some(est));
+            return;
+        };
+        if self.settings.runtime_aware
+            && !matches!(
+                reason,
+                Reason::CloudOnlyPlacement | Reason::RequiredByPolicy | Reason::DeadlineAtRisk
+            )
+            && let Some(t) = w.private_estimate
+            && t <= self.now + self.settings.cloud_ready_delay
+        {
+            let message = format!(
+                "Private GPUs are expected to free up in {}, sooner than a cloud node could be ready ({}).",
+                t.since(self.now),
+                self.settings.cloud_ready_delay
+            );
+            self.wake(t);
+            self.wait(
+                job,
+                &w,
+                Reason::PrivateStartSoon,
+                message,
+                None,
+                Some(t.since(self.now)),
+            );
+            return;
+        }
+        self.place_in_cloud(
+            job,
+            &w,
+            reason,
+            rule,
+            confidential
+                .is_some()
+                .then_some(confidential_allowed)
+                .flatten(),
+        );
+    }
+
+    fn wake(&mut self, t: Time) {
+        if t > self.now {
+            self.plan.next_wake = Some(self.plan.next_wake.map_or(t, |w| w.min(t)));
+        }
+    }
+
+    fn wait(
+        &mut self,
+        job: &Job,
+        w: &Waiting,
+        reason: Reason,
+        message: String,
+        rule: Option<String>,
+        est: Option<Duration>,
+    ) {
+        let _ = w;
+        self.plan.decisions.push(Decision {
+            job: job.id.clone(),
+            outcome: Outcome::Wait,
+            reason,
+            message,
+            rule,
+            estimated_wait: est,
+            estimated_hourly_cost: None,
+            estimated_total_cost: None,
+            offering: None,
+        });
+    }
+
+    fn cloud_pool_allowed(&self, queue: &Queue, pool: &str) -> bool {
+        self.pools.get(pool).is_some_and(|p| p.is_cloud())
+            && (queue.burst.pools.is_empty() || queue.burst.pools.iter().any(|p| p == pool))
+    }
+
+    fn place_in_cloud(
+        &mut self,
+        job: &'a Job,
+        w: &Waiting,
+        trigger: Reason,
+        trigger_rule: Option<String>,
+        data_rule: Option<String>,
+    ) {
+        let snap = self.snap;
+        let queue = self.queues[job.queue.as_str()];
+        let trigger_text = match trigger {
+            Reason::MaxWaitExceeded => {
+                format!("waited {} (past its maximum wait)", self.waited(job))
+            }
+            Reason::ComputeWaitExceeded => {
+                format!("waited {} (past its compute-wait budget)", self.waited(job))
+            }
+            Reason::DeadlineAtRisk => "would miss its deadline on private capacity".to_string(),
+            Reason::CloudOnlyPlacement => "asks for cloud capacity only".to_string(),
+            Reason::RequiredByPolicy => "a rule requires the cloud".to_string(),
+            Reason::NoPrivateCapacity => "no private node could hold it".to_string(),
+            other => other.to_string(),
+        };
+        let rule = trigger_rule.or(data_rule);
+
+        // Idle cloud nodes first: no launch, no boot delay.
+        let idle: Vec<usize> = (0..snap.nodes.len())
+            .filter(|&n| self.cloud_free[n] >= job.gpus_per_replica && !self.cloud_claimed[n])
+            .filter(|&n| self.cloud_pool_allowed(queue, &snap.nodes[n].pool))
+            .collect();
+        if !idle.is_empty()
+            && let Some(nodes) = self.fit_cloud(job, &idle)
+        {
+            let pool = snap.nodes[nodes[0]].pool.clone();
+            let message =
+                format!("The job {trigger_text}; idle cloud nodes in pool {pool} fit the gang.");
+            self.start(
+                job,
+                Environment::Cloud,
+                &pool,
+                nodes,
+                Reason::FitsExistingCloudNodes,
+                message,
+                rule,
+                None,
+            );
+            return;
+        }
+
+        match self.cheapest_offering(job, queue, &w.effects) {
+            Ok(choice) => {
+                let count = choice.count;
+                let offering = choice.offering.clone();
+                let message = format!(
+                    "The job {trigger_text}; launching {count} x {} ({}, {}) at ${:.2}/h, the cheapest fitting offering (expected ${:.2} in total).",
+                    offering.instance_type,
+                    offering.capacity_type,
+                    offering.zone,
+                    choice.hourly,
+                    choice.expected_total
+                );
+                let usage = self
+                    .pool_usage
+                    .entry(
+                        snap.pools
+                            .iter()
+                            .find(|p| p.name == offering.pool)
+                            .map_or("", |p| p.name.as_str()),
+                    )
+                    .or_insert((0, 0, 0.0));
+                usage.0 += count;
+                usage.1 += count * offering.gpus_per_instance;
+                usage.2 += choice.hourly;
+                if let Some(state) = self.queue_state.get_mut(job.queue.as_str()) {
+                    state.hourly_usd += choice.hourly;
+                    state.spent_this_month_usd += choice.expected_total;
+                }
+                self.plan.launches.push(Launch {
+                    job: job.id.clone(),
+                    queue: job.queue.clone(),
+                    need: job.need_key(),
+                    offering: offering.clone(),
+                    count,
+                });
+                self.plan.decisions.push(Decision {
+                    job: job.id.clone(),
+                    outcome: Outcome::StartCloud,
+                    reason: trigger,
+                    message,
+                    rule: rule.or(choice.rule),
+                    estimated_wait: Some(self.settings.cloud_ready_delay),
+                    estimated_hourly_cost: Some(choice.hourly),
+                    estimated_total_cost: Some(choice.expected_total),
+                    offering: Some(offering),
+                });
+            }
+            Err((reason, message, rule)) => {
+                if w.never_private
+                    && reason == Reason::NoFittingOffering
+                    && !self.could_ever_fit_cloud(job, queue)
+                {
+                    self.decide_job(job, Outcome::Reject, Reason::NeverFits,
+                        format!("No private node and no cloud offering could ever hold one replica of {} GPUs{}.", job.gpus_per_replica, models_text(job)), None);
+                } else {
+                    let message = format!("The job {trigger_text}, but cannot burst: {message}");
+                    self.wait(job, w, reason, message, rule, None);
+                }
+            }
+        }
+    }
+
+    fn could_ever_fit_cloud(&self, job: &Job, queue: &Queue) -> bool {
+        self.snap.offerings.iter().any(|o| {
+            self.cloud_pool_allowed(queue, &o.pool)
+                && o.gpus >= job.gpus_per_replica
+                && job.accepts_model(Some(&o.gpu_model))
+        })
+    }
+
+    /// The cheapest offering for the whole gang within rules, limits and budget.
+    fn cheapest_offering(
+        &self,
+        job: &'a Job,
+        queue: &Queue,
+        effects: &Effects,
+    ) -> Result<Choice, (Reason, String, Option<String>)> {
+        let snap = self.snap;
+        let runtime = job
+            .planning_runtime()
+            .unwrap_or(self.settings.default_runtime);
+        let hours = runtime.as_secs_f64() / 3600.0;
+        let state = self
+            .queue_state
+            .get(job.queue.as_str())
+            .cloned()
+            .unwrap_or_default();
+        let ctx_datasets: Vec<&crate::Dataset> = job
+            .datasets
+            .iter()
+            .filter_map(|d| self.datasets.get(d.as_str()).copied())
+            .collect();
+        let ctx = PolicyContext {
+            job,
+            queue,
+            queue_state: &state,
+            datasets: ctx_datasets.clone(),
+            waited: self.waited(job),
+            now: self.now,
+        };
+        let spot_by_rule = effects
+            .capacity_types
+            .as_ref()
+            .is_some_and(|r| r.value.contains(&CapacityType::Spot));
+        let cap = [
+            job.max_hourly_cost,
+            effects.max_hourly_cost.as_ref().map(|r| r.value),
+        ]
+        .into_iter()
+        .flatten()
+        .reduce(f64::min);
+
+        let mut best: Option<Choice> = None;
+        let mut excluded: Vec<(Reason, String, Option<String>)> = Vec::new();
+        for o in &snap.offerings {
+            if !self.cloud_pool_allowed(queue, &o.pool) {
+                continue;
+            }
+            if o.gpus < job.gpus_per_replica || !job.accepts_model(Some(&o.gpu_model)) {
+                continue;
+            }
+            if o.unavailable_until.is_some_and(|t| t > self.now) {
+                continue;
+            }
+            let pool = self.pools[o.pool.as_str()];
+            let pool_types = match &pool.kind {
+                PoolKind::Cloud { capacity_types, .. } => capacity_types.as_slice(),
+                PoolKind::Private { .. } => &[],
+            };
+            let allowed =
+                |types: &[CapacityType]| types.is_empty() || types.contains(&o.capacity_type);
+            if !allowed(&queue.burst.capacity_types) || !allowed(pool_types) {
+                continue;
+            }
+            if let Some(r) = &effects.capacity_types
+                && !r.value.contains(&o.capacity_type)
+            {
+                continue;
+            }
+            if o.capacity_type == CapacityType::Spot && !job.restartable && !spot_by_rule {
+                continue;
+            }
+            if let Some(r) = &effects.instance_types
+                && !r.value.iter().any(|p| glob_match(p, &o.instance_type))
+            {
+                continue;
+            }
+            if let Some(r) = &effects.regions
+                && !r.value.contains(&o.region)
+            {
+                continue;
+            }
+            if self.policy.filters_offerings()
+                && let Err(rule) = self.policy.offering_allowed(&ctx, o)
+            {
+                excluded.push((
+                    Reason::NoFittingOffering,
+                    format!("rule {rule} excludes {}", o.instance_type),
+                    Some(rule),
+                ));
+                continue;
+            }
+            let per_instance = o.gpus / job.gpus_per_replica;
+            let count = job.replicas.div_ceil(per_instance);
+            let hourly = o.hourly_price * count as f64;
+            if let Some(cap) = cap
+                && hourly > cap + 1e-9
+            {
+                let rule = effects
+                    .max_hourly_cost
+                    .as_ref()
+                    .filter(|r| (r.value - cap).abs() < 1e-9)
+                    .map(|r| r.rule.clone());
+                excluded.push((
+                    Reason::OverCostCap,
+                    format!(
+                        "{} x {} costs ${hourly:.2}/h, over the cap of ${cap:.2}/h",
+                        count, o.instance_type
+                    ),
+                    rule,
+                ));
+                continue;
+            }
+            let (nodes, gpus, pool_hourly) = self
+                .pool_usage
+                .get(o.pool.as_str())
+                .copied()
+                .unwrap_or((0, 0, 0.0));
+            if pool.max_nodes.is_some_and(|m| nodes + count > m)
+                || pool.max_gpus.is_some_and(|m| gpus + count * o.gpus > m)
+                || pool
+                    .max_hourly_usd
+                    .is_some_and(|m| pool_hourly + hourly > m + 1e-9)
+            {
+                excluded.push((
+                    Reason::PoolLimitReached,
+                    format!("pool {} is at its limits", o.pool),
+                    None,
+                ));
+                continue;
+            }
+            let egress: f64 = ctx_datasets
+                .iter()
+                .filter(|d| !d.cloud_regions.contains(&o.region))
+                .map(|d| d.size_gib * d.egress_usd_per_gib)
+                .sum();
+            let expected_total = hourly * hours + egress;
+            if queue
+                .budget_hourly_usd
+                .is_some_and(|b| state.hourly_usd + hourly > b + 1e-9)
+                || queue
+                    .budget_monthly_usd
+                    .is_some_and(|b| state.spent_this_month_usd + expected_total > b + 1e-9)
+            {
+                excluded.push((Reason::BudgetExhausted, format!(
+                    "{count} x {} (${hourly:.2}/h, ${expected_total:.2} expected) would exceed queue {}'s budget", o.instance_type, queue.name), None));
+                continue;
+            }
+            let choice = Choice {
+                offering: OfferingChoice {
+                    pool: o.pool.clone(),
+                    instance_type: o.instance_type.clone(),
+                    capacity_type: o.capacity_type,
+                    region: o.region.clone(),
+                    zone: o.zone.clone(),
+                    hourly_price: o.hourly_price,
+                    gpus_per_instance: o.gpus,
+                },
+                count,
+                hourly,
+                expected_total,
+                rule: None,
+            };
+            let better = match &best {
+                None => true,
+                Some(b) => {
+                    (
+                        choice.expected_total,
+                        choice.hourly,
+                        &choice.offering.instance_type,
+                        &choice.offering.zone,
+                        choice.offering.capacity_type,
+                    )
+                        .partial_cmp(&(
+                            b.expected_total,
+                            b.hourly,
+                            &b.offering.instance_type,
+                            &b.offering.zone,
+                            b.offering.capacity_type,
+                        ))
+                        == Some(std::cmp::Ordering::Less)
+                }
+            };
+            if better {
+                best = Some(choice);
+            }
+        }
+        if let Some(mut b) = best {
+            b.rule = effects.instance_types.as_ref().map(|r| r.rule.clone());
+            return Ok(b);
+        }
+        // Explain the most telling exclusion: budget, then limits, then caps, then rules.
+        for reason in [
+            Reason::BudgetExhausted,
+            Reason::PoolLimitReached,
+            Reason::OverCostCap,
+            Reason::NoFittingOffering,
+        ] {
+            if let Some((r, m, rule)) = excluded.iter().find(|(r, _, _)| *r == reason) {
+                return Err((*r, format!("{m}."), rule.clone()));
+            }
+        }
+        Err((
+            Reason::NoFittingOffering,
+            format!(
+                "no available offering fits {} replica(s) of {} GPUs{} within the queue's pools and capacity types.",
+                job.replicas,
+                job.gpus_per_replica,
+                models_text(job)
+            ),
+            None,
+        ))
+    }
+
+    /// Step 5.
+    fn scale_down(&mut self) {
+        let snap = self.snap;
+        for (i, n) in snap.nodes.iter().enumerate() {
+            let Some(pool) = self.pools.get(n.pool.as_str()) else {
+                continue;
+            };
+            if !pool.is_cloud() || self.cloud_claimed[i] {
+                continue;
+            }
+            let Some(idle_since) = n.idle_since else {
+                continue;
+            };
+            if n.free_gpus < n.gpus {
+                continue;
+            }
+            let idle_for = self.now.since(idle_since);
+            if idle_for >= pool.idle_timeout {
+                self.plan.terminations.push(Termination {
+                    pool: pool.name.clone(),
+                    node: n.name.clone(),
+                    instance_id: n.instance_id.clone(),
+                    idle_for,
+                });
+            } else {
+                self.wake(idle_since + pool.idle_timeout);
+            }
+        }
+    }
+}
+
+/// A job that did not start in the private pass.
+struct Waiting {
+    job: usize,
+    effects: Effects,
+    /// Estimated private start, when known.
+    private_estimate: Option<Time>,
+    /// No private node could ever hold the gang.
+    never_private: bool,
+    /// Why the private side was not tried.
+    private_block: Option<(Reason, Option<String>)>,
+}
+
+struct Choice {
+    offering: OfferingChoice,
+    count: u32,
+    hourly: f64,
+    expected_total: f64,
+    rule: Option<String>,
+}
+
+fn distinct(nodes: &[usize]) -> usize {
+    nodes.iter().collect::<BTreeSet<_>>().len()
+}
+
+fn models_text(job: &Job) -> String {
+    if job.gpu_models.is_empty() {
+        String::new()
+    } else {
+        let names: Vec<&str> = job.gpu_models.iter().map(|m| m.as_str()).collect();
+        format!(" ({})", names.join(" or "))
+    }
+}

@@ -1,0 +1,333 @@
+//! The snapshot: everything `decide` looks at, as plain data.
+//!
+//! Adapters fill it: the Kubernetes watch caches in the operator, the virtual cluster in the
+//! simulator, a YAML "situation" in `spillway policy test`. Names are the Kubernetes object
+//! names; a job's id is `namespace/name`.
+
+use std::collections::BTreeMap;
+
+use crate::{CapacityType, Classification, Duration, GpuModel, Placement, Time};
+
+/// How long a queue waits for private GPUs before it may burst.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WaitMode {
+    /// Every job may wait `max_wait`.
+    #[default]
+    Fixed,
+    /// A job's wait budget is `compute_wait_factor` x GPUs x estimated runtime, capped at
+    /// `max_wait` (Starburst, USENIX ATC'24).
+    ComputeWait,
+}
+
+/// A queue's bursting settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BurstSettings {
+    pub enabled: bool,
+    pub max_wait: Duration,
+    pub wait_mode: WaitMode,
+    /// Seconds of wait per GPU-second of work, in compute-wait mode.
+    pub compute_wait_factor: f64,
+    /// Cloud pools the queue may use; empty means all.
+    pub pools: Vec<String>,
+    /// Allowed capacity types; empty means both (spot only for restartable jobs).
+    pub capacity_types: Vec<CapacityType>,
+}
+
+impl Default for BurstSettings {
+    fn default() -> Self {
+        BurstSettings {
+            enabled: false,
+            max_wait: Duration::from_secs(15 * 60),
+            wait_mode: WaitMode::Fixed,
+            compute_wait_factor: DEFAULT_COMPUTE_WAIT_FACTOR,
+            pools: Vec::new(),
+            capacity_types: Vec::new(),
+        }
+    }
+}
+
+/// Default seconds of wait per GPU-second of estimated work in compute-wait mode: a one-GPU,
+/// one-hour job may wait 6 minutes, an 8-GPU, 4-hour job up to `max_wait`.
+pub const DEFAULT_COMPUTE_WAIT_FACTOR: f64 = 0.1;
+
+/// A GpuQueue.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Queue {
+    pub name: String,
+    /// Guaranteed private GPUs; `None` means no guarantee (fair share only).
+    pub quota_gpus: Option<u32>,
+    /// May use idle private GPUs beyond the quota.
+    pub borrowing: bool,
+    /// Fair-share weight (>= 1).
+    pub weight: u32,
+    pub burst: BurstSettings,
+    pub budget_hourly_usd: Option<f64>,
+    pub budget_monthly_usd: Option<f64>,
+    /// Cloud spend so far this month, USD.
+    pub spent_this_month_usd: f64,
+}
+
+impl Queue {
+    /// A queue with no quota, borrowing on, weight 1 and bursting off.
+    pub fn new(name: impl Into<String>) -> Queue {
+        Queue {
+            name: name.into(),
+            quota_gpus: None,
+            borrowing: true,
+            weight: 1,
+            burst: BurstSettings::default(),
+            budget_hourly_usd: None,
+            budget_monthly_usd: None,
+            spent_this_month_usd: 0.0,
+        }
+    }
+}
+
+/// What kind of pool.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PoolKind {
+    /// Existing private nodes; `gpu_cost_per_hour` is their amortised cost, for reports.
+    Private { gpu_cost_per_hour: Option<f64> },
+    /// Cloud instances launched on demand in `region`.
+    Cloud {
+        region: String,
+        capacity_types: Vec<CapacityType>,
+    },
+}
+
+/// A ComputePool.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pool {
+    pub name: String,
+    pub kind: PoolKind,
+    pub max_nodes: Option<u32>,
+    pub max_gpus: Option<u32>,
+    pub max_hourly_usd: Option<f64>,
+    pub idle_timeout: Duration,
+}
+
+impl Pool {
+    pub fn private(name: impl Into<String>) -> Pool {
+        Pool {
+            name: name.into(),
+            kind: PoolKind::Private {
+                gpu_cost_per_hour: None,
+            },
+            max_nodes: None,
+            max_gpus: None,
+            max_hourly_usd: None,
+            idle_timeout: Duration::from_secs(600),
+        }
+    }
+
+    pub fn cloud(name: impl Into<String>, region: impl Into<String>) -> Pool {
+        Pool {
+            name: name.into(),
+            kind: PoolKind::Cloud {
+                region: region.into(),
+                capacity_types: Vec::new(),
+            },
+            max_nodes: None,
+            max_gpus: None,
+            max_hourly_usd: None,
+            idle_timeout: Duration::from_secs(600),
+        }
+    }
+
+    pub fn is_cloud(&self) -> bool {
+        matches!(self.kind, PoolKind::Cloud { .. })
+    }
+}
+
+/// A node that can run GPU pods.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    pub name: String,
+    pub pool: String,
+    pub gpu_model: Option<GpuModel>,
+    pub gpus: u32,
+    /// GPUs not taken by running or starting jobs.
+    pub free_gpus: u32,
+    /// Ready and schedulable (not cordoned, not being drained).
+    pub schedulable: bool,
+    /// For cloud nodes: the instance behind it.
+    pub instance_id: Option<String>,
+    /// Since when the node has had no job (`None` while it runs one).
+    pub idle_since: Option<Time>,
+}
+
+/// Something a cloud pool can launch: an instance type bought one way in one zone.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Offering {
+    pub pool: String,
+    pub instance_type: String,
+    pub gpu_model: GpuModel,
+    pub gpus: u32,
+    pub capacity_type: CapacityType,
+    pub region: String,
+    pub zone: String,
+    /// USD per hour for one instance.
+    pub hourly_price: f64,
+    /// After a capacity error, skipped until then.
+    pub unavailable_until: Option<Time>,
+}
+
+/// A Dataset.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dataset {
+    pub name: String,
+    pub classification: Classification,
+    /// Regions holding a cloud copy.
+    pub cloud_regions: Vec<String>,
+    pub size_gib: f64,
+    pub egress_usd_per_gib: f64,
+}
+
+/// Where a job is in its life, as far as placement is concerned.
+#[derive(Clone, Debug, PartialEq)]
+pub enum JobState {
+    /// Waiting for a decision.
+    Pending,
+    /// Instances are launching for it (the need key it waits on).
+    Provisioning { need: String, pool: String },
+    /// Running (or its pods are starting) on these nodes, one entry per replica.
+    Running {
+        nodes: Vec<String>,
+        started_at: Time,
+        cloud: bool,
+    },
+}
+
+/// A GpuJob.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Job {
+    /// `namespace/name`.
+    pub id: String,
+    pub namespace: String,
+    pub queue: String,
+    pub priority: i32,
+    pub replicas: u32,
+    pub gpus_per_replica: u32,
+    /// Acceptable models; empty means any.
+    pub gpu_models: Vec<GpuModel>,
+    pub datasets: Vec<String>,
+    pub restartable: bool,
+    pub estimated_runtime: Option<Duration>,
+    pub max_runtime: Option<Duration>,
+    pub deadline: Option<Time>,
+    pub max_hourly_cost: Option<f64>,
+    pub placement: Placement,
+    pub labels: BTreeMap<String, String>,
+    pub queued_at: Time,
+    /// Incremented each time the job is stopped and requeued; part of its need key.
+    pub attempt: u32,
+    pub state: JobState,
+}
+
+impl Job {
+    /// A pending one-replica job of `gpus` GPUs in `queue`, queued at `queued_at`.
+    pub fn new(id: impl Into<String>, queue: impl Into<String>, gpus: u32, queued_at: Time) -> Job {
+        let id = id.into();
+        let namespace = id
+            .split_once('/')
+            .map(|(ns, _)| ns.to_string())
+            .unwrap_or_default();
+        Job {
+            id,
+            namespace,
+            queue: queue.into(),
+            priority: 0,
+            replicas: 1,
+            gpus_per_replica: gpus,
+            gpu_models: Vec::new(),
+            datasets: Vec::new(),
+            restartable: false,
+            estimated_runtime: None,
+            max_runtime: None,
+            deadline: None,
+            max_hourly_cost: None,
+            placement: Placement::Auto,
+            labels: BTreeMap::new(),
+            queued_at,
+            attempt: 0,
+            state: JobState::Pending,
+        }
+    }
+
+    pub fn total_gpus(&self) -> u32 {
+        self.replicas.saturating_mul(self.gpus_per_replica)
+    }
+
+    /// The key of this job's current need for cloud capacity: one per job and attempt.
+    pub fn need_key(&self) -> String {
+        format!("{}#{}", self.id, self.attempt)
+    }
+
+    pub fn accepts_model(&self, model: Option<&GpuModel>) -> bool {
+        self.gpu_models.is_empty() || model.is_some_and(|m| self.gpu_models.contains(m))
+    }
+
+    /// The runtime to plan with: the estimate, else the limit.
+    pub fn planning_runtime(&self) -> Option<Duration> {
+        self.estimated_runtime.or(self.max_runtime)
+    }
+}
+
+/// A cloud instance Spillway launched (running or still launching).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Instance {
+    pub id: String,
+    pub pool: String,
+    pub instance_type: String,
+    pub capacity_type: CapacityType,
+    pub zone: String,
+    pub gpus: u32,
+    pub hourly_price: f64,
+    /// The need it was launched for.
+    pub need: String,
+    /// The queue that pays for it.
+    pub queue: String,
+    /// The node it became, once joined.
+    pub node: Option<String>,
+    pub launched_at: Time,
+}
+
+/// Scheduler knobs. The defaults are Spillway's own strategy; the simulator turns them off to
+/// replay baselines.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    /// Let smaller jobs start ahead of a blocked job when they do not delay its estimated
+    /// start (EASY backfilling with a reservation per queue). Off: strict order per queue.
+    pub backfill: bool,
+    /// Do not burst a job whose estimated private start is sooner than a cloud node could be
+    /// ready (`cloud_ready_delay`).
+    pub runtime_aware: bool,
+    /// How long a launched instance takes to become a usable node.
+    pub cloud_ready_delay: Duration,
+    /// Runtime assumed for cost estimates when a job has neither estimate nor limit.
+    pub default_runtime: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            backfill: true,
+            runtime_aware: true,
+            cloud_ready_delay: Duration::from_secs(180),
+            default_runtime: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// Everything `decide` looks at.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Snapshot {
+    pub settings: Settings,
+    pub jobs: Vec<Job>,
+    pub queues: Vec<Queue>,
+    pub pools: Vec<Pool>,
+    pub nodes: Vec<Node>,
+    pub offerings: Vec<Offering>,
+    pub datasets: Vec<Dataset>,
+    pub instances: Vec<Instance>,
+}

@@ -1,0 +1,215 @@
+//! The plan: what `decide` wants done, with a decision (and its reason) for every job it
+//! looked at. Executors carry it out; nothing in it has happened yet.
+
+use std::fmt;
+
+use crate::{CapacityType, Duration, Environment, Time};
+
+/// What was decided for a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Outcome {
+    /// Start now on private nodes.
+    StartPrivate,
+    /// Start in the cloud: on existing cloud nodes, or on instances being launched for it.
+    StartCloud,
+    /// Keep waiting.
+    Wait,
+    /// Cannot run as specified (for example, an unknown queue).
+    Reject,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::StartPrivate => "StartPrivate",
+            Outcome::StartCloud => "StartCloud",
+            Outcome::Wait => "Wait",
+            Outcome::Reject => "Reject",
+        }
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why, as a PascalCase word that status, Events and metrics share (a bounded set).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reason {
+    /// The whole gang fits on free private GPUs.
+    FitsPrivate,
+    /// Started ahead of a bigger job without delaying its estimated start.
+    Backfilled,
+    /// Waited past its queue's (or a rule's) maximum wait.
+    MaxWaitExceeded,
+    /// Waited past its compute-wait budget.
+    ComputeWaitExceeded,
+    /// Would miss its deadline on private capacity.
+    DeadlineAtRisk,
+    /// `placement: CloudOnly`.
+    CloudOnlyPlacement,
+    /// A policy rule requires the cloud.
+    RequiredByPolicy,
+    /// Existing idle cloud nodes fit it.
+    FitsExistingCloudNodes,
+    /// The instances launched for it have joined.
+    InstancesReady,
+    /// No private node could hold it (size or GPU model), so waiting is pointless.
+    NoPrivateCapacity,
+    /// Waiting for private GPUs; may burst later.
+    WaitingForPrivate,
+    /// Private GPUs are expected to free up before a cloud node could be ready.
+    PrivateStartSoon,
+    /// Instances are being launched for it.
+    Provisioning,
+    /// Its queue does not allow bursting.
+    BurstDisabled,
+    /// `placement: PrivateOnly`.
+    PrivateOnlyPlacement,
+    /// It reads a Restricted dataset.
+    RestrictedData,
+    /// It reads a Confidential dataset and no rule allows that in the cloud.
+    ConfidentialData,
+    /// A policy rule forbids the cloud.
+    ForbiddenByPolicy,
+    /// Launching would exceed the queue's budget.
+    BudgetExhausted,
+    /// Launching would exceed a pool's limits.
+    PoolLimitReached,
+    /// Every fitting offering costs more than the job's or a rule's hourly cap.
+    OverCostCap,
+    /// No offering fits the gang, the GPU model and the rules (or all are unavailable).
+    NoFittingOffering,
+    /// The queue's quota is used up and borrowing is off.
+    QuotaExhausted,
+    /// The job names a queue that does not exist.
+    QueueNotFound,
+    /// The job names a dataset that does not exist.
+    DatasetNotFound,
+    /// The spec cannot be run (for example zero replicas).
+    InvalidSpec,
+    /// No private node or cloud offering could ever hold one replica.
+    NeverFits,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::FitsPrivate => "FitsPrivate",
+            Reason::Backfilled => "Backfilled",
+            Reason::MaxWaitExceeded => "MaxWaitExceeded",
+            Reason::ComputeWaitExceeded => "ComputeWaitExceeded",
+            Reason::DeadlineAtRisk => "DeadlineAtRisk",
+            Reason::CloudOnlyPlacement => "CloudOnlyPlacement",
+            Reason::RequiredByPolicy => "RequiredByPolicy",
+            Reason::FitsExistingCloudNodes => "FitsExistingCloudNodes",
+            Reason::InstancesReady => "InstancesReady",
+            Reason::NoPrivateCapacity => "NoPrivateCapacity",
+            Reason::WaitingForPrivate => "WaitingForPrivate",
+            Reason::PrivateStartSoon => "PrivateStartSoon",
+            Reason::Provisioning => "Provisioning",
+            Reason::BurstDisabled => "BurstDisabled",
+            Reason::PrivateOnlyPlacement => "PrivateOnlyPlacement",
+            Reason::RestrictedData => "RestrictedData",
+            Reason::ConfidentialData => "ConfidentialData",
+            Reason::ForbiddenByPolicy => "ForbiddenByPolicy",
+            Reason::BudgetExhausted => "BudgetExhausted",
+            Reason::PoolLimitReached => "PoolLimitReached",
+            Reason::OverCostCap => "OverCostCap",
+            Reason::NoFittingOffering => "NoFittingOffering",
+            Reason::QuotaExhausted => "QuotaExhausted",
+            Reason::QueueNotFound => "QueueNotFound",
+            Reason::DatasetNotFound => "DatasetNotFound",
+            Reason::InvalidSpec => "InvalidSpec",
+            Reason::NeverFits => "NeverFits",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The offering a cloud decision chose.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OfferingChoice {
+    pub pool: String,
+    pub instance_type: String,
+    pub capacity_type: CapacityType,
+    pub region: String,
+    pub zone: String,
+    /// USD per hour, one instance.
+    pub hourly_price: f64,
+    pub gpus_per_instance: u32,
+}
+
+/// A decision about one job.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    pub job: String,
+    pub outcome: Outcome,
+    pub reason: Reason,
+    /// One human sentence.
+    pub message: String,
+    /// The policy rule that decided (`policy/rule`), if one did.
+    pub rule: Option<String>,
+    pub estimated_wait: Option<Duration>,
+    /// Hourly cost of the placement, whole job, USD.
+    pub estimated_hourly_cost: Option<f64>,
+    /// Expected total cost (hourly x runtime, plus data egress), USD, for cloud placements.
+    pub estimated_total_cost: Option<f64>,
+    pub offering: Option<OfferingChoice>,
+}
+
+/// Start a job on named nodes (one entry per replica).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Start {
+    pub job: String,
+    pub environment: Environment,
+    pub pool: String,
+    pub nodes: Vec<String>,
+}
+
+/// Launch `count` instances of an offering for one need.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Launch {
+    pub job: String,
+    pub queue: String,
+    /// Idempotency key: one per job and attempt. Executors tag instances with it and never
+    /// launch for a need that already has instances.
+    pub need: String,
+    pub offering: OfferingChoice,
+    pub count: u32,
+}
+
+/// Drain and terminate a cloud node (and its instance).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Termination {
+    pub pool: String,
+    pub node: String,
+    pub instance_id: Option<String>,
+    pub idle_for: Duration,
+}
+
+/// Everything one `decide` call wants done.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    pub starts: Vec<Start>,
+    pub launches: Vec<Launch>,
+    pub terminations: Vec<Termination>,
+    /// One per job looked at, in the order they were considered.
+    pub decisions: Vec<Decision>,
+    /// The earliest time at which a decision would change with nothing else happening (a wait
+    /// threshold or an idle timeout passing): callers should decide again then.
+    pub next_wake: Option<Time>,
+}
+
+impl Plan {
+    pub fn decision(&self, job: &str) -> Option<&Decision> {
+        self.decisions.iter().find(|d| d.job == job)
+    }
+}

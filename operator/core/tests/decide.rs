@@ -1,0 +1,484 @@
+//! Table tests of `decide`: one behaviour each.
+
+mod support;
+
+use spillway_core::*;
+use support::*;
+
+#[test]
+fn private_first_packs_jobs_onto_free_nodes() {
+    let mut s = base();
+    s.nodes = vec![
+        private_node("n1", 8, 8, "A100"),
+        private_node("n2", 8, 8, "A100"),
+    ];
+    s.jobs = vec![job("big", 8, 0), job("small-a", 4, 1), job("small-b", 4, 2)];
+    let plan = run(&s, 3);
+    for j in ["big", "small-a", "small-b"] {
+        assert_decision(&plan, j, Outcome::StartPrivate, Reason::FitsPrivate);
+    }
+    assert!(plan.launches.is_empty());
+    let small_nodes: Vec<&String> = plan
+        .starts
+        .iter()
+        .filter(|s| s.job.contains("small"))
+        .flat_map(|s| &s.nodes)
+        .collect();
+    assert_eq!(
+        small_nodes[0], small_nodes[1],
+        "best fit packs both 4-GPU jobs on one node"
+    );
+    assert_eq!(
+        plan.starts
+            .iter()
+            .find(|s| s.job == "ml/big")
+            .unwrap()
+            .nodes
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn a_gang_starts_whole_or_not_at_all() {
+    let mut s = base();
+    s.queues[0].burst.enabled = false;
+    s.nodes = vec![
+        private_node("n1", 8, 8, "A100"),
+        private_node("n2", 8, 0, "A100"),
+    ];
+    let mut gang = job("gang", 8, 0);
+    gang.replicas = 2;
+    s.jobs = vec![gang];
+    let plan = run(&s, 1);
+    assert!(
+        plan.starts.is_empty(),
+        "one free node is not enough for 2 x 8 GPUs"
+    );
+    assert_decision(&plan, "gang", Outcome::Wait, Reason::BurstDisabled);
+
+    s.nodes[1].free_gpus = 8;
+    let plan = run(&s, 2);
+    assert_decision(&plan, "gang", Outcome::StartPrivate, Reason::FitsPrivate);
+    let mut nodes = plan.starts[0].nodes.clone();
+    nodes.sort();
+    assert_eq!(nodes, ["n1", "n2"]);
+}
+
+#[test]
+fn gpu_models_are_honoured() {
+    let mut s = base();
+    s.queues[0].burst.enabled = false;
+    s.nodes = vec![
+        private_node("v100", 8, 8, "V100"),
+        private_node("h100", 8, 8, "H100"),
+    ];
+    let mut j = job("needs-h100", 8, 0);
+    j.gpu_models = vec![GpuModel::normalize("H100")];
+    s.jobs = vec![j];
+    let plan = run(&s, 0);
+    assert_eq!(plan.starts[0].nodes, ["h100"]);
+}
+
+#[test]
+fn backfill_uses_gaps_without_delaying_the_blocked_job() {
+    let mut s = base();
+    s.queues[0].burst.enabled = false;
+    // n1 has 4 of 8 GPUs busy until t=60m; the 8-GPU head job must wait for that.
+    s.nodes = vec![private_node("n1", 8, 4, "A100")];
+    let busy = running(job("busy", 4, -10), &["n1"], -10, Some(70));
+    let head = job("head", 8, 0);
+    let mut short = job("short", 4, 1);
+    short.estimated_runtime = Some(mins(30));
+    let mut long = job("long", 4, 2);
+    long.estimated_runtime = Some(mins(120));
+    s.jobs = vec![busy, head, short, long];
+    let plan = run(&s, 5);
+    assert_decision(&plan, "head", Outcome::Wait, Reason::BurstDisabled);
+    assert_decision(&plan, "short", Outcome::StartPrivate, Reason::Backfilled);
+    assert_decision(&plan, "long", Outcome::Wait, Reason::BurstDisabled);
+
+    // Without backfilling, the queue is strictly ordered: nothing passes the head job.
+    s.settings.backfill = false;
+    let plan = run(&s, 5);
+    assert!(plan.starts.is_empty(), "{:#?}", plan.starts);
+}
+
+#[test]
+fn fair_share_favours_the_heavier_queue() {
+    let mut s = base();
+    let mut a = Queue::new("light");
+    a.weight = 1;
+    let mut b = Queue::new("heavy");
+    b.weight = 3;
+    s.queues = vec![a, b];
+    s.nodes = (0..4)
+        .map(|i| private_node(&format!("n{i}"), 1, 1, "A100"))
+        .collect();
+    s.jobs = (0..4)
+        .flat_map(|i| {
+            [
+                Job::new(format!("ml/light-{i}"), "light", 1, at_min(0)),
+                Job::new(format!("ml/heavy-{i}"), "heavy", 1, at_min(0)),
+            ]
+        })
+        .collect();
+    let plan = run(&s, 1);
+    let heavy = plan
+        .starts
+        .iter()
+        .filter(|s| s.job.contains("heavy"))
+        .count();
+    let light = plan
+        .starts
+        .iter()
+        .filter(|s| s.job.contains("light"))
+        .count();
+    assert_eq!((heavy, light), (3, 1), "4 GPUs split 3:1 by weight");
+}
+
+#[test]
+fn priority_orders_jobs_within_a_queue() {
+    let mut s = base();
+    s.queues[0].burst.enabled = false;
+    s.nodes = vec![private_node("n1", 8, 8, "A100")];
+    let early = job("early", 8, 0);
+    let mut urgent = job("urgent", 8, 5);
+    urgent.priority = 10;
+    s.jobs = vec![early, urgent];
+    let plan = run(&s, 6);
+    assert_decision(&plan, "urgent", Outcome::StartPrivate, Reason::FitsPrivate);
+    assert_decision(&plan, "early", Outcome::Wait, Reason::BurstDisabled);
+}
+
+#[test]
+fn bursts_after_max_wait_to_the_cheapest_fitting_offering() {
+    let mut s = base();
+    s.nodes = vec![private_node("n1", 8, 0, "A100")];
+    s.jobs = vec![job("waiting", 8, 0)];
+    let plan = run(&s, 10);
+    assert_decision(&plan, "waiting", Outcome::Wait, Reason::WaitingForPrivate);
+    assert_eq!(
+        plan.next_wake,
+        Some(at_min(15)),
+        "wakes when the wait threshold passes"
+    );
+
+    let plan = run(&s, 16);
+    assert_decision(
+        &plan,
+        "waiting",
+        Outcome::StartCloud,
+        Reason::MaxWaitExceeded,
+    );
+    assert_eq!(plan.launches.len(), 1);
+    let l = &plan.launches[0];
+    // Not restartable: no spot. One replica of 8 GPUs needs an 8-GPU instance; the
+    // g5.48xlarge ($16.29/h) is cheaper than the p4d.24xlarge.
+    assert_eq!(
+        (l.offering.instance_type.as_str(), l.count),
+        ("g5.48xlarge", 1)
+    );
+    assert_eq!(l.need, "ml/waiting#0");
+    assert_eq!(l.offering.capacity_type, CapacityType::OnDemand);
+
+    // A gang of 2 x 4 GPUs fits two g5.12xlarge ($11.34/h), cheaper than one g5.48xlarge.
+    s.jobs[0].replicas = 2;
+    s.jobs[0].gpus_per_replica = 4;
+    let plan = run(&s, 16);
+    let l = &plan.launches[0];
+    assert_eq!(
+        (l.offering.instance_type.as_str(), l.count),
+        ("g5.12xlarge", 2)
+    );
+}
+
+#[test]
+fn spot_only_for_restartable_jobs() {
+    let mut s = base();
+    let mut j = job("ckpt", 8, 0);
+    j.restartable = true;
+    j.gpu_models = vec![GpuModel::normalize("A100")];
+    s.jobs = vec![j];
+    let plan = run(&s, 20);
+    assert_eq!(plan.launches[0].offering.capacity_type, CapacityType::Spot);
+    s.jobs[0].restartable = false;
+    let plan = run(&s, 20);
+    assert_eq!(
+        plan.launches[0].offering.capacity_type,
+        CapacityType::OnDemand
+    );
+}
+
+#[test]
+fn egress_is_part_of_the_cost() {
+    let mut s = base();
+    // A huge dataset with a copy only where the expensive offering is.
+    let mut d = dataset("corpus", Classification::Internal);
+    d.size_gib = 100_000.0;
+    d.cloud_regions = vec!["us-west-2".into()];
+    s.datasets = vec![d];
+    let mut west = offering("g5.48xlarge", "A10G", 8, CapacityType::OnDemand, 20.0);
+    west.region = "us-west-2".into();
+    s.offerings.push(west);
+    let mut j = job("reader", 8, 0);
+    j.datasets = vec!["corpus".into()];
+    s.jobs = vec![j];
+    let plan = run(&s, 20);
+    assert_eq!(
+        plan.launches[0].offering.region, "us-west-2",
+        "9000 USD of egress outweighs the price"
+    );
+}
+
+#[test]
+fn restricted_data_never_bursts_and_confidential_needs_a_rule() {
+    let mut s = base();
+    s.datasets = vec![
+        dataset("patients", Classification::Restricted),
+        dataset("contracts", Classification::Confidential),
+    ];
+    s.nodes = vec![private_node("n1", 8, 0, "A100")];
+    let mut r = job("restricted", 8, 0);
+    r.datasets = vec!["patients".into()];
+    let mut c = job("confidential", 8, 0);
+    c.datasets = vec!["contracts".into()];
+    s.jobs = vec![r, c];
+    let plan = run(&s, 600);
+    assert_decision(&plan, "restricted", Outcome::Wait, Reason::RestrictedData);
+    assert_decision(
+        &plan,
+        "confidential",
+        Outcome::Wait,
+        Reason::ConfidentialData,
+    );
+    assert!(plan.launches.is_empty());
+}
+
+#[test]
+fn placement_private_only_and_cloud_only() {
+    let mut s = base();
+    s.nodes = vec![private_node("n1", 8, 8, "A100")];
+    let mut p = job("private-only", 16, 0);
+    p.placement = Placement::PrivateOnly;
+    let mut c = job("cloud-only", 4, 0);
+    c.placement = Placement::CloudOnly;
+    s.jobs = vec![p, c];
+    let plan = run(&s, 0);
+    assert_decision(
+        &plan,
+        "cloud-only",
+        Outcome::StartCloud,
+        Reason::CloudOnlyPlacement,
+    );
+    assert_eq!(
+        plan.starts.len(),
+        0,
+        "cloud-only never takes the free private node"
+    );
+    let d = plan.decision("ml/private-only").unwrap();
+    assert_eq!(
+        (d.outcome, d.reason),
+        (Outcome::Reject, Reason::NeverFits),
+        "{}",
+        d.message
+    );
+}
+
+#[test]
+fn budgets_are_never_exceeded() {
+    let mut s = base();
+    s.queues[0].budget_hourly_usd = Some(5.0);
+    s.jobs = vec![job("pricey", 4, 0)];
+    let plan = run(&s, 20);
+    assert_decision(&plan, "pricey", Outcome::Wait, Reason::BudgetExhausted);
+    assert!(plan.launches.is_empty());
+
+    s.queues[0].budget_hourly_usd = Some(6.0);
+    s.jobs.push(job("second", 4, 1));
+    let plan = run(&s, 20);
+    assert_eq!(
+        plan.launches.len(),
+        1,
+        "the budget holds one g5.12xlarge, not two"
+    );
+    assert_decision(&plan, "second", Outcome::Wait, Reason::BudgetExhausted);
+
+    s.queues[0].budget_hourly_usd = None;
+    s.queues[0].budget_monthly_usd = Some(100.0);
+    s.queues[0].spent_this_month_usd = 97.0;
+    let plan = run(&s, 20);
+    assert!(
+        plan.launches.is_empty(),
+        "an expected hour of $5.67 would pass the monthly budget"
+    );
+}
+
+#[test]
+fn pool_limits_hold() {
+    let mut s = base();
+    s.pools[1].max_nodes = Some(1);
+    s.jobs = vec![job("a", 4, 0), job("b", 4, 0)];
+    let plan = run(&s, 20);
+    assert_eq!(plan.launches.len(), 1);
+    assert!(
+        plan.decisions
+            .iter()
+            .any(|d| d.reason == Reason::PoolLimitReached)
+    );
+}
+
+#[test]
+fn unavailable_offerings_are_skipped_until_their_cool_down_ends() {
+    let mut s = base();
+    s.offerings[0].unavailable_until = Some(at_min(30));
+    s.jobs = vec![job("a", 4, 0)];
+    let plan = run(&s, 20);
+    assert_eq!(plan.launches[0].offering.instance_type, "g5.48xlarge");
+    let plan = run(&s, 31);
+    assert_eq!(plan.launches[0].offering.instance_type, "g5.12xlarge");
+}
+
+#[test]
+fn provisioning_jobs_start_on_their_instances_and_are_not_launched_twice() {
+    let mut s = base();
+    let mut j = job("burst", 4, 0);
+    j.state = JobState::Provisioning {
+        need: j.need_key(),
+        pool: "aws".into(),
+    };
+    let inst = Instance {
+        id: "i-1".into(),
+        pool: "aws".into(),
+        instance_type: "g5.12xlarge".into(),
+        capacity_type: CapacityType::OnDemand,
+        zone: "us-east-1a".into(),
+        gpus: 4,
+        hourly_price: 5.672,
+        need: j.need_key(),
+        queue: "research".into(),
+        node: None,
+        launched_at: at_min(20),
+    };
+    s.jobs = vec![j];
+    s.instances = vec![inst];
+    let plan = run(&s, 21);
+    assert_decision(&plan, "burst", Outcome::Wait, Reason::Provisioning);
+    assert!(plan.launches.is_empty(), "never launch twice for one need");
+
+    s.instances[0].node = Some("ip-10-0-0-1".into());
+    s.nodes.push(Node {
+        name: "ip-10-0-0-1".into(),
+        pool: "aws".into(),
+        gpu_model: Some(GpuModel::normalize("A10G")),
+        gpus: 4,
+        free_gpus: 4,
+        schedulable: true,
+        instance_id: Some("i-1".into()),
+        idle_since: Some(at_min(23)),
+    });
+    let plan = run(&s, 24);
+    assert_decision(&plan, "burst", Outcome::StartCloud, Reason::InstancesReady);
+    assert_eq!(plan.starts[0].nodes, ["ip-10-0-0-1"]);
+    assert!(
+        plan.terminations.is_empty(),
+        "a node claimed by its job is not idle"
+    );
+
+    // Its instances are gone (launch failed): the job is planned again.
+    s.instances.clear();
+    s.nodes.clear();
+    let plan = run(&s, 25);
+    assert_eq!(plan.launches.len(), 1);
+}
+
+#[test]
+fn idle_cloud_nodes_are_reused_then_terminated() {
+    let mut s = base();
+    s.nodes.push(Node {
+        name: "cloud-1".into(),
+        pool: "aws".into(),
+        gpu_model: Some(GpuModel::normalize("A10G")),
+        gpus: 4,
+        free_gpus: 4,
+        schedulable: true,
+        instance_id: Some("i-9".into()),
+        idle_since: Some(at_min(0)),
+    });
+    let plan = run(&s, 5);
+    assert!(plan.terminations.is_empty());
+    assert_eq!(plan.next_wake, Some(at_min(10)));
+    let plan = run(&s, 11);
+    assert_eq!(plan.terminations.len(), 1);
+    assert_eq!(plan.terminations[0].instance_id.as_deref(), Some("i-9"));
+
+    s.jobs = vec![job("late", 4, 0)];
+    let plan = run(&s, 16);
+    assert_decision(
+        &plan,
+        "late",
+        Outcome::StartCloud,
+        Reason::FitsExistingCloudNodes,
+    );
+    assert!(plan.terminations.is_empty() && plan.launches.is_empty());
+}
+
+#[test]
+fn does_not_burst_when_private_gpus_free_up_sooner_than_a_cloud_node() {
+    let mut s = base();
+    s.nodes = vec![private_node("n1", 8, 0, "A100")];
+    let busy = running(job("busy", 8, -60), &["n1"], -60, Some(81));
+    s.jobs = vec![busy, job("next", 8, 0)];
+    let plan = run(&s, 20);
+    assert_decision(&plan, "next", Outcome::Wait, Reason::PrivateStartSoon);
+    s.settings.runtime_aware = false;
+    let plan = run(&s, 20);
+    assert_decision(&plan, "next", Outcome::StartCloud, Reason::MaxWaitExceeded);
+}
+
+#[test]
+fn compute_wait_scales_the_wait_with_job_size() {
+    let mut s = base();
+    s.queues[0].burst.wait_mode = WaitMode::ComputeWait;
+    s.queues[0].burst.max_wait = mins(15);
+    s.nodes = vec![private_node("n1", 8, 0, "A100")];
+    let mut small = job("small", 1, 0);
+    small.estimated_runtime = Some(mins(30)); // 1 GPU x 30m x 0.1 = 3m
+    let mut large = job("large", 8, 0);
+    large.estimated_runtime = Some(mins(240)); // 8 x 240m x 0.1 = 192m
+    s.jobs = vec![small, large];
+    let plan = run(&s, 5);
+    assert_decision(
+        &plan,
+        "small",
+        Outcome::StartCloud,
+        Reason::ComputeWaitExceeded,
+    );
+    assert_decision(&plan, "large", Outcome::Wait, Reason::WaitingForPrivate);
+}
+
+#[test]
+fn deadline_at_risk_bursts_early() {
+    let mut s = base();
+    s.nodes = vec![private_node("n1", 8, 0, "A100")];
+    let busy = running(job("busy", 8, 0), &["n1"], 0, Some(600));
+    let mut j = job("due", 8, 0);
+    j.estimated_runtime = Some(mins(60));
+    j.deadline = Some(at_min(180));
+    s.jobs = vec![busy, j];
+    let plan = run(&s, 1);
+    assert_decision(&plan, "due", Outcome::StartCloud, Reason::DeadlineAtRisk);
+}
+
+#[test]
+fn bad_references_are_rejected_with_a_reason() {
+    let mut s = base();
+    let mut j = Job::new("ml/lost", "nope", 1, at_min(0));
+    j.datasets = vec![];
+    let mut d = job("nodata", 1, 0);
+    d.datasets = vec!["missing".into()];
+    s.jobs = vec![j, d];
+    let plan = run(&s, 0);
+    assert_decision(&plan, "lost", Outcome::Reject, Reason::QueueNotFound);
+    assert_decision(&plan, "nodata", Outcome::Reject, Reason::DatasetNotFound);
+}
