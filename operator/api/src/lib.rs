@@ -10,8 +10,10 @@
 //! - `crds/` in the repository holds exactly what [`crds_yaml`] prints (a test checks it).
 
 pub mod common;
+pub mod convert;
 pub mod dataset;
 pub mod job;
+pub mod manifests;
 pub mod policy;
 pub mod pool;
 pub mod queue;

@@ -14,6 +14,7 @@
 //!   or not at all; a plan never takes a queue past its budget or a pool past its limits; no
 //!   need is launched twice.
 
+pub mod catalog;
 pub mod decide;
 pub mod duration;
 pub mod gpu;

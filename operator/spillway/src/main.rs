@@ -9,6 +9,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+mod simulate;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "spillway",
@@ -22,6 +24,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Replay a GPU trace with no cluster and no cloud, comparing strategies.
+    Simulate(Box<simulate::SimulateArgs>),
     /// Print the CustomResourceDefinitions of all Spillway kinds (the YAML in crds/).
     Crds {
         /// Write one file per CRD into this directory instead of printing them.
@@ -43,6 +47,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Simulate(args) => simulate::run(*args),
         Command::Crds { out } => {
             crds(out)?;
             Ok(ExitCode::SUCCESS)

@@ -1,0 +1,135 @@
+//! From custom resources to the core's types. Each conversion validates first, so the core only
+//! ever sees objects that passed [`crate::validate`].
+
+use spillway_core as core;
+use spillway_core::{Duration, GpuModel};
+
+use crate::dataset::LocationEnvironment;
+use crate::queue::WaitMode;
+use crate::validate::{self, FieldErrors};
+use crate::{ComputePool, Dataset, GpuJob, GpuQueue};
+
+fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    meta.name.clone().unwrap_or_default()
+}
+
+fn duration(s: &str) -> Duration {
+    // Validated before conversion; a parse failure here cannot happen, zero is a safe fallback.
+    Duration::parse(s).unwrap_or(Duration::ZERO)
+}
+
+/// A GpuQueue as the core sees it. `spent_this_month_usd` starts at 0; the caller adds what
+/// it knows.
+pub fn queue(q: &GpuQueue) -> Result<core::Queue, FieldErrors> {
+    validate::gpu_queue(&q.spec)?;
+    let spec = &q.spec;
+    let burst = spec.burst.clone().unwrap_or_default();
+    Ok(core::Queue {
+        name: name_of(&q.metadata),
+        quota_gpus: spec.private_quota.as_ref().map(|p| p.gpus.max(0) as u32),
+        borrowing: spec.borrowing,
+        weight: spec.weight.max(1) as u32,
+        burst: core::BurstSettings {
+            enabled: burst.enabled,
+            max_wait: duration(&burst.max_wait),
+            wait_mode: match burst.wait_mode {
+                WaitMode::Fixed => core::WaitMode::Fixed,
+                WaitMode::ComputeWait => core::WaitMode::ComputeWait,
+            },
+            compute_wait_factor: burst
+                .compute_wait_factor
+                .unwrap_or(core::model::DEFAULT_COMPUTE_WAIT_FACTOR),
+            pools: burst.pools.clone(),
+            capacity_types: burst.capacity_types.clone(),
+        },
+        budget_hourly_usd: spec.budget.as_ref().and_then(|b| b.hourly_usd),
+        budget_monthly_usd: spec.budget.as_ref().and_then(|b| b.monthly_usd),
+        spent_this_month_usd: 0.0,
+    })
+}
+
+/// A ComputePool as the core sees it.
+pub fn pool(p: &ComputePool) -> Result<core::Pool, FieldErrors> {
+    validate::compute_pool(&p.spec)?;
+    let spec = &p.spec;
+    let kind = match (&spec.private, &spec.aws) {
+        (Some(private), _) => core::PoolKind::Private {
+            gpu_cost_per_hour: private.gpu_cost_per_hour,
+        },
+        (None, Some(aws)) => core::PoolKind::Cloud {
+            region: aws.region.clone(),
+            capacity_types: aws.capacity_types.clone(),
+        },
+        (None, None) => unreachable_pool(),
+    };
+    let limits = spec.limits.clone().unwrap_or_default();
+    Ok(core::Pool {
+        name: name_of(&p.metadata),
+        kind,
+        max_nodes: limits.max_nodes.map(|v| v.max(0) as u32),
+        max_gpus: limits.max_gpus.map(|v| v.max(0) as u32),
+        max_hourly_usd: limits.max_hourly_usd,
+        idle_timeout: duration(&spec.idle_timeout),
+    })
+}
+
+/// Validation rejects a pool with neither `private` nor `aws`; this keeps the match total
+/// without a panic path.
+fn unreachable_pool() -> core::PoolKind {
+    core::PoolKind::Private {
+        gpu_cost_per_hour: None,
+    }
+}
+
+/// A Dataset as the core sees it.
+pub fn dataset(d: &Dataset) -> Result<core::Dataset, FieldErrors> {
+    validate::dataset(&d.spec)?;
+    Ok(core::Dataset {
+        name: name_of(&d.metadata),
+        classification: d.spec.classification,
+        cloud_regions: d
+            .spec
+            .locations
+            .iter()
+            .filter(|l| l.environment == LocationEnvironment::Aws)
+            .filter_map(|l| l.region.clone())
+            .collect(),
+        size_gib: d.spec.size_gib.unwrap_or(0.0),
+        egress_usd_per_gib: d.spec.egress_usd_per_gib.unwrap_or(0.0),
+    })
+}
+
+/// A pending GpuJob as the core sees it, queued at `queued_at` (Unix milliseconds).
+pub fn job(j: &GpuJob, queued_at: core::Time) -> Result<core::Job, FieldErrors> {
+    validate::gpu_job(&j.spec)?;
+    let spec = &j.spec;
+    let namespace = j.metadata.namespace.clone().unwrap_or_default();
+    let name = name_of(&j.metadata);
+    Ok(core::Job {
+        id: format!("{namespace}/{name}"),
+        namespace,
+        queue: spec.queue.clone(),
+        priority: spec.priority,
+        replicas: spec.replicas.max(1) as u32,
+        gpus_per_replica: spec.gpus_per_replica.max(1) as u32,
+        gpu_models: spec
+            .gpu_models
+            .iter()
+            .map(|m| GpuModel::normalize(m))
+            .collect(),
+        datasets: spec.datasets.clone(),
+        restartable: spec.restartable,
+        estimated_runtime: spec.estimated_runtime.as_deref().map(duration),
+        max_runtime: spec.max_runtime.as_deref().map(duration),
+        deadline: spec
+            .deadline
+            .as_ref()
+            .map(|t| core::Time::from_millis(t.0.as_millisecond())),
+        max_hourly_cost: spec.max_hourly_cost,
+        placement: spec.placement,
+        labels: j.metadata.labels.clone().unwrap_or_default(),
+        queued_at,
+        attempt: 0,
+        state: core::JobState::Pending,
+    })
+}

@@ -1,0 +1,208 @@
+//! Price catalogs: CSV text in the columns of SkyPilot's AWS catalog,
+//! `InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,SpotPrice,Region,AvailabilityZone`.
+//!
+//! Lines starting with `#` are comments; an empty `SpotPrice` means no spot offer. Columns are
+//! found by name, so extra columns and another order are fine. Parsing is pure; reading the
+//! file is the caller's business.
+
+use std::fmt;
+
+use crate::{CapacityType, GpuModel, Offering};
+
+/// One row of a catalog.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CatalogRow {
+    pub instance_type: String,
+    pub gpu_model: GpuModel,
+    pub gpus: u32,
+    pub on_demand: f64,
+    pub spot: Option<f64>,
+    pub region: String,
+    pub zone: String,
+}
+
+/// A catalog error, at a 1-based line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CatalogError {
+    pub line: usize,
+    pub message: String,
+}
+
+impl fmt::Display for CatalogError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.line, self.message)
+    }
+}
+
+const COLUMNS: [&str; 7] = [
+    "InstanceType",
+    "AcceleratorName",
+    "AcceleratorCount",
+    "Price",
+    "SpotPrice",
+    "Region",
+    "AvailabilityZone",
+];
+
+/// Parses a catalog. Rows without accelerators are skipped.
+pub fn parse(text: &str) -> Result<Vec<CatalogRow>, CatalogError> {
+    let mut header: Option<Vec<usize>> = None;
+    let mut rows = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = i + 1;
+        let trimmed = raw.trim();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        let fields: Vec<&str> = trimmed.split(',').map(str::trim).collect();
+        let Some(cols) = &header else {
+            let mut idx = Vec::new();
+            for want in COLUMNS {
+                match fields.iter().position(|f| *f == want) {
+                    Some(p) => idx.push(p),
+                    None => {
+                        return Err(CatalogError {
+                            line,
+                            message: format!(
+                                "header has no column {want:?} (expected {})",
+                                COLUMNS.join(",")
+                            ),
+                        });
+                    }
+                }
+            }
+            header = Some(idx);
+            continue;
+        };
+        let get = |k: usize| fields.get(cols[k]).copied().unwrap_or("");
+        let err = |message: String| CatalogError { line, message };
+        if fields.len() <= *cols.iter().max().unwrap_or(&0) {
+            return Err(err(format!(
+                "expected at least {} fields, found {}",
+                cols.iter().max().unwrap_or(&0) + 1,
+                fields.len()
+            )));
+        }
+        let instance_type = get(0).to_string();
+        if instance_type.is_empty() {
+            return Err(err("empty InstanceType".into()));
+        }
+        let accel = get(1);
+        let count_text = get(2);
+        if accel.is_empty() || count_text.is_empty() {
+            continue;
+        }
+        let count: f64 = count_text
+            .parse()
+            .map_err(|_| err(format!("AcceleratorCount {count_text:?} is not a number")))?;
+        if count < 1.0 {
+            continue;
+        }
+        let price = |k: usize, name: &str| -> Result<Option<f64>, CatalogError> {
+            let t = get(k);
+            if t.is_empty() {
+                return Ok(None);
+            }
+            match t.parse::<f64>() {
+                Ok(v) if v.is_finite() && v >= 0.0 => Ok(Some(v)),
+                _ => Err(err(format!("{name} {t:?} is not a price in USD per hour"))),
+            }
+        };
+        let on_demand = price(3, "Price")?.ok_or_else(|| err("empty Price".into()))?;
+        let spot = price(4, "SpotPrice")?;
+        rows.push(CatalogRow {
+            instance_type,
+            gpu_model: GpuModel::normalize(accel),
+            gpus: count as u32,
+            on_demand,
+            spot,
+            region: get(5).to_string(),
+            zone: get(6).to_string(),
+        });
+    }
+    if header.is_none() {
+        return Err(CatalogError {
+            line: 1,
+            message: "empty catalog: no header line".into(),
+        });
+    }
+    Ok(rows)
+}
+
+/// The offerings of a catalog for one cloud pool: an on-demand and (where priced) a spot
+/// offering per row, keeping only `instance_types` if that list is not empty.
+pub fn offerings(
+    rows: &[CatalogRow],
+    pool: &str,
+    region: &str,
+    instance_types: &[String],
+) -> Vec<Offering> {
+    let mut out = Vec::new();
+    for r in rows {
+        if !r.region.is_empty() && r.region != region {
+            continue;
+        }
+        if !instance_types.is_empty()
+            && !instance_types
+                .iter()
+                .any(|t| crate::policy::glob_match(t, &r.instance_type))
+        {
+            continue;
+        }
+        let mut push = |capacity_type, price| {
+            out.push(Offering {
+                pool: pool.to_string(),
+                instance_type: r.instance_type.clone(),
+                gpu_model: r.gpu_model.clone(),
+                gpus: r.gpus,
+                capacity_type,
+                region: if r.region.is_empty() {
+                    region.to_string()
+                } else {
+                    r.region.clone()
+                },
+                zone: r.zone.clone(),
+                hourly_price: price,
+                unavailable_until: None,
+            })
+        };
+        push(CapacityType::OnDemand, r.on_demand);
+        if let Some(s) = r.spot {
+            push(CapacityType::Spot, s);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = "# comment\nInstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,SpotPrice,Region,AvailabilityZone\n\
+        p4d.24xlarge,A100,8,96,1152,32.77,12.1,us-east-1,use1-az1\n\
+        g5.xlarge,A10G,1,4,16,1.006,,us-east-1,use1-az2\n\
+        m5.large,,,2,8,0.096,0.03,us-east-1,use1-az1\n";
+
+    #[test]
+    fn parses_rows_and_skips_cpu_only_ones() {
+        let rows = parse(SAMPLE).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].gpu_model.as_str(), "A100");
+        assert_eq!(rows[0].spot, Some(12.1));
+        assert_eq!(rows[1].spot, None);
+        let offers = offerings(&rows, "aws", "us-east-1", &[]);
+        assert_eq!(offers.len(), 3, "two on-demand, one spot");
+        let only_g5 = offerings(&rows, "aws", "us-east-1", &["g5.*".to_string()]);
+        assert_eq!(only_g5.len(), 1);
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let bad = "InstanceType,AcceleratorName,AcceleratorCount,Price,SpotPrice,Region,AvailabilityZone\np4d.24xlarge,A100,8,cheap,,us-east-1,a\n";
+        let e = parse(bad).unwrap_err();
+        assert_eq!(e.line, 2);
+        assert!(e.message.contains("cheap"), "{e}");
+        let e = parse("Name,Price\n").unwrap_err();
+        assert!(e.message.contains("InstanceType"));
+    }
+}

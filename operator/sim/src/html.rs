@@ -1,0 +1,200 @@
+//! The self-contained HTML report: one page, SVG charts drawn with `plotters`.
+
+use plotters::prelude::*;
+
+use crate::engine::{Outcome, Sample};
+use crate::report::{Summary, waits};
+
+const COLORS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
+
+const MAX_POINTS: usize = 800;
+
+/// Evenly thinned samples, keeping the last.
+fn thin(samples: &[Sample]) -> Vec<Sample> {
+    if samples.len() <= MAX_POINTS {
+        return samples.to_vec();
+    }
+    let step = samples.len() as f64 / MAX_POINTS as f64;
+    let mut out: Vec<Sample> = (0..MAX_POINTS)
+        .map(|i| samples[(i as f64 * step) as usize])
+        .collect();
+    if let Some(last) = samples.last() {
+        out.push(*last);
+    }
+    out
+}
+
+type Series = (String, Vec<(f64, f64)>);
+
+fn line_chart(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+) -> Result<String, String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (900, 380)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let x_max = series
+            .iter()
+            .flat_map(|(_, p)| p.iter().map(|q| q.0))
+            .fold(1.0f64, f64::max);
+        let y_max = series
+            .iter()
+            .flat_map(|(_, p)| p.iter().map(|q| q.1))
+            .fold(1.0f64, f64::max)
+            * 1.05;
+        let x_min = series
+            .iter()
+            .flat_map(|(_, p)| p.iter().map(|q| q.0))
+            .fold(x_max, f64::min)
+            .min(x_max - 1e-9);
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(64)
+            .build_cartesian_2d(x_min..x_max, 0.0..y_max)
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_desc(x_label)
+            .y_desc(y_label)
+            .draw()
+            .map_err(|e| e.to_string())?;
+        for (i, (name, points)) in series.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            chart
+                .draw_series(LineSeries::new(
+                    points.iter().copied(),
+                    color.stroke_width(2),
+                ))
+                .map_err(|e| e.to_string())?
+                .label(name.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()
+            .map_err(|e| e.to_string())?;
+        root.present().map_err(|e| e.to_string())?;
+    }
+    Ok(svg)
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// Renders the report page.
+pub fn render(title: &str, runs: &[(Summary, Outcome)]) -> Result<String, String> {
+    let hours = |s: &Sample, t0: f64| (s.t_s - t0) / 3600.0;
+    let t0 = runs
+        .iter()
+        .filter_map(|(_, o)| o.samples.first().map(|s| s.t_s))
+        .fold(f64::INFINITY, f64::min);
+    let t0 = if t0.is_finite() { t0 } else { 0.0 };
+
+    let queue: Vec<Series> = runs
+        .iter()
+        .map(|(s, o)| {
+            (
+                s.strategy.clone(),
+                thin(&o.samples)
+                    .iter()
+                    .map(|x| (hours(x, t0), x.queued as f64))
+                    .collect(),
+            )
+        })
+        .collect();
+    let mut gpus: Vec<Series> = Vec::new();
+    for (s, o) in runs {
+        let t = thin(&o.samples);
+        gpus.push((
+            format!("{} private", s.strategy),
+            t.iter()
+                .map(|x| (hours(x, t0), x.private_busy_gpus as f64))
+                .collect(),
+        ));
+        gpus.push((
+            format!("{} cloud", s.strategy),
+            t.iter()
+                .map(|x| (hours(x, t0), x.cloud_busy_gpus as f64))
+                .collect(),
+        ));
+    }
+    let spend: Vec<Series> = runs
+        .iter()
+        .map(|(s, o)| {
+            (
+                s.strategy.clone(),
+                thin(&o.samples)
+                    .iter()
+                    .map(|x| (hours(x, t0), x.cloud_spend_usd))
+                    .collect(),
+            )
+        })
+        .collect();
+    let cdf: Vec<Series> = runs
+        .iter()
+        .map(|(s, o)| {
+            let w = waits(o);
+            let n = w.len().max(1) as f64;
+            let step = (w.len() / MAX_POINTS).max(1);
+            let pts = w
+                .iter()
+                .enumerate()
+                .step_by(step)
+                .map(|(i, v)| (v / 60.0, (i + 1) as f64 / n))
+                .collect();
+            (s.strategy.clone(), pts)
+        })
+        .collect();
+
+    let charts = [
+        line_chart("Jobs waiting", "hours", "jobs", &queue)?,
+        line_chart("GPUs busy, private and cloud", "hours", "GPUs", &gpus)?,
+        line_chart("Cumulative cloud spend", "hours", "USD", &spend)?,
+        line_chart("Wait time CDF", "wait (minutes)", "fraction of jobs", &cdf)?,
+    ];
+
+    let mut rows = String::new();
+    for (s, _) in runs {
+        rows.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.1}</td><td>{:.1}%</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{}</td></tr>\n",
+            escape(&s.strategy), s.jobs, s.burst_jobs, s.cloud_cost_usd, s.cloud_gpu_hours,
+            s.private_gpu_utilization * 100.0, s.avg_wait_s, s.p50_wait_s, s.p95_wait_s, s.avg_jct_s, s.unfinished_jobs
+        ));
+    }
+    let mut html = String::new();
+    html.push_str("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n");
+    html.push_str(&format!("<title>{}</title>\n", escape(title)));
+    html.push_str("<style>body{font-family:sans-serif;margin:2em;max-width:960px}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child,th:first-child{text-align:left}figure{margin:1.5em 0}</style>\n");
+    html.push_str("</head><body>\n");
+    html.push_str(&format!("<h1>{}</h1>\n", escape(title)));
+    html.push_str("<table><tr><th>strategy</th><th>jobs</th><th>burst jobs</th><th>cloud USD</th><th>cloud GPU-h</th><th>private util</th><th>avg wait s</th><th>p50 wait s</th><th>p95 wait s</th><th>avg JCT s</th><th>unfinished</th></tr>\n");
+    html.push_str(&rows);
+    html.push_str("</table>\n");
+    for c in charts {
+        html.push_str("<figure>");
+        html.push_str(&c);
+        html.push_str("</figure>\n");
+    }
+    html.push_str("<p>Generated by <code>spillway simulate</code>. See docs/simulator.md for how to read it.</p>\n</body></html>\n");
+    Ok(html)
+}

@@ -1,0 +1,88 @@
+//! Spillway's simulator: the decision core replayed on real GPU traces with a virtual clock, a
+//! simulated private cluster and a simulated cloud. No cluster, no cloud, no I/O but reading
+//! inputs and writing reports (done by the caller).
+//!
+//! Invariants: the simulator calls the same `spillway_core::decide` as the operator, with the
+//! same manifests; what it simulates (machines, boot delays, capacity errors, spot
+//! interruptions) lives here, never in the core.
+
+pub mod engine;
+pub mod html;
+pub mod report;
+pub mod setup;
+pub mod strategy;
+pub mod trace;
+
+use std::time::Instant;
+
+use spillway_core::{Duration, Policy};
+
+pub use engine::{Outcome, World};
+pub use report::Summary;
+pub use strategy::Strategy;
+pub use trace::TraceJob;
+
+/// The bundled example: an extract of the openb trace, a setup and a price catalog.
+pub mod example {
+    pub const TRACE: &str = include_str!("../../../examples/openb-extract.csv");
+    pub const TRACE_NAME: &str = "examples/openb-extract.csv";
+    pub const CONFIG: &str = include_str!("../../../examples/config/setup.yaml");
+    pub const CONFIG_NAME: &str = "examples/config/setup.yaml";
+    pub const CATALOG: &str = include_str!("../../../examples/catalog-aws-us-east-1.csv");
+    pub const CATALOG_NAME: &str = "examples/catalog-aws-us-east-1.csv";
+    /// The private inventory of the example: two nodes of eight GPUs.
+    pub const PRIVATE_GPUS: &str = "2x8";
+}
+
+/// Options of a replay besides the world.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub boot_delay: Duration,
+    pub seed: u64,
+    pub capacity_error_rate: f64,
+    pub spot_interruptions_per_hour: f64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            boot_delay: Duration::from_secs(180),
+            seed: 1,
+            capacity_error_rate: 0.0,
+            spot_interruptions_per_hour: 0.05,
+        }
+    }
+}
+
+/// Replays `trace` once per strategy; returns each summary with its outcome.
+pub fn compare(
+    base: &spillway_core::Snapshot,
+    trace: &[TraceJob],
+    strategies: &[Strategy],
+    options: &Options,
+    policy: &dyn Policy,
+) -> Vec<(Summary, Outcome)> {
+    strategies
+        .iter()
+        .map(|strategy| {
+            let mut snapshot = base.clone();
+            let oracle = strategy.apply(&mut snapshot, options.boot_delay);
+            let world = World {
+                snapshot,
+                boot_delay: options.boot_delay,
+                capacity_error_rate: options.capacity_error_rate,
+                capacity_cooldown: Duration::from_secs(300),
+                spot_interruptions_per_hour: options.spot_interruptions_per_hour,
+                seed: options.seed,
+                oracle_runtimes: oracle,
+            };
+            let started = Instant::now();
+            let outcome = engine::run(&world, trace, policy);
+            let wall = started.elapsed().as_secs_f64();
+            (
+                report::summarize(&strategy.to_string(), &outcome, wall),
+                outcome,
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,199 @@
+//! Figures of a replay: the summary (the JSON keys SPEC.md fixes) and the text table.
+
+use serde::Serialize;
+
+use crate::engine::Outcome;
+
+/// The summary of one strategy's replay. Field names are the JSON keys of SPEC.md (plus a few
+/// more, documented in docs/simulator.md).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Summary {
+    pub strategy: String,
+    pub jobs: u64,
+    pub burst_jobs: u64,
+    pub cloud_cost_usd: f64,
+    pub cloud_gpu_hours: f64,
+    pub private_gpu_utilization: f64,
+    pub avg_wait_s: f64,
+    pub p50_wait_s: f64,
+    pub p95_wait_s: f64,
+    pub avg_jct_s: f64,
+    pub sim_wall_s: f64,
+    pub finished_jobs: u64,
+    pub unfinished_jobs: u64,
+    pub rejected_jobs: u64,
+    pub private_gpus: u64,
+    pub instances_launched: u64,
+    pub capacity_errors: u64,
+    pub spot_interruptions: u64,
+    pub decide_calls: u64,
+    pub makespan_s: f64,
+}
+
+/// Nearest-rank percentile of sorted values.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+/// Sorted waits (start minus arrival) of the jobs that started.
+pub fn waits(out: &Outcome) -> Vec<f64> {
+    let mut w: Vec<f64> = out
+        .jobs
+        .iter()
+        .filter_map(|j| j.start_s.map(|s| (s - j.arrival_s).max(0.0)))
+        .collect();
+    w.sort_by(f64::total_cmp);
+    w
+}
+
+/// Summarises a replay.
+pub fn summarize(strategy: &str, out: &Outcome, wall_s: f64) -> Summary {
+    let waits = waits(out);
+    let jcts: Vec<f64> = out
+        .jobs
+        .iter()
+        .filter_map(|j| j.finish_s.map(|f| f - j.arrival_s))
+        .collect();
+    let first = out
+        .jobs
+        .iter()
+        .map(|j| j.arrival_s)
+        .fold(f64::INFINITY, f64::min);
+    let makespan = if first.is_finite() {
+        (out.end_s - first).max(0.0)
+    } else {
+        0.0
+    };
+    let capacity = out.private_gpus as f64 * makespan;
+    Summary {
+        strategy: strategy.to_string(),
+        jobs: out.jobs.len() as u64,
+        burst_jobs: out
+            .jobs
+            .iter()
+            .filter(|j| j.cloud && j.start_s.is_some())
+            .count() as u64,
+        cloud_cost_usd: round(out.cloud_cost_usd, 2),
+        cloud_gpu_hours: round(out.cloud_gpu_seconds / 3600.0, 2),
+        private_gpu_utilization: if capacity > 0.0 {
+            round(out.private_busy_gpu_seconds / capacity, 4)
+        } else {
+            0.0
+        },
+        avg_wait_s: round(mean(&waits), 1),
+        p50_wait_s: round(percentile(&waits, 50.0), 1),
+        p95_wait_s: round(percentile(&waits, 95.0), 1),
+        avg_jct_s: round(mean(&jcts), 1),
+        sim_wall_s: round(wall_s, 4),
+        finished_jobs: jcts.len() as u64,
+        unfinished_jobs: out
+            .jobs
+            .iter()
+            .filter(|j| j.finish_s.is_none() && !j.rejected)
+            .count() as u64,
+        rejected_jobs: out.jobs.iter().filter(|j| j.rejected).count() as u64,
+        private_gpus: out.private_gpus as u64,
+        instances_launched: out.instances_launched as u64,
+        capacity_errors: out.capacity_errors as u64,
+        spot_interruptions: out.spot_interruptions as u64,
+        decide_calls: out.decide_calls,
+        makespan_s: round(makespan, 1),
+    }
+}
+
+fn round(v: f64, digits: i32) -> f64 {
+    let f = 10f64.powi(digits);
+    (v * f).round() / f
+}
+
+fn human_secs(s: f64) -> String {
+    if s < 120.0 {
+        format!("{s:.0}s")
+    } else if s < 7200.0 {
+        format!("{:.1}m", s / 60.0)
+    } else {
+        format!("{:.1}h", s / 3600.0)
+    }
+}
+
+/// The comparison table printed on stdout.
+pub fn table(rows: &[Summary]) -> String {
+    let header = [
+        "strategy",
+        "jobs",
+        "burst",
+        "cloud $",
+        "cloud GPU-h",
+        "private util",
+        "avg wait",
+        "p50 wait",
+        "p95 wait",
+        "avg JCT",
+        "unfinished",
+    ];
+    let mut cells: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
+    for r in rows {
+        cells.push(vec![
+            r.strategy.clone(),
+            r.jobs.to_string(),
+            r.burst_jobs.to_string(),
+            format!("{:.2}", r.cloud_cost_usd),
+            format!("{:.1}", r.cloud_gpu_hours),
+            format!("{:.1}%", r.private_gpu_utilization * 100.0),
+            human_secs(r.avg_wait_s),
+            human_secs(r.p50_wait_s),
+            human_secs(r.p95_wait_s),
+            human_secs(r.avg_jct_s),
+            r.unfinished_jobs.to_string(),
+        ]);
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|c| cells.iter().map(|r| r[c].len()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for (i, row) in cells.iter().enumerate() {
+        let line: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(c, v)| {
+                if c == 0 {
+                    format!("{v:<w$}", w = widths[c])
+                } else {
+                    format!("{v:>w$}", w = widths[c])
+                }
+            })
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+        if i == 0 {
+            out.push_str(&"-".repeat(widths.iter().sum::<usize>() + 2 * (widths.len() - 1)));
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0];
+        assert_eq!(percentile(&v, 50.0), 5.0);
+        assert_eq!(percentile(&v, 95.0), 10.0);
+        assert_eq!(percentile(&[], 50.0), 0.0);
+    }
+}

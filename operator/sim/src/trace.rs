@@ -1,0 +1,429 @@
+//! Workload traces: the openb format of the Alibaba GPU cluster trace (cluster-trace-gpu-v2023)
+//! and Spillway's own CSV.
+//!
+//! Spillway's CSV has the columns `job_id,arrival_s,runtime_s,num_gpus`, plus optional
+//! `estimated_runtime_s`, `gpu_model` (alternatives separated by `|`), `queue`, `priority`,
+//! `restartable` (`true`/`false`/`1`/`0`), `datasets` (separated by `|`) and `replicas`.
+//!
+//! openb (`openb_pod_list_*.csv`): tasks asking for no GPU are skipped; a fractional GPU
+//! (`gpu_milli < 1000`) counts as one whole GPU; arrival is `creation_time` and runtime
+//! `deletion_time - scheduled_time`. Tasks that never ran (no `scheduled_time`) are dropped:
+//! their lifetime is time spent waiting, not running, so it says nothing about their runtime.
+//! openb's `gpu_spec` names Alibaba's GPU types, which no other inventory has, so it is not
+//! used: every task accepts any model.
+
+use std::fmt;
+
+use spillway_core::GpuModel;
+
+/// One job of a trace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceJob {
+    pub id: String,
+    pub arrival_s: f64,
+    pub runtime_s: f64,
+    pub gpus: u32,
+    pub replicas: u32,
+    pub estimated_runtime_s: Option<f64>,
+    pub gpu_models: Vec<GpuModel>,
+    pub queue: Option<String>,
+    pub priority: i32,
+    pub restartable: bool,
+    pub datasets: Vec<String>,
+}
+
+/// Trace file formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceFormat {
+    Openb,
+    Spillway,
+}
+
+impl std::str::FromStr for TraceFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "openb" => Ok(TraceFormat::Openb),
+            "spillway" => Ok(TraceFormat::Spillway),
+            other => Err(format!(
+                "unknown trace format {other:?} (use openb or spillway)"
+            )),
+        }
+    }
+}
+
+/// A problem in an input file, at a 1-based line.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub struct InputError {
+    pub line: usize,
+    pub message: String,
+}
+
+impl fmt::Display for InputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.line, self.message)
+    }
+}
+
+/// A CSV header: column positions by name.
+struct Header {
+    names: Vec<String>,
+}
+
+impl Header {
+    fn col(&self, name: &str) -> Option<usize> {
+        self.names.iter().position(|n| n == name)
+    }
+
+    fn require(&self, name: &str, line: usize) -> Result<usize, InputError> {
+        self.col(name).ok_or_else(|| InputError {
+            line,
+            message: format!("header has no column {name:?}"),
+        })
+    }
+}
+
+/// Non-comment, non-empty lines with their 1-based numbers.
+fn lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim()))
+        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
+}
+
+fn number<T: std::str::FromStr>(
+    fields: &[&str],
+    col: usize,
+    name: &str,
+    line: usize,
+) -> Result<T, InputError> {
+    let text = fields.get(col).copied().unwrap_or("");
+    text.parse().map_err(|_| InputError {
+        line,
+        message: format!("{name} {text:?} is not a valid number"),
+    })
+}
+
+fn optional<T: std::str::FromStr>(
+    fields: &[&str],
+    col: Option<usize>,
+    name: &str,
+    line: usize,
+) -> Result<Option<T>, InputError> {
+    match col.and_then(|c| fields.get(c)).copied() {
+        None | Some("") => Ok(None),
+        Some(_) => number(fields, col.unwrap_or(0), name, line).map(Some),
+    }
+}
+
+/// Guesses the format from the header line.
+pub fn detect_format(text: &str) -> Option<TraceFormat> {
+    let (_, header) = lines(text).next()?;
+    if header.contains("creation_time") && header.contains("num_gpu") {
+        Some(TraceFormat::Openb)
+    } else if header.contains("arrival_s") {
+        Some(TraceFormat::Spillway)
+    } else {
+        None
+    }
+}
+
+/// Parses a trace; jobs come out sorted by arrival (stable).
+pub fn parse(text: &str, format: TraceFormat) -> Result<Vec<TraceJob>, InputError> {
+    let mut jobs = match format {
+        TraceFormat::Openb => parse_openb(text)?,
+        TraceFormat::Spillway => parse_spillway(text)?,
+    };
+    jobs.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
+    Ok(jobs)
+}
+
+fn header_of(text: &str) -> Result<(usize, Header), InputError> {
+    let (line, h) = lines(text).next().ok_or(InputError {
+        line: 1,
+        message: "empty file: no header line".into(),
+    })?;
+    Ok((
+        line,
+        Header {
+            names: h.split(',').map(|s| s.trim().to_string()).collect(),
+        },
+    ))
+}
+
+fn parse_openb(text: &str) -> Result<Vec<TraceJob>, InputError> {
+    let (hline, h) = header_of(text)?;
+    let name = h.require("name", hline)?;
+    let num_gpu = h.require("num_gpu", hline)?;
+    let created = h.require("creation_time", hline)?;
+    let deleted = h.require("deletion_time", hline)?;
+    let scheduled = h.require("scheduled_time", hline)?;
+    let mut jobs = Vec::new();
+    for (line, l) in lines(text).skip(1) {
+        let f: Vec<&str> = l.split(',').map(str::trim).collect();
+        if f.len() < h.names.len() {
+            return Err(InputError {
+                line,
+                message: format!("expected {} fields, found {}", h.names.len(), f.len()),
+            });
+        }
+        let gpus: u32 = number(&f, num_gpu, "num_gpu", line)?;
+        if gpus == 0 {
+            continue;
+        }
+        if f[scheduled].is_empty() {
+            continue; // never ran
+        }
+        let arrival: f64 = number(&f, created, "creation_time", line)?;
+        let start: f64 = number(&f, scheduled, "scheduled_time", line)?;
+        let end: f64 = number(&f, deleted, "deletion_time", line)?;
+        if end < start {
+            return Err(InputError {
+                line,
+                message: format!("deletion_time {end} is before scheduled_time {start}"),
+            });
+        }
+        jobs.push(TraceJob {
+            id: f[name].to_string(),
+            arrival_s: arrival,
+            runtime_s: (end - start).max(1.0),
+            gpus,
+            replicas: 1,
+            estimated_runtime_s: None,
+            gpu_models: Vec::new(),
+            queue: None,
+            priority: 0,
+            restartable: false,
+            datasets: Vec::new(),
+        });
+    }
+    Ok(jobs)
+}
+
+fn parse_spillway(text: &str) -> Result<Vec<TraceJob>, InputError> {
+    let (hline, h) = header_of(text)?;
+    let id = h.require("job_id", hline)?;
+    let arrival = h.require("arrival_s", hline)?;
+    let runtime = h.require("runtime_s", hline)?;
+    let gpus_col = h.require("num_gpus", hline)?;
+    let est = h.col("estimated_runtime_s");
+    let model = h.col("gpu_model");
+    let queue = h.col("queue");
+    let prio = h.col("priority");
+    let restart = h.col("restartable");
+    let datasets = h.col("datasets");
+    let replicas = h.col("replicas");
+    let mut jobs = Vec::new();
+    let list = |f: &[&str], c: Option<usize>| -> Vec<String> {
+        c.and_then(|c| f.get(c))
+            .map(|s| {
+                s.split('|')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for (line, l) in lines(text).skip(1) {
+        let f: Vec<&str> = l.split(',').map(str::trim).collect();
+        if f.len() < 4 {
+            return Err(InputError {
+                line,
+                message: format!(
+                    "expected at least 4 fields (job_id,arrival_s,runtime_s,num_gpus), found {}",
+                    f.len()
+                ),
+            });
+        }
+        let job_id = f.get(id).copied().unwrap_or("");
+        if job_id.is_empty() {
+            return Err(InputError {
+                line,
+                message: "empty job_id".into(),
+            });
+        }
+        let gpus: u32 = number(&f, gpus_col, "num_gpus", line)?;
+        let arrival_s: f64 = number(&f, arrival, "arrival_s", line)?;
+        let runtime_s: f64 = number(&f, runtime, "runtime_s", line)?;
+        let valid = |v: f64| v.is_finite() && v >= 0.0;
+        if !valid(arrival_s) || !valid(runtime_s) {
+            return Err(InputError {
+                line,
+                message: "arrival_s and runtime_s must be numbers >= 0".into(),
+            });
+        }
+        if gpus == 0 || gpus > 16 {
+            return Err(InputError {
+                line,
+                message: format!("num_gpus must be between 1 and 16, got {gpus}"),
+            });
+        }
+        let restartable = match restart.and_then(|c| f.get(c)).copied().unwrap_or("") {
+            "" | "false" | "0" => false,
+            "true" | "1" => true,
+            other => {
+                return Err(InputError {
+                    line,
+                    message: format!("restartable {other:?} is not true or false"),
+                });
+            }
+        };
+        jobs.push(TraceJob {
+            id: job_id.to_string(),
+            arrival_s,
+            runtime_s: runtime_s.max(1.0),
+            gpus,
+            replicas: optional(&f, replicas, "replicas", line)?
+                .unwrap_or(1)
+                .max(1),
+            estimated_runtime_s: optional(&f, est, "estimated_runtime_s", line)?,
+            gpu_models: list(&f, model)
+                .iter()
+                .map(|m| GpuModel::normalize(m))
+                .collect(),
+            queue: queue
+                .and_then(|c| f.get(c))
+                .filter(|s| !s.is_empty())
+                .map(|s| s.to_string()),
+            priority: optional(&f, prio, "priority", line)?.unwrap_or(0),
+            restartable,
+            datasets: list(&f, datasets),
+        });
+    }
+    Ok(jobs)
+}
+
+/// A private node of the inventory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InventoryNode {
+    pub name: String,
+    pub gpus: u32,
+    pub model: Option<GpuModel>,
+}
+
+/// `NODESxGPUS[:MODEL]`, as in `4x8` or `2x8:H100`.
+pub fn parse_private_gpus(spec: &str) -> Result<Vec<InventoryNode>, String> {
+    let (shape, model) = match spec.split_once(':') {
+        Some((s, m)) => (s, Some(GpuModel::normalize(m))),
+        None => (spec, None),
+    };
+    let (n, g) = shape.split_once(['x', 'X']).ok_or_else(|| {
+        format!("--private-gpus {spec:?}: expected NODESxGPUS[:MODEL], such as 4x8 or 2x8:H100")
+    })?;
+    let nodes: u32 = n
+        .trim()
+        .parse()
+        .map_err(|_| format!("--private-gpus {spec:?}: {n:?} is not a node count"))?;
+    let gpus: u32 = g
+        .trim()
+        .parse()
+        .map_err(|_| format!("--private-gpus {spec:?}: {g:?} is not a GPU count"))?;
+    if gpus == 0 {
+        return Err(format!(
+            "--private-gpus {spec:?}: nodes need at least one GPU"
+        ));
+    }
+    Ok((0..nodes)
+        .map(|i| InventoryNode {
+            name: format!("private-{i}"),
+            gpus,
+            model: model.clone(),
+        })
+        .collect())
+}
+
+/// An openb node list (`sn,cpu_milli,memory_mib,gpu,model`); nodes without GPUs are skipped.
+/// openb's models are Alibaba's (P100, T4, V100M16...); they are normalised but, as in the
+/// trace, jobs accept any model.
+pub fn parse_openb_nodes(text: &str) -> Result<Vec<InventoryNode>, InputError> {
+    let (hline, h) = header_of(text)?;
+    let sn = h.require("sn", hline)?;
+    let gpu = h.require("gpu", hline)?;
+    let model = h.col("model");
+    let mut nodes = Vec::new();
+    for (line, l) in lines(text).skip(1) {
+        let f: Vec<&str> = l.split(',').map(str::trim).collect();
+        let gpus: u32 = number(&f, gpu, "gpu", line)?;
+        if gpus == 0 {
+            continue;
+        }
+        nodes.push(InventoryNode {
+            name: f.get(sn).copied().unwrap_or("").to_string(),
+            gpus,
+            model: model
+                .and_then(|c| f.get(c))
+                .filter(|m| !m.is_empty())
+                .map(|m| GpuModel::normalize(m)),
+        });
+    }
+    Ok(nodes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openb_rows_become_gpu_jobs() {
+        let text = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n\
+            p0,1000,100,1,500,,LS,Running,10,110,20\n\
+            p1,1000,100,0,0,,LS,Running,0,100,0\n\
+            p2,1000,100,2,1000,V100M16|T4,LS,Pending,5,50,\n\
+            p3,1000,100,8,1000,,LS,Succeeded,0,1000,0\n";
+        let jobs = parse(text, TraceFormat::Openb).unwrap();
+        let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            ["p3", "p0"],
+            "CPU-only and never-ran tasks dropped, sorted by arrival"
+        );
+        assert_eq!(
+            (jobs[1].gpus, jobs[1].runtime_s, jobs[1].arrival_s),
+            (1, 90.0, 10.0)
+        );
+    }
+
+    #[test]
+    fn spillway_csv_with_optional_columns() {
+        let text = "job_id,arrival_s,runtime_s,num_gpus,estimated_runtime_s,gpu_model,queue,priority,restartable,datasets\n\
+            a,0,3600,8,4000,H100|A100-80GB,research,5,true,imagenet|coco\n\
+            b,10,60,1,,,,,,\n";
+        let jobs = parse(text, TraceFormat::Spillway).unwrap();
+        assert_eq!(jobs[0].estimated_runtime_s, Some(4000.0));
+        assert_eq!(jobs[0].gpu_models.len(), 2);
+        assert_eq!(jobs[0].datasets, ["imagenet", "coco"]);
+        assert!(jobs[0].restartable);
+        assert_eq!(jobs[1].queue, None);
+        assert_eq!(detect_format(text), Some(TraceFormat::Spillway));
+    }
+
+    #[test]
+    fn bad_rows_name_their_line() {
+        let text = "job_id,arrival_s,runtime_s,num_gpus\n# a comment\na,0,10,1\nb,soon,10,1\n";
+        let e = parse(text, TraceFormat::Spillway).unwrap_err();
+        assert_eq!(e.line, 4);
+        assert!(e.message.contains("arrival_s"), "{e}");
+        let e = parse(
+            "job_id,arrival_s,runtime_s,num_gpus\nc,0,10,32\n",
+            TraceFormat::Spillway,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("between 1 and 16"), "{e}");
+        let e = parse("job_id,arrival_s\n", TraceFormat::Spillway).unwrap_err();
+        assert!(e.message.contains("runtime_s"), "{e}");
+    }
+
+    #[test]
+    fn private_gpu_shapes() {
+        let nodes = parse_private_gpus("4x8").unwrap();
+        assert_eq!(
+            (nodes.len(), nodes[0].gpus, nodes[0].model.clone()),
+            (4, 8, None)
+        );
+        let nodes = parse_private_gpus("2x8:h100").unwrap();
+        assert_eq!(nodes[0].model.as_ref().map(|m| m.as_str()), Some("H100"));
+        assert!(parse_private_gpus("4by8").is_err());
+        assert!(parse_private_gpus("4x0").is_err());
+    }
+}

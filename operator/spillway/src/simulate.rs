@@ -1,0 +1,211 @@
+//! `spillway simulate`: reads the inputs, runs the simulator, prints and writes the results.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+use spillway_api::manifests::Manifests;
+use spillway_core::{Duration, NoPolicy, catalog};
+use spillway_sim::trace::{self, TraceFormat};
+use spillway_sim::{Options, Strategy, example, html, report, setup, strategy};
+
+/// Replays a GPU trace against a private inventory, a price catalog and manifests, with no
+/// cluster and no cloud, once per strategy. With no arguments it runs the bundled example.
+#[derive(Args, Debug)]
+pub struct SimulateArgs {
+    /// Trace file (openb pod list, or Spillway's CSV job_id,arrival_s,runtime_s,num_gpus,...).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// Trace format; guessed from the header when left out.
+    #[arg(long, value_name = "openb|spillway")]
+    trace_format: Option<String>,
+    /// Private inventory as an openb node CSV (sn,cpu_milli,memory_mib,gpu,model).
+    #[arg(long, value_name = "FILE", conflicts_with = "private_gpus")]
+    nodes: Option<PathBuf>,
+    /// Private inventory as NODESxGPUS[:MODEL], for example 4x8 or 2x8:H100.
+    #[arg(long, value_name = "NODESxGPUS[:MODEL]")]
+    private_gpus: Option<String>,
+    /// Manifests (GpuQueues, ComputePools, Datasets, BurstPolicies): a YAML file or a directory.
+    #[arg(long, value_name = "DIR|FILE")]
+    config: Option<PathBuf>,
+    /// Price catalog CSV (SkyPilot columns); default: the bundled AWS us-east-1 catalog.
+    #[arg(long, value_name = "FILE")]
+    catalog: Option<PathBuf>,
+    /// Strategies to compare: spillway, never-burst, no-wait, constant-wait:SECONDS,
+    /// starburst. Repeatable or comma-separated. Default: all of them (constant-wait:900).
+    #[arg(long, value_name = "NAME")]
+    strategy: Vec<String>,
+    /// Seconds from launching an instance until it is a usable node.
+    #[arg(long, value_name = "SECONDS", default_value_t = 180.0)]
+    cloud_boot_delay: f64,
+    /// Seed of the simulated failures (capacity errors, spot interruptions).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    seed: u64,
+    /// Probability that a launch fails with a capacity error (the offering then cools down
+    /// for 5 minutes and the next one is tried).
+    #[arg(long, value_name = "P", default_value_t = 0.0)]
+    capacity_error_rate: f64,
+    /// Spot interruptions per instance-hour.
+    #[arg(long, value_name = "RATE", default_value_t = 0.05)]
+    spot_interruption_rate: f64,
+    /// Print a JSON array with one summary object per strategy instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Write a self-contained HTML report (index.html) into this directory.
+    #[arg(long, value_name = "DIR")]
+    report: Option<PathBuf>,
+}
+
+/// An input error: `file:line: message`, exit code 2.
+struct InputError(String);
+
+fn read(path: &Path) -> Result<String, InputError> {
+    std::fs::read_to_string(path)
+        .map_err(|e| InputError(format!("{}: cannot read: {e}", path.display())))
+}
+
+pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
+    match simulate(args) {
+        Ok(code) => Ok(code),
+        Err(InputError(msg)) => {
+            eprintln!("error: {msg}");
+            Ok(ExitCode::from(2))
+        }
+    }
+}
+
+fn simulate(args: SimulateArgs) -> Result<ExitCode, InputError> {
+    let bundled = args.trace.is_none()
+        && args.config.is_none()
+        && args.nodes.is_none()
+        && args.private_gpus.is_none();
+    let (trace_name, trace_text) = match &args.trace {
+        Some(p) => (p.display().to_string(), read(p)?),
+        None => (example::TRACE_NAME.to_string(), example::TRACE.to_string()),
+    };
+    let format = match &args.trace_format {
+        Some(f) => f.parse::<TraceFormat>().map_err(InputError)?,
+        None => trace::detect_format(&trace_text).ok_or_else(|| {
+            InputError(format!("{trace_name}:1: cannot tell the trace format from the header; pass --trace-format openb|spillway"))
+        })?,
+    };
+    let jobs =
+        trace::parse(&trace_text, format).map_err(|e| InputError(format!("{trace_name}:{e}")))?;
+
+    let inventory = if let Some(p) = &args.nodes {
+        trace::parse_openb_nodes(&read(p)?)
+            .map_err(|e| InputError(format!("{}:{e}", p.display())))?
+    } else {
+        let spec = args
+            .private_gpus
+            .as_deref()
+            .unwrap_or(example::PRIVATE_GPUS);
+        trace::parse_private_gpus(spec).map_err(InputError)?
+    };
+
+    let (catalog_name, catalog_text) = match &args.catalog {
+        Some(p) => (p.display().to_string(), read(p)?),
+        None => (
+            example::CATALOG_NAME.to_string(),
+            example::CATALOG.to_string(),
+        ),
+    };
+    let rows =
+        catalog::parse(&catalog_text).map_err(|e| InputError(format!("{catalog_name}:{e}")))?;
+
+    let manifests = match (&args.config, bundled) {
+        (Some(path), _) => Some(Manifests::load(path).map_err(|e| InputError(e.to_string()))?),
+        (None, true) => Some(
+            Manifests::parse_str(Path::new(example::CONFIG_NAME), example::CONFIG)
+                .map_err(|e| InputError(e.to_string()))?,
+        ),
+        (None, false) => None,
+    };
+    if let Some(m) = &manifests
+        && !m.policies.is_empty()
+    {
+        eprintln!(
+            "warning: {} BurstPolicy object(s) read but not applied: rule evaluation arrives with the policy engine; queue and pool settings decide",
+            m.policies.len()
+        );
+    }
+    let base = setup::snapshot(manifests.as_ref(), &inventory, &rows).map_err(InputError)?;
+
+    let strategies = if args.strategy.is_empty() {
+        vec![
+            Strategy::Spillway,
+            Strategy::Starburst,
+            Strategy::ConstantWait(Duration::from_secs(900)),
+            Strategy::NoWait,
+            Strategy::NeverBurst,
+        ]
+    } else {
+        strategy::parse_list(&args.strategy).map_err(InputError)?
+    };
+    if !(args.cloud_boot_delay.is_finite() && args.cloud_boot_delay >= 0.0) {
+        return Err(InputError(
+            "--cloud-boot-delay must be a number of seconds >= 0".into(),
+        ));
+    }
+    if !(0.0..=1.0).contains(&args.capacity_error_rate) {
+        return Err(InputError(
+            "--capacity-error-rate must be between 0 and 1".into(),
+        ));
+    }
+    if !(args.spot_interruption_rate.is_finite() && args.spot_interruption_rate >= 0.0) {
+        return Err(InputError("--spot-interruption-rate must be >= 0".into()));
+    }
+    let options = Options {
+        boot_delay: Duration::from_millis((args.cloud_boot_delay * 1000.0) as u64),
+        seed: args.seed,
+        capacity_error_rate: args.capacity_error_rate,
+        spot_interruptions_per_hour: args.spot_interruption_rate,
+    };
+    let progress = std::io::stderr().is_terminal();
+    let private: u32 = inventory.iter().map(|n| n.gpus).sum();
+    let mut runs = Vec::new();
+    for s in &strategies {
+        if progress {
+            eprint!(
+                "\rsimulating {s} on {} jobs, {private} private GPUs...          ",
+                jobs.len()
+            );
+        }
+        runs.extend(spillway_sim::compare(
+            &base,
+            &jobs,
+            std::slice::from_ref(s),
+            &options,
+            &NoPolicy,
+        ));
+    }
+    if progress {
+        eprint!("\r{:60}\r", "");
+    }
+    let summaries: Vec<report::Summary> = runs.iter().map(|(s, _)| s.clone()).collect();
+    if args.json {
+        match serde_json::to_string_pretty(&summaries) {
+            Ok(json) => println!("{json}"),
+            Err(e) => return Err(InputError(format!("cannot encode results: {e}"))),
+        }
+    } else {
+        println!(
+            "{} jobs from {trace_name}; {private} private GPUs; catalog {catalog_name}",
+            jobs.len()
+        );
+        print!("{}", report::table(&summaries));
+    }
+    if let Some(dir) = &args.report {
+        let title = format!("Spillway simulation: {trace_name}, {private} private GPUs");
+        let page = html::render(&title, &runs)
+            .map_err(|e| InputError(format!("rendering the report: {e}")))?;
+        std::fs::create_dir_all(dir).map_err(|e| InputError(format!("{}: {e}", dir.display())))?;
+        let path = dir.join("index.html");
+        std::fs::write(&path, page).map_err(|e| InputError(format!("{}: {e}", path.display())))?;
+        if !args.json {
+            println!("report: {}", path.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,135 @@
+//! `spillway simulate` as users run it.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn spillway(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(args)
+        .output()
+        .expect("run spillway")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("spillway-cli-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn no_arguments_compares_strategies_on_the_bundled_example() {
+    let out = spillway(&["simulate"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    for s in [
+        "spillway",
+        "starburst",
+        "constant-wait:900",
+        "no-wait",
+        "never-burst",
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with(s)),
+            "{s} missing from\n{text}"
+        );
+    }
+}
+
+#[test]
+fn json_has_the_spec_keys_and_a_report_is_written() {
+    let dir = tmp("report");
+    let out = spillway(&[
+        "simulate",
+        "--json",
+        "--strategy",
+        "spillway,no-wait",
+        "--report",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let rows = v.as_array().expect("an array");
+    assert_eq!(rows.len(), 2);
+    for key in [
+        "strategy",
+        "jobs",
+        "burst_jobs",
+        "cloud_cost_usd",
+        "cloud_gpu_hours",
+        "private_gpu_utilization",
+        "avg_wait_s",
+        "p50_wait_s",
+        "p95_wait_s",
+        "avg_jct_s",
+        "sim_wall_s",
+    ] {
+        assert!(rows[0].get(key).is_some(), "missing key {key}");
+    }
+    assert_eq!(rows[1]["strategy"], "no-wait");
+    let html = std::fs::read_to_string(dir.join("index.html")).expect("index.html");
+    assert!(
+        html.contains("<svg") && html.matches("<svg").count() >= 4,
+        "four SVG charts"
+    );
+    assert!(!html.contains("<script src"), "self-contained");
+}
+
+#[test]
+fn malformed_input_names_file_and_line_and_exits_2() {
+    let dir = tmp("bad");
+    let trace = dir.join("trace.csv");
+    std::fs::write(
+        &trace,
+        "job_id,arrival_s,runtime_s,num_gpus\na,0,60,1\nb,later,60,1\n",
+    )
+    .unwrap();
+    let out = spillway(&[
+        "simulate",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--private-gpus",
+        "1x8",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("{}:3:", trace.display())) && err.contains("arrival_s"),
+        "{err}"
+    );
+
+    let config = dir.join("queues.yaml");
+    std::fs::write(&config, "apiVersion: spillway.io/v1alpha1\nkind: GpuQueue\nmetadata: {name: q}\nspec:\n  weight: lots\n").unwrap();
+    let out = spillway(&[
+        "simulate",
+        "--config",
+        config.to_str().unwrap(),
+        "--private-gpus",
+        "1x8",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("{}:5:", config.display())), "{err}");
+
+    let out = spillway(&["simulate", "--strategy", "yolo"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown strategy"));
+
+    let out = spillway(&["simulate", "--private-gpus", "lots"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn crds_prints_all_five() {
+    let out = spillway(&["crds"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.matches("kind: CustomResourceDefinition").count(), 5);
+}
