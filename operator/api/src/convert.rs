@@ -35,6 +35,7 @@ pub fn queue(q: &GpuQueue) -> Result<core::Queue, FieldErrors> {
             wait_mode: match burst.wait_mode {
                 WaitMode::Fixed => core::WaitMode::Fixed,
                 WaitMode::ComputeWait => core::WaitMode::ComputeWait,
+                WaitMode::CostAware => core::WaitMode::CostAware,
             },
             compute_wait_factor: burst
                 .compute_wait_factor

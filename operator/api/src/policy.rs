@@ -64,7 +64,7 @@ pub struct PolicyRule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "optional_duration_schema")]
     pub max_wait: Option<String>,
-    /// `fixed` or `compute-wait` (see GpuQueue `burst.waitMode`).
+    /// `fixed`, `compute-wait` or `cost-aware` (see GpuQueue `burst.waitMode`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_mode: Option<WaitMode>,
     /// In `compute-wait` mode, seconds of wait per GPU-second of estimated work.

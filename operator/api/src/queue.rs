@@ -88,10 +88,15 @@ pub enum WaitMode {
     #[serde(rename = "fixed")]
     #[default]
     Fixed,
-    /// A job's wait budget grows with its size, GPUs x estimated runtime x `computeWaitFactor`,
-    /// capped at `maxWait` (the Starburst rule, USENIX ATC'24).
+    /// A job's wait budget grows with its size, GPUs x estimated runtime x
+    /// `computeWaitFactor` (the Starburst rule, USENIX ATC'24); jobs without an estimate wait
+    /// `maxWait`.
     #[serde(rename = "compute-wait")]
     ComputeWait,
+    /// Jobs whose cheapest cloud capacity is the cheapest per GPU-hour wait `maxWait`; a job
+    /// dearer to burst waits proportionally longer (twice the price, twice the wait).
+    #[serde(rename = "cost-aware")]
+    CostAware,
 }
 
 /// Bursting settings of a queue.
@@ -105,7 +110,8 @@ pub struct QueueBurst {
     #[serde(default = "default_max_wait")]
     #[schemars(schema_with = "duration_schema")]
     pub max_wait: String,
-    /// `fixed` (every job waits `maxWait`) or `compute-wait` (bigger jobs may wait longer).
+    /// `fixed` (every job waits `maxWait`), `compute-wait` (bigger, longer jobs wait longer)
+    /// or `cost-aware` (jobs dearer to burst wait longer).
     #[serde(default)]
     pub wait_mode: WaitMode,
     /// In `compute-wait` mode, seconds of wait per GPU-second of estimated work.

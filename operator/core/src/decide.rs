@@ -620,20 +620,20 @@ impl<'a> Cycle<'a> {
                 let (reason, message) = if backfilled {
                     (
                         Reason::Backfilled,
-                        format!(
+                        self.say(|| format!(
                             "Started on free private GPUs ahead of a larger waiting job, without delaying its expected start ({} GPUs on {} node(s)).",
                             job.total_gpus(),
                             distinct(&nodes)
-                        ),
+                        )),
                     )
                 } else {
                     (
                         Reason::FitsPrivate,
-                        format!(
+                        self.say(|| format!(
                             "The whole gang fits on free private GPUs ({} GPUs on {} node(s) of pool {pool}).",
                             job.total_gpus(),
                             distinct(&nodes)
-                        ),
+                        )),
                     )
                 };
                 self.start(
@@ -651,7 +651,8 @@ impl<'a> Cycle<'a> {
             // Does not fit now.
             if self.settings.backfill {
                 if reserved_queue.insert(qname) {
-                    w.private_estimate = self.reserve(job);
+                    let may_burst = self.cloud_blocker(job, &w.effects).is_none();
+                    w.private_estimate = self.reserve(job, may_burst);
                 } else {
                     w.private_estimate = None;
                 }
@@ -727,12 +728,17 @@ impl<'a> Cycle<'a> {
     }
 
     /// Reserves private GPUs for a blocked job; returns its estimated start.
-    fn reserve(&mut self, job: &Job) -> Option<Time> {
+    ///
+    /// When the start cannot be estimated (running work without runtimes), a job that may
+    /// burst gets no reservation: holding GPUs idle for an unknown time costs more than the
+    /// cloud placement that ends its wait after `maxWait`. A job that can never burst reserves
+    /// the nodes it would use once everything running has ended, so it cannot starve.
+    fn reserve(&mut self, job: &Job, may_burst: bool) -> Option<Time> {
         let g = job.gpus_per_replica;
         let nodes = &self.snap.nodes;
         let (at, room) = match self.shadow(job) {
             Some((t, free)) => (Some(t), free),
-            // Not estimable: plan for the moment everything running has ended.
+            None if may_burst => return None,
             None => (None, nodes.iter().map(|n| n.gpus).collect()),
         };
         // Best fit at that time; prefer nodes with more GPUs free now (they are closer).
@@ -766,6 +772,84 @@ impl<'a> Cycle<'a> {
         at
     }
 
+    fn confidential_dataset(&self, job: &Job) -> Option<&'a crate::Dataset> {
+        job.datasets
+            .iter()
+            .filter_map(|d| self.datasets.get(d.as_str()).copied())
+            .find(|d| d.classification == Classification::Confidential)
+    }
+
+    /// What forbids the cloud for this job outright, if anything: placement, Restricted data,
+    /// a rule, Confidential data no rule allows, or a queue that does not burst.
+    fn cloud_blocker(
+        &self,
+        job: &Job,
+        effects: &Effects,
+    ) -> Option<(Reason, String, Option<String>)> {
+        let queue = self.queues.get(job.queue.as_str())?;
+        if job.placement == Placement::PrivateOnly {
+            return Some((
+                Reason::PrivateOnlyPlacement,
+                self.say(|| {
+                    "The job asks for private capacity only (placement: PrivateOnly).".into()
+                }),
+                None,
+            ));
+        }
+        let restricted = job
+            .datasets
+            .iter()
+            .filter_map(|d| self.datasets.get(d.as_str()))
+            .find(|d| d.classification == Classification::Restricted);
+        if let Some(d) = restricted {
+            return Some((
+                Reason::RestrictedData,
+                self.say(|| {
+                    format!(
+                        "The job reads Restricted dataset {:?}, which never leaves private nodes.",
+                        d.name
+                    )
+                }),
+                None,
+            ));
+        }
+        if let Some(rule) = effects.forbids(Environment::Cloud) {
+            return Some((
+                Reason::ForbiddenByPolicy,
+                self.say(|| format!("Rule {rule} forbids the cloud for this job.")),
+                Some(rule.to_string()),
+            ));
+        }
+        let allowed = effects
+            .allowed_classifications
+            .iter()
+            .any(|r| r.value == Classification::Confidential);
+        if let (Some(d), false) = (self.confidential_dataset(job), allowed) {
+            return Some((
+                Reason::ConfidentialData,
+                self.say(|| format!("The job reads Confidential dataset {:?} and no rule allows it in the cloud.", d.name)),
+                None,
+            ));
+        }
+        if !queue.burst.enabled {
+            return Some((
+                Reason::BurstDisabled,
+                self.say(|| format!("Queue {} does not allow bursting to the cloud.", queue.name)),
+                None,
+            ));
+        }
+        None
+    }
+
+    /// A decision message, built only when decisions are explained (`Settings::explain`).
+    fn say(&self, message: impl FnOnce() -> String) -> String {
+        if self.settings.explain {
+            message()
+        } else {
+            String::new()
+        }
+    }
+
     /// Step 4 for one job.
     fn burst(&mut self, w: Waiting) {
         let snap = self.snap;
@@ -773,23 +857,13 @@ impl<'a> Cycle<'a> {
         let queue = self.queues[job.queue.as_str()];
         let waited = self.waited(job);
 
-        // What forbids the cloud outright.
-        let restricted = job
-            .datasets
-            .iter()
-            .filter_map(|d| self.datasets.get(d.as_str()))
-            .find(|d| d.classification == Classification::Restricted);
+        let confidential = self.confidential_dataset(job);
         let confidential_allowed = w
             .effects
             .allowed_classifications
             .iter()
             .find(|r| r.value == Classification::Confidential)
             .map(|r| r.rule.clone());
-        let confidential = job
-            .datasets
-            .iter()
-            .filter_map(|d| self.datasets.get(d.as_str()))
-            .find(|d| d.classification == Classification::Confidential);
         let forced = match &w.private_block {
             Some((Reason::CloudOnlyPlacement, _)) => Some((Reason::CloudOnlyPlacement, None)),
             Some((Reason::RequiredByPolicy, rule)) => {
@@ -797,47 +871,7 @@ impl<'a> Cycle<'a> {
             }
             _ => None,
         };
-        let blocker: Option<(Reason, String, Option<String>)> = if job.placement
-            == Placement::PrivateOnly
-        {
-            Some((
-                Reason::PrivateOnlyPlacement,
-                "The job asks for private capacity only (placement: PrivateOnly).".into(),
-                None,
-            ))
-        } else if let Some(d) = restricted {
-            Some((
-                Reason::RestrictedData,
-                format!(
-                    "The job reads Restricted dataset {:?}, which never leaves private nodes.",
-                    d.name
-                ),
-                None,
-            ))
-        } else if let Some(rule) = w.effects.forbids(Environment::Cloud) {
-            Some((
-                Reason::ForbiddenByPolicy,
-                format!("Rule {rule} forbids the cloud for this job."),
-                Some(rule.to_string()),
-            ))
-        } else if let (Some(d), None) = (confidential, &confidential_allowed) {
-            Some((
-                Reason::ConfidentialData,
-                format!(
-                    "The job reads Confidential dataset {:?} and no rule allows it in the cloud.",
-                    d.name
-                ),
-                None,
-            ))
-        } else if !queue.burst.enabled {
-            Some((
-                Reason::BurstDisabled,
-                format!("Queue {} does not allow bursting to the cloud.", queue.name),
-                None,
-            ))
-        } else {
-            None
-        };
+        let blocker = self.cloud_blocker(job, &w.effects);
         if let Some((reason, message, rule)) = blocker {
             if w.never_private || forced.is_some() {
                 let why = if forced.is_some() {
@@ -902,7 +936,7 @@ impl<'a> Cycle<'a> {
             if let (Some(deadline), Some(rt)) = (job.deadline, runtime) {
                 self.wake(deadline - rt);
             }
-            let message = match w.private_estimate {
+            let message = self.say(|| match w.private_estimate {
                 Some(t) => format!(
                     "Waiting for private GPUs, expected in {}; may burst after {threshold} of waiting.",
                     t.since(self.now)
@@ -911,7 +945,7 @@ impl<'a> Cycle<'a> {
                     "Waiting for private GPUs; may burst after {threshold} of waiting ({} so far).",
                     waited
                 ),
-            };
+            });
             let est = w
                 .private_estimate
                 .map(|t| t.since(self.now))
@@ -928,11 +962,13 @@ impl<'a> Cycle<'a> {
             && let Some(t) = w.private_estimate
             && t <= self.now + self.settings.cloud_ready_delay
         {
-            let message = format!(
-                "Private GPUs are expected to free up in {}, sooner than a cloud node could be ready ({}).",
-                t.since(self.now),
-                self.settings.cloud_ready_delay
-            );
+            let message = self.say(|| {
+                format!(
+                    "Private GPUs are expected to free up in {}, sooner than a cloud node could be ready ({}).",
+                    t.since(self.now),
+                    self.settings.cloud_ready_delay
+                )
+            });
             self.wake(t);
             self.wait(
                 job,
@@ -946,6 +982,7 @@ impl<'a> Cycle<'a> {
         }
         self.place_in_cloud(
             job,
+            (mode == WaitMode::CostAware && reason == Reason::MaxWaitExceeded).then_some(max_wait),
             &w,
             reason,
             rule,
@@ -993,6 +1030,7 @@ impl<'a> Cycle<'a> {
     fn place_in_cloud(
         &mut self,
         job: &'a Job,
+        cost_aware: Option<Duration>,
         w: &Waiting,
         trigger: Reason,
         trigger_rule: Option<String>,
@@ -1041,6 +1079,35 @@ impl<'a> Cycle<'a> {
 
         match self.cheapest_offering(job, queue, &w.effects) {
             Ok(choice) => {
+                if let Some(max_wait) = cost_aware {
+                    let reference = self.cheapest_gpu_hour(queue);
+                    let per_gpu = choice.hourly / job.total_gpus().max(1) as f64;
+                    let ratio = if reference > 0.0 {
+                        (per_gpu / reference).max(1.0)
+                    } else {
+                        1.0
+                    };
+                    let extended =
+                        Duration::from_millis((max_wait.as_millis() as f64 * ratio) as u64);
+                    if self.waited(job) < extended {
+                        let burst_at = job.queued_at + extended;
+                        self.wake(burst_at);
+                        let message = self.say(|| {
+                            format!(
+                                "Waiting for private GPUs: its cheapest cloud capacity costs ${per_gpu:.2} per GPU-hour, {ratio:.1}x the cheapest offering, so it waits up to {extended} before bursting."
+                            )
+                        });
+                        self.wait(
+                            job,
+                            w,
+                            Reason::WaitingForPrivate,
+                            message,
+                            None,
+                            Some(burst_at.since(self.now)),
+                        );
+                        return;
+                    }
+                }
                 let count = choice.count;
                 let offering = choice.offering.clone();
                 let message = format!(
@@ -1099,6 +1166,20 @@ impl<'a> Cycle<'a> {
                 }
             }
         }
+    }
+
+    /// The lowest on-demand price of one GPU-hour among the offerings a queue may use now
+    /// (on-demand, so that spot prices, which only some jobs may use, do not stretch every
+    /// other job's wait).
+    fn cheapest_gpu_hour(&self, queue: &Queue) -> f64 {
+        self.snap
+            .offerings
+            .iter()
+            .filter(|o| o.gpus > 0 && o.capacity_type == CapacityType::OnDemand)
+            .filter(|o| self.cloud_pool_allowed(queue, &o.pool))
+            .filter(|o| o.unavailable_until.is_none_or(|t| t <= self.now))
+            .map(|o| o.hourly_price / o.gpus as f64)
+            .fold(f64::INFINITY, f64::min)
     }
 
     fn could_ever_fit_cloud(&self, job: &Job, queue: &Queue) -> bool {

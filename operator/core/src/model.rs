@@ -14,9 +14,13 @@ pub enum WaitMode {
     /// Every job may wait `max_wait`.
     #[default]
     Fixed,
-    /// A job's wait budget is `compute_wait_factor` x GPUs x estimated runtime, capped at
-    /// `max_wait` (Starburst, USENIX ATC'24).
+    /// A job's wait budget is `compute_wait_factor` x GPUs x estimated runtime (Starburst,
+    /// USENIX ATC'24); a job without an estimate waits `max_wait`.
     ComputeWait,
+    /// `max_wait` for jobs whose cheapest cloud capacity is the cheapest per GPU-hour; a job
+    /// dearer to burst waits proportionally longer (twice the price per GPU-hour, twice the
+    /// wait), since keeping it private saves more.
+    CostAware,
 }
 
 /// A queue's bursting settings.
@@ -306,6 +310,10 @@ pub struct Settings {
     pub cloud_ready_delay: Duration,
     /// Runtime assumed for cost estimates when a job has neither estimate nor limit.
     pub default_runtime: Duration,
+    /// Write a human sentence into every decision. The simulator turns it off: it reads only
+    /// outcomes and reasons, and thousands of waiting jobs per cycle make the sentences its
+    /// main cost.
+    pub explain: bool,
 }
 
 impl Default for Settings {
@@ -315,6 +323,7 @@ impl Default for Settings {
             runtime_aware: true,
             cloud_ready_delay: Duration::from_secs(180),
             default_runtime: Duration::from_secs(3600),
+            explain: true,
         }
     }
 }

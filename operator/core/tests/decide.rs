@@ -482,3 +482,20 @@ fn bad_references_are_rejected_with_a_reason() {
     assert_decision(&plan, "lost", Outcome::Reject, Reason::QueueNotFound);
     assert_decision(&plan, "nodata", Outcome::Reject, Reason::DatasetNotFound);
 }
+
+#[test]
+fn cost_aware_waits_longer_for_jobs_dearer_to_burst() {
+    let mut s = base();
+    s.queues[0].burst.wait_mode = WaitMode::CostAware;
+    s.nodes = vec![private_node("n1", 8, 0, "A100")];
+    // The cheapest GPU-hour is a g5.12xlarge ($5.672 / 4 GPUs). A 4-GPU job gets exactly that;
+    // an 8-GPU replica needs a g5.48xlarge at $2.036 per GPU-hour, 1.44 times as much.
+    s.jobs = vec![job("cheap", 4, 0), job("dear", 8, 0)];
+    let plan = run(&s, 16);
+    assert_decision(&plan, "cheap", Outcome::StartCloud, Reason::MaxWaitExceeded);
+    assert_decision(&plan, "dear", Outcome::Wait, Reason::WaitingForPrivate);
+    let wake = plan.next_wake.expect("wakes when the longer wait ends");
+    assert!(wake > at_min(21) && wake < at_min(22), "{wake}");
+    let plan = run(&s, 22);
+    assert_decision(&plan, "dear", Outcome::StartCloud, Reason::MaxWaitExceeded);
+}

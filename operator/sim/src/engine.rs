@@ -323,10 +323,11 @@ impl<'a> Engine<'a> {
 
     fn remove_job(&mut self, i: usize) {
         let Some(p) = self.pos.remove(&i) else { return };
-        self.snap.jobs.swap_remove(p);
-        self.trace_of.swap_remove(p);
-        if p < self.trace_of.len() {
-            self.pos.insert(self.trace_of[p], p);
+        // Keep arrival order (decide sorts by arrival; sorted input sorts in linear time).
+        self.snap.jobs.remove(p);
+        self.trace_of.remove(p);
+        for (q, &i) in self.trace_of.iter().enumerate().skip(p) {
+            self.pos.insert(i, q);
         }
     }
 

@@ -30,8 +30,8 @@ pub mod example {
     pub const CONFIG_NAME: &str = "examples/config/setup.yaml";
     pub const CATALOG: &str = include_str!("../../../examples/catalog-aws-us-east-1.csv");
     pub const CATALOG_NAME: &str = "examples/catalog-aws-us-east-1.csv";
-    /// The private inventory of the example: two nodes of eight GPUs.
-    pub const PRIVATE_GPUS: &str = "2x8";
+    /// The private inventory of the example: one node of eight GPUs.
+    pub const PRIVATE_GPUS: &str = "1x8";
 }
 
 /// Options of a replay besides the world.

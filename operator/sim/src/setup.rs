@@ -3,7 +3,7 @@
 
 use spillway_api::manifests::Manifests;
 use spillway_core::catalog::{self, CatalogRow};
-use spillway_core::{Node, Pool, PoolKind, Queue, Snapshot};
+use spillway_core::{Node, Pool, PoolKind, Queue, Snapshot, WaitMode};
 
 use crate::trace::InventoryNode;
 
@@ -13,7 +13,7 @@ pub const DEFAULT_PRIVATE_POOL: &str = "private";
 pub const DEFAULT_CLOUD_POOL: &str = "cloud";
 
 /// Builds the starting snapshot. Without manifests: one queue with bursting enabled (15 minute
-/// maximum wait), one private pool holding the inventory, one cloud pool offering every row of
+/// maximum wait, `cost-aware` wait mode, the recommended setting), one private pool holding the inventory, one cloud pool offering every row of
 /// the catalog. With manifests, their queues, pools and datasets are used; the inventory goes to
 /// the first private pool (one named `private` is added if there is none) and each cloud pool
 /// offers the catalog rows of its region and instance types.
@@ -49,6 +49,7 @@ pub fn snapshot(
     if snap.queues.is_empty() {
         let mut q = Queue::new(DEFAULT_QUEUE);
         q.burst.enabled = true;
+        q.burst.wait_mode = WaitMode::CostAware;
         snap.queues.push(q);
     }
     let private_pool = match snap.pools.iter().find(|p| !p.is_cloud()) {

@@ -79,6 +79,7 @@ impl Strategy {
     /// Adapts queue settings and scheduler knobs; returns whether runtimes are known in advance.
     pub fn apply(&self, snap: &mut Snapshot, boot_delay: Duration) -> bool {
         snap.settings.cloud_ready_delay = boot_delay;
+        snap.settings.explain = false;
         if *self == Strategy::Spillway {
             return false;
         }

@@ -72,10 +72,10 @@ fn constant_wait_bursts_after_the_wait_and_zero_boot_delay_is_allowed() {
 
 #[test]
 fn spillway_backfills_short_jobs_around_a_blocked_gang() {
-    // A full-node job runs; an 8-GPU job waits for it; short 1-GPU jobs with estimates fill the
-    // other node meanwhile instead of waiting behind the gang.
-    let trace = "job_id,arrival_s,runtime_s,num_gpus,estimated_runtime_s\n\
-        long,0,7200,8,7200\nbig,10,3600,8,3600\nfill,20,7200,4,7200\ns1,30,600,2,600\ns2,30,600,2,600\n";
+    // A 4-GPU job holds one node for two hours; a 2 x 8 gang must wait for it; short 2-GPU
+    // jobs with estimates run in the gap instead of waiting behind the gang.
+    let trace = "job_id,arrival_s,runtime_s,num_gpus,estimated_runtime_s,replicas\n\
+        long,0,7200,4,7200,1\nbig,10,3600,8,3600,2\ns1,20,600,2,600,1\ns2,20,600,2,600,1\n";
     let r = run(
         trace,
         "2x8",
@@ -83,9 +83,11 @@ fn spillway_backfills_short_jobs_around_a_blocked_gang() {
         no_failures(180),
     );
     let (spillway, fifo) = (&r[0], &r[1]);
-    assert_eq!(spillway.finished_jobs, 5);
+    assert_eq!((spillway.finished_jobs, fifo.finished_jobs), (4, 4));
+    // In strict order s1 and s2 wait for the gang, which waits for `long`: 3 h each.
+    assert!(fifo.p95_wait_s >= 10_780.0, "{}", fifo.p95_wait_s);
     assert!(
-        spillway.avg_wait_s < fifo.avg_wait_s,
+        spillway.avg_wait_s < fifo.avg_wait_s / 2.0,
         "backfilling waits less: {} vs {}",
         spillway.avg_wait_s,
         fifo.avg_wait_s

@@ -204,8 +204,15 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode, InputError> {
         let path = dir.join("index.html");
         std::fs::write(&path, page).map_err(|e| InputError(format!("{}: {e}", path.display())))?;
         if !args.json {
-            println!("report: {}", path.display());
+            print_out(&format!("report: {}\n", path.display()));
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes to stdout; a closed pipe (as in `spillway simulate | head`) is not an error.
+fn print_out(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
 }
