@@ -14,6 +14,7 @@
 //! 5. Scale-down: cloud nodes idle past their pool's `idleTimeout` are terminated.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::model::{JobState, Settings, WaitMode};
 use crate::plan::{Decision, Launch, OfferingChoice, Outcome, Plan, Reason, Start, Termination};
@@ -22,6 +23,32 @@ use crate::{
     CapacityType, Classification, Duration, Environment, Job, Node, Placement, PoolKind, Queue,
     Snapshot, Time,
 };
+
+/// FNV-1a: the cycle hashes many short names; SipHash's protection against hash flooding is
+/// not needed for names the cycle itself puts in.
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
 
 /// Runs one scheduling cycle. Pure: the same snapshot, policy and `now` give the same plan.
 pub fn decide(snapshot: &Snapshot, policy: &dyn Policy, now: Time) -> Plan {
@@ -136,10 +163,10 @@ struct Cycle<'a> {
     now: Time,
     settings: &'a Settings,
     plan: Plan,
-    queues: HashMap<&'a str, &'a Queue>,
-    datasets: HashMap<&'a str, &'a crate::Dataset>,
-    pools: HashMap<&'a str, &'a crate::Pool>,
-    node_index: HashMap<&'a str, usize>,
+    queues: FastMap<&'a str, &'a Queue>,
+    datasets: FastMap<&'a str, &'a crate::Dataset>,
+    pools: FastMap<&'a str, &'a crate::Pool>,
+    node_index: FastMap<&'a str, usize>,
     private: PrivateIndex,
     /// Free GPUs on cloud nodes (by node index), and whether the node is claimed.
     cloud_free: Vec<u32>,
@@ -148,15 +175,22 @@ struct Cycle<'a> {
     releases: Vec<(Time, usize, u32)>,
     releases_sorted: bool,
     reservations: Vec<Reservation>,
-    queue_state: BTreeMap<&'a str, QueueState>,
+    queue_state: FastMap<&'a str, QueueState>,
     /// Per cloud pool: instances, GPUs, USD/h (running and launching).
-    pool_usage: HashMap<&'a str, (u32, u32, f64)>,
+    pool_usage: FastMap<&'a str, (u32, u32, f64)>,
     needs_in_flight: BTreeSet<&'a str>,
+    /// Replica slots per (GPUs per replica, models) on empty private nodes.
+    capacity_slots: Vec<((u32, Vec<crate::GpuModel>), u32)>,
+    /// Shapes (GPUs per replica, models, may use reserved GPUs) that did not fit this cycle,
+    /// with the smallest gang that failed.
+    fit_failures: Vec<((u32, Vec<crate::GpuModel>, bool), u32)>,
+    /// Cloud nodes with free GPUs.
+    cloud_nodes: Vec<usize>,
 }
 
 impl<'a> Cycle<'a> {
     fn new(snap: &'a Snapshot, policy: &'a dyn Policy, now: Time) -> Cycle<'a> {
-        let pools: HashMap<&str, &crate::Pool> =
+        let pools: FastMap<&str, &crate::Pool> =
             snap.pools.iter().map(|p| (p.name.as_str(), p)).collect();
         let is_private = |n: &Node| {
             pools
@@ -198,10 +232,16 @@ impl<'a> Cycle<'a> {
             releases: Vec::new(),
             releases_sorted: false,
             reservations: Vec::new(),
-            queue_state: BTreeMap::new(),
-            pool_usage: HashMap::new(),
+            queue_state: FastMap::default(),
+            pool_usage: FastMap::default(),
             needs_in_flight: BTreeSet::new(),
+            capacity_slots: Vec::new(),
+            fit_failures: Vec::new(),
+            cloud_nodes: Vec::new(),
         };
+        cycle.cloud_nodes = (0..snap.nodes.len())
+            .filter(|&n| cycle.cloud_free[n] > 0)
+            .collect();
         cycle.index_usage();
         cycle
     }
@@ -272,6 +312,7 @@ impl<'a> Cycle<'a> {
 
     fn run(mut self) -> Plan {
         let snap = self.snap;
+        self.plan.decisions.reserve(snap.jobs.len());
         // Step 2: provisioning jobs.
         let mut pending: Vec<usize> = Vec::new();
         for (i, job) in snap.jobs.iter().enumerate() {
@@ -524,26 +565,38 @@ impl<'a> Cycle<'a> {
             });
             list.reverse(); // pop() takes the head
         }
-        let mut blocked: BTreeSet<&str> = BTreeSet::new();
-        let mut reserved_queue: BTreeSet<&str> = BTreeSet::new();
+        // One lane per queue, in name order (deterministic ties).
+        let mut lanes: Vec<Lane<'_>> = by_queue
+            .into_iter()
+            .map(|(name, jobs)| Lane {
+                name,
+                used: self
+                    .queue_state
+                    .get(name)
+                    .map_or(0, |s| s.private_gpus_in_use),
+                weight: self.queues.get(name).map_or(1, |q| q.weight.max(1)) as f64,
+                jobs,
+                blocked: false,
+                reserved: false,
+            })
+            .collect();
         let mut waiting = Vec::new();
         loop {
             // Weighted fair share: the queue using the fewest private GPUs per unit of weight
             // goes next.
-            let next = by_queue
-                .iter()
-                .filter(|(_, l)| !l.is_empty())
-                .map(|(q, _)| {
-                    let used = self.queue_state.get(q).map_or(0, |s| s.private_gpus_in_use) as f64;
-                    let weight = self.queues.get(q).map_or(1, |q| q.weight.max(1)) as f64;
-                    (used / weight, *q)
-                })
-                .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(b.1)))
-                .map(|(_, q)| q);
-            let Some(qname) = next else { break };
-            let Some(i) = by_queue.get_mut(qname).and_then(Vec::pop) else {
-                break;
-            };
+            let mut next: Option<(f64, usize)> = None;
+            for (l, lane) in lanes.iter().enumerate() {
+                if lane.jobs.is_empty() {
+                    continue;
+                }
+                let share = lane.used as f64 / lane.weight;
+                if next.is_none_or(|(best, _)| share < best) {
+                    next = Some((share, l));
+                }
+            }
+            let Some((_, l)) = next else { break };
+            let Some(i) = lanes[l].jobs.pop() else { break };
+            let qname = lanes[l].name;
             let job = &snap.jobs[i];
             let effects = self.effects(job);
             let mut w = Waiting {
@@ -587,7 +640,7 @@ impl<'a> Cycle<'a> {
                 waiting.push(w);
                 continue;
             }
-            if blocked.contains(qname) {
+            if lanes[l].blocked {
                 w.private_estimate = None;
                 waiting.push(w);
                 continue;
@@ -600,7 +653,32 @@ impl<'a> Cycle<'a> {
                         .iter()
                         .all(|res| res.at.is_some_and(|at| self.now + r <= at))
                 });
-            let fit = self.private.fit(&snap.nodes, job, ends_before_reservations);
+            // Free GPUs only shrink during the pass, so a shape that failed keeps failing.
+            let shape_failed = self
+                .fit_failures
+                .iter()
+                .any(|((g, models, ignore), replicas)| {
+                    *g == job.gpus_per_replica
+                        && *ignore == ends_before_reservations
+                        && *replicas <= job.replicas
+                        && *models == job.gpu_models
+                });
+            let fit = if shape_failed {
+                None
+            } else {
+                let fit = self.private.fit(&snap.nodes, job, ends_before_reservations);
+                if fit.is_none() {
+                    self.fit_failures.push((
+                        (
+                            job.gpus_per_replica,
+                            job.gpu_models.clone(),
+                            ends_before_reservations,
+                        ),
+                        job.replicas,
+                    ));
+                }
+                fit
+            };
             if let Some(nodes) = fit {
                 let backfilled = !self.reservations.is_empty();
                 for &n in &nodes {
@@ -636,6 +714,7 @@ impl<'a> Cycle<'a> {
                         )),
                     )
                 };
+                lanes[l].used += job.total_gpus();
                 self.start(
                     job,
                     Environment::Private,
@@ -650,14 +729,15 @@ impl<'a> Cycle<'a> {
             }
             // Does not fit now.
             if self.settings.backfill {
-                if reserved_queue.insert(qname) {
+                if !lanes[l].reserved {
+                    lanes[l].reserved = true;
                     let may_burst = self.cloud_blocker(job, &w.effects).is_none();
                     w.private_estimate = self.reserve(job, may_burst);
                 } else {
                     w.private_estimate = None;
                 }
             } else {
-                blocked.insert(qname);
+                lanes[l].blocked = true;
                 w.private_estimate = if self.reservations.is_empty() {
                     self.estimate_only(job)
                 } else {
@@ -672,19 +752,33 @@ impl<'a> Cycle<'a> {
         waiting
     }
 
-    /// Could the gang fit on the private nodes if they were empty?
-    fn can_ever_fit_private(&self, job: &Job) -> bool {
+    /// Could the gang fit on the private nodes if they were empty? Computed once per shape
+    /// (GPUs per replica and models) and cycle.
+    fn can_ever_fit_private(&mut self, job: &Job) -> bool {
         let g = job.gpus_per_replica;
-        let mut slots = 0u32;
-        for (i, n) in self.snap.nodes.iter().enumerate() {
-            if self.private.private[i] && n.gpus >= g && job.accepts_model(n.gpu_model.as_ref()) {
-                slots += n.gpus / g;
-                if slots >= job.replicas {
-                    return true;
+        let cached = self
+            .capacity_slots
+            .iter()
+            .find(|((cg, models), _)| *cg == g && *models == job.gpu_models)
+            .map(|(_, slots)| *slots);
+        let slots = match cached {
+            Some(s) => s,
+            None => {
+                let mut slots = 0u32;
+                for (i, n) in self.snap.nodes.iter().enumerate() {
+                    if self.private.private[i]
+                        && n.gpus >= g
+                        && job.accepts_model(n.gpu_model.as_ref())
+                    {
+                        slots = slots.saturating_add(n.gpus / g);
+                    }
                 }
+                self.capacity_slots
+                    .push(((g, job.gpu_models.clone()), slots));
+                slots
             }
-        }
-        false
+        };
+        slots >= job.replicas
     }
 
     fn sort_releases(&mut self) {
@@ -1054,7 +1148,10 @@ impl<'a> Cycle<'a> {
         let rule = trigger_rule.or(data_rule);
 
         // Idle cloud nodes first: no launch, no boot delay.
-        let idle: Vec<usize> = (0..snap.nodes.len())
+        let idle: Vec<usize> = self
+            .cloud_nodes
+            .iter()
+            .copied()
             .filter(|&n| self.cloud_free[n] >= job.gpus_per_replica && !self.cloud_claimed[n])
             .filter(|&n| self.cloud_pool_allowed(queue, &snap.nodes[n].pool))
             .collect();
@@ -1234,6 +1331,15 @@ impl<'a> Cycle<'a> {
 
         let mut best: Option<Choice> = None;
         let mut excluded: Vec<(Reason, String, Option<String>)> = Vec::new();
+        // One example per reason, written only when decisions are explained.
+        macro_rules! exclude {
+            ($reason:expr, $rule:expr, $($fmt:tt)*) => {
+                if !excluded.iter().any(|(r, _, _)| *r == $reason) {
+                    let message = if self.settings.explain { format!($($fmt)*) } else { String::new() };
+                    excluded.push(($reason, message, $rule));
+                }
+            };
+        }
         for o in &snap.offerings {
             if !self.cloud_pool_allowed(queue, &o.pool) {
                 continue;
@@ -1275,11 +1381,12 @@ impl<'a> Cycle<'a> {
             if self.policy.filters_offerings()
                 && let Err(rule) = self.policy.offering_allowed(&ctx, o)
             {
-                excluded.push((
+                exclude!(
                     Reason::NoFittingOffering,
-                    format!("rule {rule} excludes {}", o.instance_type),
-                    Some(rule),
-                ));
+                    Some(rule.clone()),
+                    "rule {rule} excludes {}",
+                    o.instance_type
+                );
                 continue;
             }
             let per_instance = o.gpus / job.gpus_per_replica;
@@ -1293,14 +1400,13 @@ impl<'a> Cycle<'a> {
                     .as_ref()
                     .filter(|r| (r.value - cap).abs() < 1e-9)
                     .map(|r| r.rule.clone());
-                excluded.push((
+                exclude!(
                     Reason::OverCostCap,
-                    format!(
-                        "{} x {} costs ${hourly:.2}/h, over the cap of ${cap:.2}/h",
-                        count, o.instance_type
-                    ),
                     rule,
-                ));
+                    "{} x {} costs ${hourly:.2}/h, over the cap of ${cap:.2}/h",
+                    count,
+                    o.instance_type
+                );
                 continue;
             }
             let (nodes, gpus, pool_hourly) = self
@@ -1314,11 +1420,12 @@ impl<'a> Cycle<'a> {
                     .max_hourly_usd
                     .is_some_and(|m| pool_hourly + hourly > m + 1e-9)
             {
-                excluded.push((
+                exclude!(
                     Reason::PoolLimitReached,
-                    format!("pool {} is at its limits", o.pool),
                     None,
-                ));
+                    "pool {} is at its limits",
+                    o.pool
+                );
                 continue;
             }
             let egress: f64 = ctx_datasets
@@ -1334,8 +1441,13 @@ impl<'a> Cycle<'a> {
                     .budget_monthly_usd
                     .is_some_and(|b| state.spent_this_month_usd + expected_total > b + 1e-9)
             {
-                excluded.push((Reason::BudgetExhausted, format!(
-                    "{count} x {} (${hourly:.2}/h, ${expected_total:.2} expected) would exceed queue {}'s budget", o.instance_type, queue.name), None));
+                exclude!(
+                    Reason::BudgetExhausted,
+                    None,
+                    "{count} x {} (${hourly:.2}/h, ${expected_total:.2} expected) would exceed queue {}'s budget",
+                    o.instance_type,
+                    queue.name
+                );
                 continue;
             }
             let choice = Choice {
@@ -1433,6 +1545,20 @@ impl<'a> Cycle<'a> {
             }
         }
     }
+}
+
+/// A queue's candidates in the private pass.
+struct Lane<'q> {
+    name: &'q str,
+    /// Private GPUs in use, including what this pass started.
+    used: u32,
+    weight: f64,
+    /// Candidates, the head last.
+    jobs: Vec<usize>,
+    /// Strict order: its head did not fit, nothing behind it may start privately.
+    blocked: bool,
+    /// Its first blocked job has a reservation.
+    reserved: bool,
 }
 
 /// A job that did not start in the private pass.

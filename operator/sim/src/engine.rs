@@ -615,12 +615,12 @@ impl<'a> Engine<'a> {
     }
 
     fn accrued_live(&self, t: i64) -> f64 {
-        self.instances
+        // The snapshot holds exactly the live instances.
+        self.snap
+            .instances
             .iter()
-            .filter(|i| i.alive)
             .map(|i| {
-                i.core.hourly_price
-                    * ((t - i.core.launched_at.as_millis()) as f64 / 1000.0).max(60.0)
+                i.hourly_price * ((t - i.launched_at.as_millis()) as f64 / 1000.0).max(60.0)
                     / 3600.0
             })
             .sum()

@@ -1,0 +1,50 @@
+//! Full replay of the openb default trace with 32 private GPUs (the `spillway` strategy), and
+//! trace loading on its own. Falls back to the bundled extract when `../shared` is absent.
+
+use std::path::Path;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use spillway_core::{NoPolicy, catalog};
+use spillway_sim::trace::{self, TraceFormat};
+use spillway_sim::{Options, Strategy, compare, example, setup};
+
+fn openb() -> (String, String) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/data/traces/alibaba-gpu-v2023/openb_pod_list_default.csv");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => ("openb_default".into(), text),
+        Err(_) => ("bundled_extract".into(), example::TRACE.to_string()),
+    }
+}
+
+fn bench_replay(c: &mut Criterion) {
+    let (name, text) = openb();
+    let jobs = trace::parse(&text, TraceFormat::Openb).expect("trace parses");
+    let rows = catalog::parse(example::CATALOG).expect("catalog parses");
+    let inventory = trace::parse_private_gpus("4x8").expect("inventory");
+    let base = setup::snapshot(None, &inventory, &rows).expect("world");
+    let options = Options::default();
+
+    let mut group = c.benchmark_group("replay");
+    group.sample_size(10);
+    group.bench_function(format!("load_{name}"), |b| {
+        b.iter(|| trace::parse(&text, TraceFormat::Openb).map(|j| j.len()))
+    });
+    for strategy in [Strategy::Spillway, Strategy::Starburst, Strategy::NoWait] {
+        group.bench_function(format!("{name}_32gpus_{strategy}"), |b| {
+            b.iter(|| {
+                compare(
+                    &base,
+                    &jobs,
+                    std::slice::from_ref(&strategy),
+                    &options,
+                    &NoPolicy,
+                )
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_replay);
+criterion_main!(benches);
