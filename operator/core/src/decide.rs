@@ -50,6 +50,9 @@ impl Hasher for Fnv {
 
 type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
 
+/// A gang's shape for fit memos: GPUs per replica, acceptable models, may use reserved GPUs.
+type Shape = (u32, Vec<crate::GpuModel>, bool);
+
 /// Runs one scheduling cycle. Pure: the same snapshot, policy and `now` give the same plan.
 pub fn decide(snapshot: &Snapshot, policy: &dyn Policy, now: Time) -> Plan {
     Cycle::new(snapshot, policy, now).run()
@@ -183,7 +186,7 @@ struct Cycle<'a> {
     capacity_slots: Vec<((u32, Vec<crate::GpuModel>), u32)>,
     /// Shapes (GPUs per replica, models, may use reserved GPUs) that did not fit this cycle,
     /// with the smallest gang that failed.
-    fit_failures: Vec<((u32, Vec<crate::GpuModel>, bool), u32)>,
+    fit_failures: Vec<(Shape, u32)>,
     /// Cloud nodes with free GPUs.
     cloud_nodes: Vec<usize>,
 }
