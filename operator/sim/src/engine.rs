@@ -118,7 +118,17 @@ const STALL_CYCLES: u32 = 1000;
 
 /// Replays `trace` in `world` with `policy`.
 pub fn run(world: &World, trace: &[TraceJob], policy: &dyn Policy) -> Outcome {
-    Engine::new(world, trace, policy).run()
+    Engine::new(world, trace, policy).run(&mut |_, _| {})
+}
+
+/// [`run`], calling `progress(arrived, total)` every few thousand arrivals.
+pub fn run_with_progress(
+    world: &World,
+    trace: &[TraceJob],
+    policy: &dyn Policy,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Outcome {
+    Engine::new(world, trace, policy).run(progress)
 }
 
 struct Engine<'a> {
@@ -215,7 +225,7 @@ impl<'a> Engine<'a> {
         (s * 1000.0).round() as i64
     }
 
-    fn run(mut self) -> Outcome {
+    fn run(mut self, progress: &mut dyn FnMut(usize, usize)) -> Outcome {
         if let Some(first) = self.trace.first() {
             self.last_t = Self::ms(first.arrival_s);
         }
@@ -239,6 +249,9 @@ impl<'a> Engine<'a> {
             {
                 self.arrive(self.next_arrival, t);
                 self.next_arrival += 1;
+                if self.next_arrival % 4096 == 0 {
+                    progress(self.next_arrival, self.trace.len());
+                }
             }
             let mut only_wakes = true;
             while let Some(Reverse((et, _, _))) = self.events.peek() {

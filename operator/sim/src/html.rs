@@ -33,11 +33,39 @@ fn thin(samples: &[Sample]) -> Vec<Sample> {
 
 type Series = (String, Vec<(f64, f64)>);
 
+/// Draws every series of `series` (in scope) on `chart`, one color per series index, with a
+/// legend.
+macro_rules! draw_lines {
+    ($chart:ident, $series:ident) => {
+        for (i, (name, points)) in $series.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            $chart
+                .draw_series(LineSeries::new(
+                    points.iter().copied(),
+                    color.stroke_width(2),
+                ))
+                .map_err(|e| e.to_string())?
+                .label(name.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                });
+        }
+        $chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()
+            .map_err(|e| e.to_string())?;
+    };
+}
+
 fn line_chart(
     title: &str,
     x_label: &str,
     y_label: &str,
     series: &[Series],
+    log_x: bool,
 ) -> Result<String, String> {
     let mut svg = String::new();
     {
@@ -57,39 +85,35 @@ fn line_chart(
             .flat_map(|(_, p)| p.iter().map(|q| q.0))
             .fold(x_max, f64::min)
             .min(x_max - 1e-9);
-        let mut chart = ChartBuilder::on(&root)
+        let mut builder = ChartBuilder::on(&root);
+        builder
             .caption(title, ("sans-serif", 18))
             .margin(12)
             .x_label_area_size(36)
-            .y_label_area_size(64)
-            .build_cartesian_2d(x_min..x_max, 0.0..y_max)
-            .map_err(|e| e.to_string())?;
-        chart
-            .configure_mesh()
-            .x_desc(x_label)
-            .y_desc(y_label)
-            .draw()
-            .map_err(|e| e.to_string())?;
-        for (i, (name, points)) in series.iter().enumerate() {
-            let color = COLORS[i % COLORS.len()];
+            .y_label_area_size(64);
+        if log_x {
+            let mut chart = builder
+                .build_cartesian_2d((x_min.max(1.0)..x_max.max(2.0)).log_scale(), 0.0..y_max)
+                .map_err(|e| e.to_string())?;
             chart
-                .draw_series(LineSeries::new(
-                    points.iter().copied(),
-                    color.stroke_width(2),
-                ))
-                .map_err(|e| e.to_string())?
-                .label(name.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-                });
+                .configure_mesh()
+                .x_desc(x_label)
+                .y_desc(y_label)
+                .draw()
+                .map_err(|e| e.to_string())?;
+            draw_lines!(chart, series);
+        } else {
+            let mut chart = builder
+                .build_cartesian_2d(x_min..x_max, 0.0..y_max)
+                .map_err(|e| e.to_string())?;
+            chart
+                .configure_mesh()
+                .x_desc(x_label)
+                .y_desc(y_label)
+                .draw()
+                .map_err(|e| e.to_string())?;
+            draw_lines!(chart, series);
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()
-            .map_err(|e| e.to_string())?;
         root.present().map_err(|e| e.to_string())?;
     }
     Ok(svg)
@@ -122,22 +146,19 @@ pub fn render(title: &str, runs: &[(Summary, Outcome)]) -> Result<String, String
             )
         })
         .collect();
-    let mut gpus: Vec<Series> = Vec::new();
-    for (s, o) in runs {
-        let t = thin(&o.samples);
-        gpus.push((
-            format!("{} private", s.strategy),
-            t.iter()
-                .map(|x| (hours(x, t0), x.private_busy_gpus as f64))
-                .collect(),
-        ));
-        gpus.push((
-            format!("{} cloud", s.strategy),
-            t.iter()
-                .map(|x| (hours(x, t0), x.cloud_busy_gpus as f64))
-                .collect(),
-        ));
-    }
+    let busy = |f: fn(&Sample) -> u32| -> Vec<Series> {
+        runs.iter()
+            .map(|(s, o)| {
+                let points = thin(&o.samples)
+                    .iter()
+                    .map(|x| (hours(x, t0), f(x) as f64))
+                    .collect();
+                (s.strategy.clone(), points)
+            })
+            .collect()
+    };
+    let private = busy(|x| x.private_busy_gpus);
+    let cloud = busy(|x| x.cloud_busy_gpus);
     let spend: Vec<Series> = runs
         .iter()
         .map(|(s, o)| {
@@ -156,21 +177,32 @@ pub fn render(title: &str, runs: &[(Summary, Outcome)]) -> Result<String, String
             let w = waits(o);
             let n = w.len().max(1) as f64;
             let step = (w.len() / MAX_POINTS).max(1);
-            let pts = w
+            // Seconds plus one on a log axis: zero waits sit at the left edge.
+            let mut pts: Vec<(f64, f64)> = w
                 .iter()
                 .enumerate()
                 .step_by(step)
-                .map(|(i, v)| (v / 60.0, (i + 1) as f64 / n))
+                .map(|(i, v)| (v + 1.0, (i + 1) as f64 / n))
                 .collect();
+            if let Some(last) = w.last() {
+                pts.push((last + 1.0, 1.0));
+            }
             (s.strategy.clone(), pts)
         })
         .collect();
 
     let charts = [
-        line_chart("Jobs waiting", "hours", "jobs", &queue)?,
-        line_chart("GPUs busy, private and cloud", "hours", "GPUs", &gpus)?,
-        line_chart("Cumulative cloud spend", "hours", "USD", &spend)?,
-        line_chart("Wait time CDF", "wait (minutes)", "fraction of jobs", &cdf)?,
+        line_chart("Jobs waiting", "hours", "jobs", &queue, false)?,
+        line_chart("Private GPUs busy", "hours", "GPUs", &private, false)?,
+        line_chart("Cloud GPUs busy", "hours", "GPUs", &cloud, false)?,
+        line_chart("Cumulative cloud spend", "hours", "USD", &spend, false)?,
+        line_chart(
+            "Wait time CDF",
+            "wait in seconds + 1 (log scale)",
+            "fraction of jobs",
+            &cdf,
+            true,
+        )?,
     ];
 
     let mut rows = String::new();

@@ -62,6 +62,18 @@ pub fn compare(
     options: &Options,
     policy: &dyn Policy,
 ) -> Vec<(Summary, Outcome)> {
+    compare_with_progress(base, trace, strategies, options, policy, &mut |_, _, _| {})
+}
+
+/// [`compare`], calling `progress(strategy, arrived, total)` during each replay.
+pub fn compare_with_progress(
+    base: &spillway_core::Snapshot,
+    trace: &[TraceJob],
+    strategies: &[Strategy],
+    options: &Options,
+    policy: &dyn Policy,
+    progress: &mut dyn FnMut(&Strategy, usize, usize),
+) -> Vec<(Summary, Outcome)> {
     strategies
         .iter()
         .map(|strategy| {
@@ -77,7 +89,9 @@ pub fn compare(
                 oracle_runtimes: oracle,
             };
             let started = Instant::now();
-            let outcome = engine::run(&world, trace, policy);
+            let outcome = engine::run_with_progress(&world, trace, policy, &mut |done, total| {
+                progress(strategy, done, total)
+            });
             let wall = started.elapsed().as_secs_f64();
             (
                 report::summarize(&strategy.to_string(), &outcome, wall),

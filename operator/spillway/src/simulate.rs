@@ -164,24 +164,25 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode, InputError> {
     };
     let progress = std::io::stderr().is_terminal();
     let private: u32 = inventory.iter().map(|n| n.gpus).sum();
+    let mut show = |s: &Strategy, done: usize, total: usize| {
+        if progress {
+            eprint!("\rsimulating {s}: {done}/{total} jobs arrived, {private} private GPUs   ");
+        }
+    };
     let mut runs = Vec::new();
     for s in &strategies {
-        if progress {
-            eprint!(
-                "\rsimulating {s} on {} jobs, {private} private GPUs...          ",
-                jobs.len()
-            );
-        }
-        runs.extend(spillway_sim::compare(
+        show(s, 0, jobs.len());
+        runs.extend(spillway_sim::compare_with_progress(
             &base,
             &jobs,
             std::slice::from_ref(s),
             &options,
             &NoPolicy,
+            &mut show,
         ));
     }
     if progress {
-        eprint!("\r{:60}\r", "");
+        eprint!("\r{:78}\r", "");
     }
     let summaries: Vec<report::Summary> = runs.iter().map(|(s, _)| s.clone()).collect();
     if args.json {
