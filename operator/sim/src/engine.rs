@@ -249,7 +249,7 @@ impl<'a> Engine<'a> {
             {
                 self.arrive(self.next_arrival, t);
                 self.next_arrival += 1;
-                if self.next_arrival % 4096 == 0 {
+                if self.next_arrival.is_multiple_of(4096) {
                     progress(self.next_arrival, self.trace.len());
                 }
             }
