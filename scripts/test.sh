@@ -23,4 +23,4 @@ SPILLWAY_MOTO_SERVER="$(scripts/moto.sh)"
 export SPILLWAY_MOTO_SERVER
 echo "test.sh: Kubernetes binaries in $KUBEBUILDER_ASSETS; moto at $SPILLWAY_MOTO_SERVER" >&2
 
-cargo test --workspace --locked "$@"
+cargo test --workspace --locked --no-fail-fast "$@"

@@ -523,6 +523,9 @@ impl<'a> Cycle<'a> {
     }
 
     fn effects(&self, job: &'a Job) -> Effects {
+        if self.policy.is_empty() {
+            return Effects::default();
+        }
         let Some(queue) = self.queues.get(job.queue.as_str()) else {
             return Effects::default();
         };
@@ -571,13 +574,14 @@ impl<'a> Cycle<'a> {
         // One lane per queue, in name order (deterministic ties).
         let mut lanes: Vec<Lane<'_>> = by_queue
             .into_iter()
-            .map(|(name, jobs)| Lane {
-                name,
+            .filter_map(|(name, jobs)| Some((self.queues.get(name).copied()?, name, jobs)))
+            .map(|(queue, name, jobs)| Lane {
+                queue,
                 used: self
                     .queue_state
                     .get(name)
                     .map_or(0, |s| s.private_gpus_in_use),
-                weight: self.queues.get(name).map_or(1, |q| q.weight.max(1)) as f64,
+                weight: queue.weight.max(1) as f64,
                 jobs,
                 blocked: false,
                 reserved: false,
@@ -599,7 +603,6 @@ impl<'a> Cycle<'a> {
             }
             let Some((_, l)) = next else { break };
             let Some(i) = lanes[l].jobs.pop() else { break };
-            let qname = lanes[l].name;
             let job = &snap.jobs[i];
             let effects = self.effects(job);
             let mut w = Waiting {
@@ -625,11 +628,8 @@ impl<'a> Cycle<'a> {
                 waiting.push(w);
                 continue;
             }
-            let queue = self.queues[qname];
-            let in_use = self
-                .queue_state
-                .get(qname)
-                .map_or(0, |s| s.private_gpus_in_use);
+            let queue = lanes[l].queue;
+            let in_use = lanes[l].used;
             if let Some(quota) = queue.quota_gpus
                 && !queue.borrowing
                 && in_use + job.total_gpus() > quota
@@ -1552,7 +1552,7 @@ impl<'a> Cycle<'a> {
 
 /// A queue's candidates in the private pass.
 struct Lane<'q> {
-    name: &'q str,
+    queue: &'q Queue,
     /// Private GPUs in use, including what this pass started.
     used: u32,
     weight: f64,

@@ -77,6 +77,11 @@ pub trait Policy {
     fn filters_offerings(&self) -> bool {
         false
     }
+
+    /// Whether there are no rules at all (lets the core skip building contexts).
+    fn is_empty(&self) -> bool {
+        false
+    }
 }
 
 /// No policies: queue and pool settings alone decide.
@@ -86,6 +91,10 @@ pub struct NoPolicy;
 impl Policy for NoPolicy {
     fn effects(&self, _ctx: &PolicyContext<'_>) -> Effects {
         Effects::default()
+    }
+
+    fn is_empty(&self) -> bool {
+        true
     }
 }
 
