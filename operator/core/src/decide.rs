@@ -605,6 +605,7 @@ impl<'a> Cycle<'a> {
             let Some(i) = lanes[l].jobs.pop() else { break };
             let job = &snap.jobs[i];
             let effects = self.effects(job);
+            let effects = (effects != Effects::default()).then(|| Box::new(effects));
             let mut w = Waiting {
                 job: i,
                 effects,
@@ -619,7 +620,7 @@ impl<'a> Cycle<'a> {
                 continue;
             }
             if let Some(r) = w
-                .effects
+                .effects()
                 .require
                 .as_ref()
                 .filter(|r| r.value == Environment::Cloud)
@@ -734,7 +735,7 @@ impl<'a> Cycle<'a> {
             if self.settings.backfill {
                 if !lanes[l].reserved {
                     lanes[l].reserved = true;
-                    let may_burst = self.cloud_blocker(job, &w.effects).is_none();
+                    let may_burst = self.cloud_blocker(job, w.effects()).is_none();
                     w.private_estimate = self.reserve(job, may_burst);
                 } else {
                     w.private_estimate = None;
@@ -956,7 +957,7 @@ impl<'a> Cycle<'a> {
 
         let confidential = self.confidential_dataset(job);
         let confidential_allowed = w
-            .effects
+            .effects()
             .allowed_classifications
             .iter()
             .find(|r| r.value == Classification::Confidential)
@@ -968,7 +969,7 @@ impl<'a> Cycle<'a> {
             }
             _ => None,
         };
-        let blocker = self.cloud_blocker(job, &w.effects);
+        let blocker = self.cloud_blocker(job, w.effects());
         if let Some((reason, message, rule)) = blocker {
             if w.never_private || forced.is_some() {
                 let why = if forced.is_some() {
@@ -985,7 +986,7 @@ impl<'a> Cycle<'a> {
         }
 
         // When to burst.
-        let (mode, factor, mode_rule) = match &w.effects.wait_mode {
+        let (mode, factor, mode_rule) = match &w.effects().wait_mode {
             Some(r) => (
                 r.value.0,
                 r.value.1.unwrap_or(queue.burst.compute_wait_factor),
@@ -993,7 +994,7 @@ impl<'a> Cycle<'a> {
             ),
             None => (queue.burst.wait_mode, queue.burst.compute_wait_factor, None),
         };
-        let (max_wait, wait_rule) = match &w.effects.max_wait {
+        let (max_wait, wait_rule) = match &w.effects().max_wait {
             Some(r) => (r.value, Some(r.rule.clone())),
             None => (queue.burst.max_wait, None),
         };
@@ -1177,7 +1178,7 @@ impl<'a> Cycle<'a> {
             return;
         }
 
-        match self.cheapest_offering(job, queue, &w.effects) {
+        match self.cheapest_offering(job, queue, w.effects()) {
             Ok(choice) => {
                 if let Some(max_wait) = cost_aware {
                     let reference = self.cheapest_gpu_hour(queue);
@@ -1250,7 +1251,7 @@ impl<'a> Cycle<'a> {
                     estimated_wait: Some(self.settings.cloud_ready_delay),
                     estimated_hourly_cost: Some(choice.hourly),
                     estimated_total_cost: Some(choice.expected_total),
-                    offering: Some(offering),
+                    offering: Some(Box::new(offering)),
                 });
             }
             Err((reason, message, rule)) => {
@@ -1567,13 +1568,33 @@ struct Lane<'q> {
 /// A job that did not start in the private pass.
 struct Waiting {
     job: usize,
-    effects: Effects,
+    /// The rules' effects; `None` when no rule said anything (most jobs, kept small).
+    effects: Option<Box<Effects>>,
     /// Estimated private start, when known.
     private_estimate: Option<Time>,
     /// No private node could ever hold the gang.
     never_private: bool,
     /// Why the private side was not tried.
     private_block: Option<(Reason, Option<String>)>,
+}
+
+/// The effects of no rule at all.
+static NO_EFFECTS: Effects = Effects {
+    forbid: Vec::new(),
+    require: None,
+    max_wait: None,
+    wait_mode: None,
+    max_hourly_cost: None,
+    capacity_types: None,
+    instance_types: None,
+    regions: None,
+    allowed_classifications: Vec::new(),
+};
+
+impl Waiting {
+    fn effects(&self) -> &Effects {
+        self.effects.as_deref().unwrap_or(&NO_EFFECTS)
+    }
 }
 
 struct Choice {

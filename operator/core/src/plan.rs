@@ -162,7 +162,7 @@ pub struct Decision {
     pub estimated_hourly_cost: Option<f64>,
     /// Expected total cost (hourly x runtime, plus data egress), USD, for cloud placements.
     pub estimated_total_cost: Option<f64>,
-    pub offering: Option<OfferingChoice>,
+    pub offering: Option<Box<OfferingChoice>>,
 }
 
 /// Start a job on named nodes (one entry per replica).
