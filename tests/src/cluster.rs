@@ -322,25 +322,32 @@ current-context: spillway-test
         crds: &[CustomResourceDefinition],
     ) -> anyhow::Result<()> {
         let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+        // Tests of one process install the same CRDs concurrently: one at a time.
+        static INSTALLING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+        let _guard = INSTALLING.lock().await;
         // Create or replace: Kubernetes 1.20 refuses a server-side apply of a one-version v1
         // CRD ("per-version schemas may not all be set to identical values"), while create and
         // update work (as `kubectl apply` and `helm install` do).
         for crd in crds {
             let name = crd.metadata.name.clone().context("CRD without a name")?;
-            match api.get_opt(&name).await? {
-                None => match api.create(&PostParams::default(), crd).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(e)) if e.code == 409 => {}
-                    Err(e) => return Err(e).with_context(|| format!("creating CRD {name}")),
-                },
-                Some(existing) => {
-                    let mut updated = crd.clone();
-                    updated.metadata.resource_version = existing.metadata.resource_version;
-                    if existing.spec != crd.spec {
+            let mut attempts = 0;
+            loop {
+                attempts += 1;
+                let result = match api.get_opt(&name).await? {
+                    None => api.create(&PostParams::default(), crd).await.map(|_| ()),
+                    Some(existing) => {
+                        let mut updated = crd.clone();
+                        updated.metadata.resource_version = existing.metadata.resource_version;
                         api.replace(&name, &PostParams::default(), &updated)
                             .await
-                            .with_context(|| format!("replacing CRD {name}"))?;
+                            .map(|_| ())
                     }
+                };
+                match result {
+                    Ok(()) => break,
+                    // Another process or an earlier attempt got there first: look again.
+                    Err(kube::Error::Api(e)) if e.code == 409 && attempts < 5 => continue,
+                    Err(e) => return Err(e).with_context(|| format!("installing CRD {name}")),
                 }
             }
         }

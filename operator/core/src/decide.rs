@@ -392,17 +392,9 @@ impl<'a> Cycle<'a> {
         message: String,
         rule: Option<String>,
     ) {
-        self.plan.decisions.push(Decision {
-            job: job.id.clone(),
-            outcome,
-            reason,
-            message,
-            rule,
-            estimated_wait: None,
-            estimated_hourly_cost: None,
-            estimated_total_cost: None,
-            offering: None,
-        });
+        self.plan
+            .decisions
+            .push(Decision::new(&job.id, outcome, reason, message, rule));
     }
 
     fn provisioning(&mut self, job: &'a Job, need: &str, pool: &str) {
@@ -498,15 +490,9 @@ impl<'a> Cycle<'a> {
             nodes: names,
         });
         self.plan.decisions.push(Decision {
-            job: job.id.clone(),
-            outcome,
-            reason,
-            message,
-            rule,
             estimated_wait: Some(Duration::ZERO),
             estimated_hourly_cost: hourly,
-            estimated_total_cost: None,
-            offering: None,
+            ..Decision::new(&job.id, outcome, reason, message, rule)
         });
         if let Some(state) = self.queue_state.get_mut(job.queue.as_str()) {
             state.pending_jobs = state.pending_jobs.saturating_sub(1);
@@ -1108,15 +1094,8 @@ impl<'a> Cycle<'a> {
     ) {
         let _ = w;
         self.plan.decisions.push(Decision {
-            job: job.id.clone(),
-            outcome: Outcome::Wait,
-            reason,
-            message,
-            rule,
             estimated_wait: est,
-            estimated_hourly_cost: None,
-            estimated_total_cost: None,
-            offering: None,
+            ..Decision::new(&job.id, Outcome::Wait, reason, message, rule)
         });
     }
 
@@ -1243,15 +1222,17 @@ impl<'a> Cycle<'a> {
                     count,
                 });
                 self.plan.decisions.push(Decision {
-                    job: job.id.clone(),
-                    outcome: Outcome::StartCloud,
-                    reason: trigger,
-                    message,
-                    rule: rule.or(choice.rule),
                     estimated_wait: Some(self.settings.cloud_ready_delay),
                     estimated_hourly_cost: Some(choice.hourly),
                     estimated_total_cost: Some(choice.expected_total),
                     offering: Some(Box::new(offering)),
+                    ..Decision::new(
+                        &job.id,
+                        Outcome::StartCloud,
+                        trigger,
+                        message,
+                        rule.or(choice.rule),
+                    )
                 });
             }
             Err((reason, message, rule)) => {

@@ -165,6 +165,29 @@ pub struct Decision {
     pub offering: Option<Box<OfferingChoice>>,
 }
 
+impl Decision {
+    /// A decision with no estimates and no offering.
+    pub fn new(
+        job: &str,
+        outcome: Outcome,
+        reason: Reason,
+        message: String,
+        rule: Option<String>,
+    ) -> Decision {
+        Decision {
+            job: job.to_string(),
+            outcome,
+            reason,
+            message,
+            rule,
+            estimated_wait: None,
+            estimated_hourly_cost: None,
+            estimated_total_cost: None,
+            offering: None,
+        }
+    }
+}
+
 /// Start a job on named nodes (one entry per replica).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Start {
