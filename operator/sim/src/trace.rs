@@ -415,6 +415,21 @@ mod tests {
     }
 
     #[test]
+    fn openb_node_lists_keep_gpu_nodes_with_their_models() {
+        let text = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,1024,0,\nn1,64000,1024,8,V100M32\nn2,64000,1024,2,T4\n";
+        let nodes = parse_openb_nodes(text).unwrap();
+        assert_eq!(nodes.len(), 2, "CPU-only nodes are skipped");
+        assert_eq!((nodes[0].name.as_str(), nodes[0].gpus), ("n1", 8));
+        assert_eq!(
+            nodes[0].model.as_ref().map(|m| m.as_str()),
+            Some("V100-32GB")
+        );
+        let e =
+            parse_openb_nodes("sn,cpu_milli,memory_mib,gpu,model\nn1,1,1,many,T4\n").unwrap_err();
+        assert_eq!(e.line, 2);
+    }
+
+    #[test]
     fn private_gpu_shapes() {
         let nodes = parse_private_gpus("4x8").unwrap();
         assert_eq!(
