@@ -1353,8 +1353,10 @@ impl<'a> Cycle<'a> {
             if o.capacity_type == CapacityType::Spot && !job.restartable && !spot_by_rule {
                 continue;
             }
-            if let Some(r) = &effects.instance_types
-                && !r.value.iter().any(|p| glob_match(p, &o.instance_type))
+            if !effects
+                .instance_types
+                .iter()
+                .all(|r| r.value.iter().any(|p| glob_match(p, &o.instance_type)))
             {
                 continue;
             }
@@ -1475,7 +1477,7 @@ impl<'a> Cycle<'a> {
             }
         }
         if let Some(mut b) = best {
-            b.rule = effects.instance_types.as_ref().map(|r| r.rule.clone());
+            b.rule = effects.instance_types.first().map(|r| r.rule.clone());
             return Ok(b);
         }
         // Explain the most telling exclusion: budget, then limits, then caps, then rules.
@@ -1567,7 +1569,7 @@ static NO_EFFECTS: Effects = Effects {
     wait_mode: None,
     max_hourly_cost: None,
     capacity_types: None,
-    instance_types: None,
+    instance_types: Vec::new(),
     regions: None,
     allowed_classifications: Vec::new(),
 };

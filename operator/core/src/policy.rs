@@ -47,8 +47,9 @@ pub struct Effects {
     pub wait_mode: Option<Ruled<(WaitMode, Option<f64>)>>,
     pub max_hourly_cost: Option<Ruled<f64>>,
     pub capacity_types: Option<Ruled<Vec<CapacityType>>>,
-    /// Glob patterns (`*`).
-    pub instance_types: Option<Ruled<Vec<String>>>,
+    /// Allowed instance types, as glob patterns (`*`), one list per rule: an offering must
+    /// match every list.
+    pub instance_types: Vec<Ruled<Vec<String>>>,
     pub regions: Option<Ruled<Vec<String>>>,
     pub allowed_classifications: Vec<Ruled<Classification>>,
 }

@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use clap::Args;
 use spillway_api::manifests::Manifests;
-use spillway_core::{Duration, NoPolicy, catalog};
+use spillway_core::{Duration, NoPolicy, Policy, catalog};
+use spillway_policy::PolicyEngine;
 use spillway_sim::trace::{self, TraceFormat};
 use spillway_sim::{Options, Strategy, example, html, report, setup, strategy};
 
@@ -122,14 +123,33 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode, InputError> {
         ),
         (None, false) => None,
     };
-    if let Some(m) = &manifests
-        && !m.policies.is_empty()
-    {
-        eprintln!(
-            "warning: {} BurstPolicy object(s) read but not applied: rule evaluation arrives with the policy engine; queue and pool settings decide",
-            m.policies.len()
-        );
-    }
+    // BurstPolicies from the manifests, compiled once; an error names the policy's file and line.
+    let policy: Box<dyn Policy> = match &manifests {
+        Some(m) if !m.policies.is_empty() => {
+            let objects: Vec<_> = m.policies.iter().map(|p| p.object.clone()).collect();
+            match PolicyEngine::compile(&objects) {
+                Ok(engine) => Box::new(engine),
+                Err(errors) => {
+                    let lines: Vec<String> = errors
+                        .iter()
+                        .map(|e| {
+                            let at = m
+                                .policies
+                                .iter()
+                                .find(|p| {
+                                    p.object.metadata.name.as_deref() == Some(e.policy.as_str())
+                                })
+                                .map(|p| format!("{}:{}", p.file.display(), p.line))
+                                .unwrap_or_default();
+                            format!("{at}: {e}")
+                        })
+                        .collect();
+                    return Err(InputError(lines.join("\n")));
+                }
+            }
+        }
+        _ => Box::new(NoPolicy),
+    };
     let base = setup::snapshot(manifests.as_ref(), &inventory, &rows).map_err(InputError)?;
 
     let strategies = if args.strategy.is_empty() {
@@ -177,7 +197,7 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode, InputError> {
             &jobs,
             std::slice::from_ref(s),
             &options,
-            &NoPolicy,
+            policy.as_ref(),
             &mut show,
         ));
     }

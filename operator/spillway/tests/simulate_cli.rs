@@ -133,3 +133,62 @@ fn crds_prints_all_five() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(text.matches("kind: CustomResourceDefinition").count(), 5);
 }
+
+#[test]
+fn burst_policies_in_the_config_change_decisions() {
+    let dir = tmp("policy");
+    let queue = "apiVersion: spillway.io/v1alpha1\nkind: GpuQueue\nmetadata: {name: default}\nspec:\n  burst: {enabled: true, maxWait: 1m}\n";
+    std::fs::write(dir.join("queue.yaml"), queue).unwrap();
+    let trace = dir.join("trace.csv");
+    std::fs::write(
+        &trace,
+        "job_id,arrival_s,runtime_s,num_gpus\na,0,3600,8\nb,0,3600,8\n",
+    )
+    .unwrap();
+    let run = |dir: &PathBuf| {
+        let out = spillway(&[
+            "simulate",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--private-gpus",
+            "1x8",
+            "--config",
+            dir.to_str().unwrap(),
+            "--strategy",
+            "spillway",
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v[0]["burst_jobs"].as_u64().unwrap()
+    };
+    assert_eq!(run(&dir), 1, "the second job bursts after a minute");
+    let policy = "apiVersion: spillway.io/v1alpha1\nkind: BurstPolicy\nmetadata: {name: stay}\nspec:\n  rules:\n  - name: all-private\n    when: job.totalGpus >= 8\n    forbid: cloud\n";
+    std::fs::write(dir.join("policy.yaml"), policy).unwrap();
+    assert_eq!(run(&dir), 0, "the rule keeps it private");
+
+    std::fs::write(
+        dir.join("policy.yaml"),
+        policy.replace("job.totalGpus >= 8", "job.totalGpus >="),
+    )
+    .unwrap();
+    let out = spillway(&[
+        "simulate",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--private-gpus",
+        "1x8",
+        "--config",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("policy.yaml:1:") && err.contains("all-private") && err.contains("when"),
+        "{err}"
+    );
+}

@@ -1,0 +1,438 @@
+//! Spillway's BurstPolicy engine.
+//!
+//! Owns the semantics of BurstPolicy rules: each rule's CEL expressions are compiled once, when
+//! the policies load, and evaluated many times into the core's [`Effects`]. This crate
+//! implements [`spillway_core::Policy`]; the core never sees CEL.
+//!
+//! Semantics (docs/policy.md has the full reference):
+//! - Policies are evaluated in ascending `spec.order`, then by name; rules top to bottom.
+//! - A rule applies when its `when` is true (no `when`: always).
+//! - Effects combine so that the most restrictive wins for permissions and caps: every
+//!   `forbid` holds, `maxHourlyCost` takes the lowest, `capacityTypes` and `regions` the
+//!   intersection, each `instanceTypes` list must match. For values the first applying rule
+//!   wins: `require`, `maxWait`, `waitMode`/`computeWaitFactor`. `allowClassifications` grants
+//!   add up.
+//! - When no rule applies, the queue and pool settings decide alone.
+//! - A rule whose expression fails at run time (a missing field, a type mismatch) does not
+//!   apply; the failure is counted per rule ([`PolicyEngine::runtime_errors`]). Nothing panics.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
+use cel::{Context, Program, Value};
+use serde::Serialize;
+use spillway_api::BurstPolicy;
+use spillway_api::policy::PolicyRule;
+use spillway_api::queue::WaitMode as ApiWaitMode;
+use spillway_core::policy::Ruled;
+use spillway_core::{Duration, Effects, Offering, Policy, PolicyContext, WaitMode};
+
+/// The longest expression accepted, in bytes (bounds parse and evaluation cost).
+pub const MAX_EXPRESSION_LEN: usize = 4096;
+
+/// A rule that cannot be compiled.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("BurstPolicy {policy} rule {rule}: {field}: {message}")]
+pub struct CompileError {
+    pub policy: String,
+    pub rule: String,
+    /// `when` or `offeringFilter`.
+    pub field: &'static str,
+    pub message: String,
+}
+
+struct Rule {
+    /// `policy/rule`.
+    id: String,
+    when: Option<Program>,
+    offering_filter: Option<Program>,
+    spec: PolicyRule,
+    max_wait: Option<Duration>,
+}
+
+/// Compiled BurstPolicies, ready to evaluate.
+pub struct PolicyEngine {
+    rules: Vec<Rule>,
+    root: Context<'static, 'static>,
+    errors: RefCell<BTreeMap<String, u64>>,
+}
+
+fn compile_expr(
+    policy: &str,
+    rule: &str,
+    field: &'static str,
+    src: &str,
+) -> Result<Program, CompileError> {
+    let err = |message: String| CompileError {
+        policy: policy.to_string(),
+        rule: rule.to_string(),
+        field,
+        message,
+    };
+    if src.len() > MAX_EXPRESSION_LEN {
+        return Err(err(format!(
+            "expression is {} bytes long; the limit is {MAX_EXPRESSION_LEN}",
+            src.len()
+        )));
+    }
+    Program::compile(src).map_err(|e| {
+        err(e
+            .to_string()
+            .lines()
+            .next()
+            .unwrap_or("syntax error")
+            .to_string())
+    })
+}
+
+impl PolicyEngine {
+    /// Compiles every rule of `policies`; reports every rule that does not compile.
+    pub fn compile(policies: &[BurstPolicy]) -> Result<PolicyEngine, Vec<CompileError>> {
+        let mut sorted: Vec<&BurstPolicy> = policies.iter().collect();
+        sorted.sort_by(|a, b| {
+            a.spec
+                .order
+                .cmp(&b.spec.order)
+                .then(a.metadata.name.cmp(&b.metadata.name))
+        });
+        let mut rules = Vec::new();
+        let mut errors = Vec::new();
+        for p in sorted {
+            let pname = p.metadata.name.clone().unwrap_or_default();
+            for r in &p.spec.rules {
+                let when = r
+                    .when
+                    .as_deref()
+                    .filter(|w| !w.trim().is_empty())
+                    .map(|w| compile_expr(&pname, &r.name, "when", w))
+                    .transpose();
+                let filter = r
+                    .offering_filter
+                    .as_deref()
+                    .filter(|w| !w.trim().is_empty())
+                    .map(|w| compile_expr(&pname, &r.name, "offeringFilter", w))
+                    .transpose();
+                let max_wait = match r.max_wait.as_deref().map(Duration::parse).transpose() {
+                    Ok(d) => d,
+                    Err(e) => {
+                        errors.push(CompileError {
+                            policy: pname.clone(),
+                            rule: r.name.clone(),
+                            field: "maxWait",
+                            message: e.to_string(),
+                        });
+                        None
+                    }
+                };
+                match (when, filter) {
+                    (Ok(when), Ok(offering_filter)) => rules.push(Rule {
+                        id: format!("{pname}/{}", r.name),
+                        when,
+                        offering_filter,
+                        spec: r.clone(),
+                        max_wait,
+                    }),
+                    (w, f) => errors.extend(w.err().into_iter().chain(f.err())),
+                }
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(PolicyEngine {
+            rules,
+            root: Context::default(),
+            errors: RefCell::new(BTreeMap::new()),
+        })
+    }
+
+    /// How many times each rule's expression failed at run time (and so did not apply).
+    pub fn runtime_errors(&self) -> BTreeMap<String, u64> {
+        self.errors.borrow().clone()
+    }
+
+    /// The number of compiled rules.
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    fn eval(&self, rule: &Rule, program: &Program, vars: &Vars) -> bool {
+        let mut ctx = self.root.new_inner_scope();
+        let mut added = ctx.add_variable("job", vars.job.clone()).is_ok()
+            && ctx.add_variable("queue", vars.queue.clone()).is_ok()
+            && ctx.add_variable("waited", vars.waited).is_ok()
+            && ctx.add_variable("now", vars.now).is_ok();
+        if let Some(o) = &vars.offering {
+            added = added && ctx.add_variable("offering", o.clone()).is_ok();
+        }
+        if !added {
+            self.count_error(rule);
+            return false;
+        }
+        match program.execute(&ctx) {
+            Ok(Value::Bool(b)) => b,
+            _ => {
+                self.count_error(rule);
+                false
+            }
+        }
+    }
+
+    fn count_error(&self, rule: &Rule) {
+        *self.errors.borrow_mut().entry(rule.id.clone()).or_default() += 1;
+    }
+
+    fn applies(&self, rule: &Rule, vars: &Vars) -> bool {
+        match &rule.when {
+            None => true,
+            Some(p) => self.eval(rule, p, vars),
+        }
+    }
+}
+
+/// The variables a rule sees.
+struct Vars {
+    job: Value,
+    queue: Value,
+    waited: f64,
+    now: f64,
+    offering: Option<Value>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JobView<'a> {
+    name: &'a str,
+    namespace: &'a str,
+    queue: &'a str,
+    priority: i64,
+    replicas: u64,
+    gpus_per_replica: u64,
+    total_gpus: u64,
+    gpu_models: Vec<&'a str>,
+    datasets: Vec<DatasetView<'a>>,
+    restartable: bool,
+    placement: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    estimated_runtime_seconds: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_runtime_seconds: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_hourly_cost: Option<f64>,
+    labels: &'a BTreeMap<String, String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DatasetView<'a> {
+    name: &'a str,
+    classification: &'a str,
+    #[serde(rename = "sizeGiB")]
+    size_gib: f64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct QueueView<'a> {
+    name: &'a str,
+    pending_jobs: u64,
+    running_jobs: u64,
+    private_gpus_in_use: u64,
+    cloud_gpus_in_use: u64,
+    #[serde(rename = "hourlyUSD")]
+    hourly_usd: f64,
+    #[serde(rename = "spentThisMonthUSD")]
+    spent_this_month_usd: f64,
+    #[serde(
+        rename = "budgetLeftHourlyUSD",
+        skip_serializing_if = "Option::is_none"
+    )]
+    budget_left_hourly_usd: Option<f64>,
+    #[serde(
+        rename = "budgetLeftMonthlyUSD",
+        skip_serializing_if = "Option::is_none"
+    )]
+    budget_left_monthly_usd: Option<f64>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct OfferingView<'a> {
+    instance_type: &'a str,
+    gpu_model: &'a str,
+    gpus: u64,
+    capacity_type: &'a str,
+    region: &'a str,
+    zone: &'a str,
+    hourly_price: f64,
+}
+
+fn vars(ctx: &PolicyContext<'_>, offering: Option<&Offering>) -> Option<Vars> {
+    let job = ctx.job;
+    let name = job.id.split_once('/').map_or(job.id.as_str(), |(_, n)| n);
+    let view = JobView {
+        name,
+        namespace: &job.namespace,
+        queue: &job.queue,
+        priority: i64::from(job.priority),
+        replicas: u64::from(job.replicas),
+        gpus_per_replica: u64::from(job.gpus_per_replica),
+        total_gpus: u64::from(job.total_gpus()),
+        gpu_models: job.gpu_models.iter().map(|m| m.as_str()).collect(),
+        datasets: ctx
+            .datasets
+            .iter()
+            .map(|d| DatasetView {
+                name: &d.name,
+                classification: d.classification.as_str(),
+                size_gib: d.size_gib,
+            })
+            .collect(),
+        restartable: job.restartable,
+        placement: job.placement.as_str(),
+        estimated_runtime_seconds: job.estimated_runtime.map(|d| d.as_secs_f64()),
+        max_runtime_seconds: job.max_runtime.map(|d| d.as_secs_f64()),
+        max_hourly_cost: job.max_hourly_cost,
+        labels: &job.labels,
+    };
+    let q = ctx.queue_state;
+    let queue = QueueView {
+        name: &ctx.queue.name,
+        pending_jobs: u64::from(q.pending_jobs),
+        running_jobs: u64::from(q.running_jobs),
+        private_gpus_in_use: u64::from(q.private_gpus_in_use),
+        cloud_gpus_in_use: u64::from(q.cloud_gpus_in_use),
+        hourly_usd: q.hourly_usd,
+        spent_this_month_usd: q.spent_this_month_usd,
+        budget_left_hourly_usd: ctx
+            .queue
+            .budget_hourly_usd
+            .map(|b| (b - q.hourly_usd).max(0.0)),
+        budget_left_monthly_usd: ctx
+            .queue
+            .budget_monthly_usd
+            .map(|b| (b - q.spent_this_month_usd).max(0.0)),
+    };
+    let offering = match offering {
+        Some(o) => Some(
+            cel::to_value(OfferingView {
+                instance_type: &o.instance_type,
+                gpu_model: o.gpu_model.as_str(),
+                gpus: u64::from(o.gpus),
+                capacity_type: o.capacity_type.as_str(),
+                region: &o.region,
+                zone: &o.zone,
+                hourly_price: o.hourly_price,
+            })
+            .ok()?,
+        ),
+        None => None,
+    };
+    Some(Vars {
+        job: cel::to_value(view).ok()?,
+        queue: cel::to_value(queue).ok()?,
+        waited: ctx.waited.as_secs_f64(),
+        now: ctx.now.as_secs_f64(),
+        offering,
+    })
+}
+
+fn ruled<T>(value: T, rule: &str) -> Ruled<T> {
+    Ruled {
+        value,
+        rule: rule.to_string(),
+    }
+}
+
+fn intersect<T: PartialEq + Clone>(current: &mut Option<Ruled<Vec<T>>>, values: &[T], rule: &str) {
+    match current {
+        None => {
+            *current = Some(Ruled {
+                value: values.to_vec(),
+                rule: rule.to_string(),
+            })
+        }
+        Some(c) => c.value.retain(|v| values.contains(v)),
+    }
+}
+
+impl Policy for PolicyEngine {
+    fn effects(&self, ctx: &PolicyContext<'_>) -> Effects {
+        let mut out = Effects::default();
+        if self.rules.is_empty() {
+            return out;
+        }
+        let Some(v) = vars(ctx, None) else {
+            return out;
+        };
+        for rule in &self.rules {
+            if !self.applies(rule, &v) {
+                continue;
+            }
+            let r = &rule.spec;
+            if let Some(env) = r.forbid {
+                out.forbid.push(ruled(env, &rule.id));
+            }
+            if let (Some(env), None) = (r.require, &out.require) {
+                out.require = Some(ruled(env, &rule.id));
+            }
+            if let (Some(d), None) = (rule.max_wait, &out.max_wait) {
+                out.max_wait = Some(ruled(d, &rule.id));
+            }
+            if let (Some(mode), None) = (r.wait_mode, &out.wait_mode) {
+                let mode = match mode {
+                    ApiWaitMode::Fixed => WaitMode::Fixed,
+                    ApiWaitMode::ComputeWait => WaitMode::ComputeWait,
+                    ApiWaitMode::CostAware => WaitMode::CostAware,
+                };
+                out.wait_mode = Some(ruled((mode, r.compute_wait_factor), &rule.id));
+            }
+            if let Some(cap) = r.max_hourly_cost
+                && out.max_hourly_cost.as_ref().is_none_or(|c| cap < c.value)
+            {
+                out.max_hourly_cost = Some(ruled(cap, &rule.id));
+            }
+            if !r.capacity_types.is_empty() {
+                intersect(&mut out.capacity_types, &r.capacity_types, &rule.id);
+            }
+            if !r.regions.is_empty() {
+                intersect(&mut out.regions, &r.regions, &rule.id);
+            }
+            if !r.instance_types.is_empty() {
+                out.instance_types
+                    .push(ruled(r.instance_types.clone(), &rule.id));
+            }
+            for c in &r.allow_classifications {
+                out.allowed_classifications.push(ruled(*c, &rule.id));
+            }
+        }
+        out
+    }
+
+    fn offering_allowed(&self, ctx: &PolicyContext<'_>, offering: &Offering) -> Result<(), String> {
+        let Some(v) = vars(ctx, Some(offering)) else {
+            return Ok(());
+        };
+        for rule in &self.rules {
+            let Some(filter) = &rule.offering_filter else {
+                continue;
+            };
+            if self.applies(rule, &v) && !self.eval(rule, filter, &v) {
+                return Err(rule.id.clone());
+            }
+        }
+        Ok(())
+    }
+
+    fn filters_offerings(&self) -> bool {
+        self.rules.iter().any(|r| r.offering_filter.is_some())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+}

@@ -1,0 +1,208 @@
+//! Rules changing real decisions of the core.
+
+use std::path::Path;
+
+use spillway_api::manifests::Manifests;
+use spillway_core::*;
+use spillway_policy::PolicyEngine;
+
+fn engine(yaml: &str) -> PolicyEngine {
+    let m = Manifests::parse_str(Path::new("policy.yaml"), yaml).expect("policy parses");
+    let policies: Vec<_> = m.policies.into_iter().map(|p| p.object).collect();
+    PolicyEngine::compile(&policies).expect("policy compiles")
+}
+
+fn policy(rules: &str) -> String {
+    format!(
+        "apiVersion: spillway.io/v1alpha1\nkind: BurstPolicy\nmetadata: {{name: p}}\nspec:\n  rules:\n{rules}"
+    )
+}
+
+fn offering(
+    instance_type: &str,
+    gpus: u32,
+    capacity: CapacityType,
+    price: f64,
+    region: &str,
+) -> Offering {
+    Offering {
+        pool: "aws".into(),
+        instance_type: instance_type.into(),
+        gpu_model: GpuModel::normalize("A100"),
+        gpus,
+        capacity_type: capacity,
+        region: region.into(),
+        zone: format!("{region}a"),
+        hourly_price: price,
+        unavailable_until: None,
+    }
+}
+
+/// A full private node, a bursting queue (15m), two offerings; one 8-GPU job queued at 0.
+fn snapshot() -> Snapshot {
+    let mut q = Queue::new("research");
+    q.burst.enabled = true;
+    let mut job = Job::new("ml/train", "research", 8, Time::from_millis(0));
+    job.priority = 5;
+    Snapshot {
+        queues: vec![q],
+        pools: vec![Pool::private("onprem"), Pool::cloud("aws", "us-east-1")],
+        nodes: vec![Node {
+            name: "n1".into(),
+            pool: "onprem".into(),
+            gpu_model: Some(GpuModel::normalize("A100")),
+            gpus: 8,
+            free_gpus: 0,
+            schedulable: true,
+            instance_id: None,
+            idle_since: None,
+        }],
+        offerings: vec![
+            offering(
+                "p4d.24xlarge",
+                8,
+                CapacityType::OnDemand,
+                21.96,
+                "us-east-1",
+            ),
+            offering(
+                "p4de.24xlarge",
+                8,
+                CapacityType::OnDemand,
+                27.45,
+                "us-west-2",
+            ),
+        ],
+        jobs: vec![job],
+        ..Default::default()
+    }
+}
+
+fn at_min(m: i64) -> Time {
+    Time::from_millis(m * 60_000)
+}
+
+#[test]
+fn a_forbid_rule_keeps_a_job_private() {
+    let s = snapshot();
+    let plan = decide(&s, &NoPolicy, at_min(20));
+    assert_eq!(
+        plan.launches.len(),
+        1,
+        "without rules the job bursts after 15 minutes"
+    );
+
+    let e = engine(&policy(
+        "  - name: low-priority-stays\n    when: job.priority < 10\n    forbid: cloud\n",
+    ));
+    let plan = decide(&s, &e, at_min(20));
+    let d = plan.decision("ml/train").unwrap();
+    assert_eq!(
+        (d.outcome, d.reason),
+        (Outcome::Wait, Reason::ForbiddenByPolicy)
+    );
+    assert_eq!(d.rule.as_deref(), Some("p/low-priority-stays"));
+    assert!(plan.launches.is_empty());
+}
+
+#[test]
+fn the_first_matching_max_wait_wins() {
+    let s = snapshot();
+    let rules = "  - name: urgent\n    when: job.priority >= 5 && waited > 60.0\n    maxWait: 2m\n  - name: everyone\n    maxWait: 1h\n";
+    let e = engine(&policy(rules));
+    let plan = decide(&s, &e, at_min(3));
+    let d = plan.decision("ml/train").unwrap();
+    assert_eq!(
+        (d.outcome, d.reason),
+        (Outcome::StartCloud, Reason::MaxWaitExceeded)
+    );
+    assert_eq!(d.rule.as_deref(), Some("p/urgent"));
+    // Before a minute of waiting `urgent` does not apply, and `everyone` says an hour.
+    let plan = decide(&s, &e, at_min(0));
+    assert_eq!(plan.decision("ml/train").unwrap().outcome, Outcome::Wait);
+}
+
+#[test]
+fn caps_regions_and_offering_filters_restrict_offerings() {
+    let mut s = snapshot();
+    s.offerings[0].hourly_price = 30.0; // us-east-1 is now the dearer one
+    let e = engine(&policy("  - name: east-only\n    regions: [us-east-1]\n"));
+    let plan = decide(&s, &e, at_min(20));
+    assert_eq!(plan.launches[0].offering.region, "us-east-1");
+
+    let e = engine(&policy("  - name: cap\n    maxHourlyCost: 28\n"));
+    let plan = decide(&s, &e, at_min(20));
+    assert_eq!(plan.launches[0].offering.instance_type, "p4de.24xlarge");
+
+    let e = engine(&policy(
+        "  - name: cheap-only\n    offeringFilter: offering.hourlyPrice < 20.0\n",
+    ));
+    let plan = decide(&s, &e, at_min(20));
+    let d = plan.decision("ml/train").unwrap();
+    assert_eq!(
+        (d.outcome, d.reason),
+        (Outcome::Wait, Reason::NoFittingOffering)
+    );
+    assert_eq!(d.rule.as_deref(), Some("p/cheap-only"));
+}
+
+#[test]
+fn confidential_data_needs_an_allowing_rule() {
+    let mut s = snapshot();
+    s.datasets = vec![Dataset {
+        name: "contracts".into(),
+        classification: Classification::Confidential,
+        cloud_regions: vec![],
+        size_gib: 10.0,
+        egress_usd_per_gib: 0.0,
+    }];
+    s.jobs[0].datasets = vec!["contracts".into()];
+    let plan = decide(&s, &NoPolicy, at_min(20));
+    assert_eq!(
+        plan.decision("ml/train").unwrap().reason,
+        Reason::ConfidentialData
+    );
+    let rules = "  - name: confidential-east\n    when: job.datasets.exists(d, d.classification == 'Confidential')\n    allowClassifications: [Confidential]\n    regions: [us-east-1]\n";
+    let e = engine(&policy(rules));
+    let plan = decide(&s, &e, at_min(20));
+    assert_eq!(plan.launches.len(), 1);
+    assert_eq!(plan.launches[0].offering.region, "us-east-1");
+}
+
+#[test]
+fn a_failing_expression_does_not_apply_and_is_counted() {
+    let s = snapshot();
+    let rules = "  - name: broken\n    when: job.noSuchField > 3\n    forbid: cloud\n";
+    let e = engine(&policy(rules));
+    let plan = decide(&s, &e, at_min(20));
+    assert_eq!(
+        plan.launches.len(),
+        1,
+        "the broken rule does not forbid anything"
+    );
+    assert!(e.runtime_errors().get("p/broken").copied().unwrap_or(0) >= 1);
+}
+
+#[test]
+fn syntax_errors_name_the_policy_rule_and_field() {
+    let m = Manifests::parse_str(
+        Path::new("p.yaml"),
+        &policy("  - name: typo\n    when: job.priority >\n  - name: ok\n    when: 'true'\n"),
+    )
+    .unwrap();
+    let policies: Vec<_> = m.policies.into_iter().map(|p| p.object).collect();
+    let errs = PolicyEngine::compile(&policies)
+        .err()
+        .expect("does not compile");
+    assert_eq!(errs.len(), 1);
+    assert_eq!((errs[0].rule.as_str(), errs[0].field), ("typo", "when"));
+    let long = "x".repeat(5000);
+    let m = Manifests::parse_str(
+        Path::new("p.yaml"),
+        &policy(&format!("  - name: long\n    when: {long}\n")),
+    )
+    .unwrap();
+    let policies: Vec<_> = m.policies.into_iter().map(|p| p.object).collect();
+    let errs = PolicyEngine::compile(&policies).err().expect("too long");
+    assert!(errs[0].message.contains("limit"), "{}", errs[0]);
+}
