@@ -30,6 +30,25 @@ use spillway_core::{Duration, Effects, Offering, Policy, PolicyContext, WaitMode
 /// The longest expression accepted, in bytes (bounds parse and evaluation cost).
 pub const MAX_EXPRESSION_LEN: usize = 4096;
 
+/// The deepest nesting of parentheses, brackets and braces accepted (bounds the parser's
+/// recursion).
+pub const MAX_NESTING: usize = 32;
+
+fn nesting(src: &str) -> usize {
+    let (mut depth, mut max) = (0usize, 0usize);
+    for c in src.chars() {
+        match c {
+            '(' | '[' | '{' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            ')' | ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
+}
+
 /// A rule that cannot be compiled.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error("BurstPolicy {policy} rule {rule}: {field}: {message}")]
@@ -74,6 +93,15 @@ fn compile_expr(
             "expression is {} bytes long; the limit is {MAX_EXPRESSION_LEN}",
             src.len()
         )));
+    }
+    if nesting(src) > MAX_NESTING {
+        return Err(err(format!(
+            "expression nests deeper than {MAX_NESTING} levels"
+        )));
+    }
+    // Unary operators nest too: `!!!!x`, `-----1`.
+    if src.chars().filter(|c| matches!(c, '!' | '-')).count() > 4 * MAX_NESTING {
+        return Err(err("expression has too many unary operators".to_string()));
     }
     Program::compile(src).map_err(|e| {
         err(e
