@@ -16,6 +16,8 @@
 //! - A rule whose expression fails at run time (a missing field, a type mismatch) does not
 //!   apply; the failure is counted per rule ([`PolicyEngine::runtime_errors`]). Nothing panics.
 
+pub mod lint;
+
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
@@ -34,7 +36,7 @@ pub const MAX_EXPRESSION_LEN: usize = 4096;
 /// recursion).
 pub const MAX_NESTING: usize = 32;
 
-fn nesting(src: &str) -> usize {
+pub(crate) fn nesting(src: &str) -> usize {
     let (mut depth, mut max) = (0usize, 0usize);
     for c in src.chars() {
         match c {

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+mod policy_cmd;
 mod simulate;
 
 #[derive(Parser, Debug)]
@@ -24,6 +25,11 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Work with BurstPolicy files.
+    Policy {
+        #[command(subcommand)]
+        command: policy_cmd::PolicyCommand,
+    },
     /// Replay a GPU trace with no cluster and no cloud, comparing strategies.
     Simulate(Box<simulate::SimulateArgs>),
     /// Print the CustomResourceDefinitions of all Spillway kinds (the YAML in crds/).
@@ -48,6 +54,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Simulate(args) => simulate::run(*args),
+        Command::Policy { command } => Ok(policy_cmd::run(command)),
         Command::Crds { out } => {
             crds(out)?;
             Ok(ExitCode::SUCCESS)

@@ -192,3 +192,25 @@ fn burst_policies_in_the_config_change_decisions() {
         "{err}"
     );
 }
+
+#[test]
+fn policy_lint_prints_compiler_style_findings_and_fails_on_errors() {
+    let dir = tmp("lint");
+    let good = dir.join("good.yaml");
+    std::fs::write(&good, "apiVersion: spillway.io/v1alpha1\nkind: BurstPolicy\nmetadata: {name: p}\nspec:\n  rules:\n  - name: a\n    when: job.priority > 1\n    forbid: cloud\n").unwrap();
+    let out = spillway(&["policy", "lint", good.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let bad = dir.join("bad.yaml");
+    std::fs::write(&bad, "apiVersion: spillway.io/v1alpha1\nkind: BurstPolicy\nmetadata: {name: p}\nspec:\n  rules:\n  - name: a\n    whne: job.priority > 1\n").unwrap();
+    let out = spillway(&["policy", "lint", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("{}:7:5: error: unknown field", bad.display())),
+        "{text}"
+    );
+}

@@ -1,0 +1,68 @@
+//! `spillway policy lint PATH...`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use spillway_policy::lint::{self, Severity};
+
+#[derive(Subcommand, Debug)]
+pub enum PolicyCommand {
+    /// Check policy files: YAML, field names and types, CEL syntax, shadowed rules. Prints
+    /// `file:line:col: error|warning: text`; exit status 1 on errors.
+    Lint {
+        /// Files, or directories whose .yaml/.yml files are checked.
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+    },
+}
+
+fn yaml_files(path: &Path) -> Vec<PathBuf> {
+    if path.is_dir() {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+            .map(|entries| {
+                entries
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        files.sort();
+        files
+    } else {
+        vec![path.to_path_buf()]
+    }
+}
+
+pub fn run(cmd: PolicyCommand) -> ExitCode {
+    match cmd {
+        PolicyCommand::Lint { paths } => {
+            let (mut errors, mut warnings) = (0, 0);
+            for path in &paths {
+                for file in yaml_files(path) {
+                    let text = match std::fs::read_to_string(&file) {
+                        Ok(t) => t,
+                        Err(e) => {
+                            println!("{}:1:1: error: cannot read: {e}", file.display());
+                            errors += 1;
+                            continue;
+                        }
+                    };
+                    for d in lint::lint_str(&file, &text) {
+                        match d.severity {
+                            Severity::Error => errors += 1,
+                            Severity::Warning => warnings += 1,
+                        }
+                        println!("{d}");
+                    }
+                }
+            }
+            eprintln!("{errors} error(s), {warnings} warning(s)");
+            if errors > 0 {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+    }
+}
