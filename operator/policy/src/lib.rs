@@ -17,6 +17,7 @@
 //!   apply; the failure is counted per rule ([`PolicyEngine::runtime_errors`]). Nothing panics.
 
 pub mod lint;
+pub mod testing;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -188,6 +189,52 @@ impl PolicyEngine {
 
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
+    }
+
+    /// The rules whose `when` applies to the first job of `snapshot` at `now` (for test and
+    /// explain output).
+    pub fn applied_rules(
+        &self,
+        snapshot: &spillway_core::Snapshot,
+        now: spillway_core::Time,
+    ) -> Vec<String> {
+        let Some(job) = snapshot.jobs.first() else {
+            return Vec::new();
+        };
+        let Some(queue) = snapshot.queues.iter().find(|q| q.name == job.queue) else {
+            return Vec::new();
+        };
+        let state = spillway_core::QueueState {
+            pending_jobs: 1,
+            spent_this_month_usd: queue.spent_this_month_usd,
+            hourly_usd: snapshot
+                .instances
+                .iter()
+                .filter(|i| i.queue == queue.name)
+                .map(|i| i.hourly_price)
+                .sum(),
+            ..Default::default()
+        };
+        let ctx = PolicyContext {
+            job,
+            queue,
+            queue_state: &state,
+            datasets: snapshot
+                .datasets
+                .iter()
+                .filter(|d| job.datasets.contains(&d.name))
+                .collect(),
+            waited: now.since(job.queued_at),
+            now,
+        };
+        let Some(v) = vars(&ctx, None) else {
+            return Vec::new();
+        };
+        self.rules
+            .iter()
+            .filter(|r| self.applies(r, &v))
+            .map(|r| r.id.clone())
+            .collect()
     }
 
     fn eval(&self, rule: &Rule, program: &Program, vars: &Vars) -> bool {

@@ -15,6 +15,14 @@ pub enum PolicyCommand {
         #[arg(required = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
     },
+    /// Run the `tests` of policy files through the decision core: a PASS or FAIL line per
+    /// test, expected against actual, and a summary; exit status 1 on any failure.
+    Test {
+        /// Files, or directories whose .yaml/.yml files are read. All policies found are in
+        /// force for every test.
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+    },
 }
 
 fn yaml_files(path: &Path) -> Vec<PathBuf> {
@@ -64,5 +72,39 @@ pub fn run(cmd: PolicyCommand) -> ExitCode {
                 ExitCode::SUCCESS
             }
         }
+        PolicyCommand::Test { paths } => test(&paths),
+    }
+}
+
+fn test(paths: &[PathBuf]) -> ExitCode {
+    let mut policies = Vec::new();
+    for path in paths {
+        match spillway_api::manifests::Manifests::load(path) {
+            Ok(m) => policies.extend(m.policies.into_iter().map(|p| p.object)),
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let engine = match spillway_policy::PolicyEngine::compile(&policies) {
+        Ok(e) => e,
+        Err(errors) => {
+            for e in errors {
+                eprintln!("error: {e}");
+            }
+            return ExitCode::from(2);
+        }
+    };
+    let results = spillway_policy::testing::run_tests(&engine, &policies);
+    let failed = results.iter().filter(|r| !r.passed()).count();
+    for r in &results {
+        println!("{r}");
+    }
+    println!("{} passed, {failed} failed", results.len() - failed);
+    if failed > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }

@@ -214,3 +214,27 @@ fn policy_lint_prints_compiler_style_findings_and_fails_on_errors() {
         "{text}"
     );
 }
+
+#[test]
+fn policy_test_runs_the_example_policies_and_reports_failures() {
+    let policies = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../policies");
+    let out = spillway(&["policy", "test", policies.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.lines().filter(|l| l.starts_with("PASS ")).count() >= 6,
+        "{text}"
+    );
+
+    let dir = tmp("ptest");
+    let failing = "apiVersion: spillway.io/v1alpha1\nkind: BurstPolicy\nmetadata: {name: p}\nspec:\n  rules:\n  - name: stay\n    forbid: cloud\n  tests:\n  - name: wrongly expects a burst\n    job: {gpusPerReplica: 8}\n    situation: {waited: 1h}\n    expect: {environment: cloud}\n";
+    std::fs::write(dir.join("p.yaml"), failing).unwrap();
+    let out = spillway(&["policy", "test", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("FAIL p/wrongly expects a burst"), "{text}");
+    assert!(
+        text.contains("environment: expected cloud, got none") && text.contains("p/stay"),
+        "{text}"
+    );
+}

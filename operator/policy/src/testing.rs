@@ -1,0 +1,337 @@
+//! `spillway policy test`: runs the `tests` of BurstPolicy files through the real decision core.
+//!
+//! A test gives a job (a GpuJob `spec`; `template` may be left out), a situation and the
+//! expected decision. The situation (all fields optional):
+//!
+//! ```yaml
+//! situation:
+//!   waited: 20m                 # how long the job has been queued (default 0s)
+//!   privateGpus: 1x8            # private nodes, NODESxGPUS[:MODEL] (default 1x8)
+//!   privateFreeGpus: 0          # free GPUs on each private node (default 0: all busy)
+//!   queue: {burst: {enabled: true}}   # the job's GpuQueue spec (default: bursting, 15m)
+//!   queueState: {hourlyUSD: 10, spentThisMonthUSD: 900}
+//!   datasets: {patients: {classification: Restricted, sizeGiB: 100}}   # name -> Dataset spec
+//!   offerings:                  # what the cloud offers (default: nothing)
+//!   - {instanceType: p4d.24xlarge, gpuModel: A100, gpus: 8, capacityType: on-demand,
+//!      region: us-east-1, zone: us-east-1a, hourlyPrice: 21.96}
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Deserialize;
+use spillway_api::policy::PolicyTest;
+use spillway_api::{BurstPolicy, DatasetSpec, GpuJob, GpuQueue, GpuQueueSpec};
+use spillway_core::{
+    CapacityType, Duration, Environment, GpuModel, Node, Offering, Outcome, Pool, Snapshot, Time,
+};
+
+use crate::PolicyEngine;
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Situation {
+    #[serde(default)]
+    waited: Option<String>,
+    #[serde(default)]
+    private_gpus: Option<String>,
+    #[serde(default)]
+    private_free_gpus: Option<u32>,
+    #[serde(default)]
+    queue: Option<GpuQueueSpec>,
+    #[serde(default)]
+    queue_state: Option<QueueStateSpec>,
+    #[serde(default)]
+    datasets: BTreeMap<String, DatasetSpec>,
+    #[serde(default)]
+    offerings: Vec<OfferingSpec>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct QueueStateSpec {
+    #[serde(rename = "hourlyUSD", default)]
+    hourly_usd: f64,
+    #[serde(rename = "spentThisMonthUSD", default)]
+    spent_this_month_usd: f64,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct OfferingSpec {
+    instance_type: String,
+    gpu_model: String,
+    gpus: u32,
+    #[serde(default = "on_demand")]
+    capacity_type: CapacityType,
+    region: String,
+    #[serde(default)]
+    zone: Option<String>,
+    hourly_price: f64,
+}
+
+fn on_demand() -> CapacityType {
+    CapacityType::OnDemand
+}
+
+/// The outcome of one test.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TestResult {
+    /// `policy/test`.
+    pub name: String,
+    /// Problems, empty when the test passed.
+    pub failures: Vec<String>,
+    /// What was decided, in one line.
+    pub actual: String,
+    /// The rules that applied to the job, in order.
+    pub trail: Vec<String>,
+}
+
+impl TestResult {
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+impl fmt::Display for TestResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.passed() {
+            return write!(f, "PASS {}", self.name);
+        }
+        writeln!(f, "FAIL {}", self.name)?;
+        for m in &self.failures {
+            writeln!(f, "    {m}")?;
+        }
+        writeln!(f, "    decided: {}", self.actual)?;
+        write!(
+            f,
+            "    rules that applied: {}",
+            if self.trail.is_empty() {
+                "none".to_string()
+            } else {
+                self.trail.join(", ")
+            }
+        )
+    }
+}
+
+/// Runs every test of `policies` with all of `policies` in force.
+pub fn run_tests(engine: &PolicyEngine, policies: &[BurstPolicy]) -> Vec<TestResult> {
+    let mut out = Vec::new();
+    for p in policies {
+        let pname = p.metadata.name.clone().unwrap_or_default();
+        for t in &p.spec.tests {
+            let name = format!("{pname}/{}", t.name);
+            out.push(match run_one(engine, t) {
+                Ok(mut r) => {
+                    r.name = name;
+                    r
+                }
+                Err(e) => TestResult {
+                    name,
+                    failures: vec![format!("invalid test: {e}")],
+                    actual: "nothing".into(),
+                    trail: vec![],
+                },
+            });
+        }
+    }
+    out
+}
+
+fn run_one(engine: &PolicyEngine, t: &PolicyTest) -> Result<TestResult, String> {
+    let situation: Situation = match &t.situation {
+        Some(v) => serde_json::from_value(v.clone()).map_err(|e| format!("situation: {e}"))?,
+        None => Situation::default(),
+    };
+    let mut job_spec = t.job.clone();
+    if let Some(obj) = job_spec.as_object_mut() {
+        obj.entry("template").or_insert_with(
+            || serde_json::json!({"spec": {"containers": [{"name": "test", "image": "test"}]}}),
+        );
+        obj.entry("queue")
+            .or_insert_with(|| serde_json::json!("test-queue"));
+    }
+    let job: GpuJob = serde_json::from_value(serde_json::json!({
+        "apiVersion": "spillway.io/v1alpha1", "kind": "GpuJob",
+        "metadata": {"name": "test-job", "namespace": "test"}, "spec": job_spec,
+    }))
+    .map_err(|e| format!("job: {e}"))?;
+    let waited = match &situation.waited {
+        Some(w) => Duration::parse(w).map_err(|e| format!("situation.waited: {e}"))?,
+        None => Duration::ZERO,
+    };
+    let core_job =
+        spillway_api::convert::job(&job, Time::from_millis(0)).map_err(|e| format!("job: {e}"))?;
+    let queue_spec = situation.queue.clone().unwrap_or_else(|| {
+        serde_json::from_value(serde_json::json!({"burst": {"enabled": true}}))
+            .unwrap_or_else(|_| empty_queue())
+    });
+    let queue: GpuQueue = GpuQueue::new(&core_job.queue, queue_spec);
+    let mut core_queue =
+        spillway_api::convert::queue(&queue).map_err(|e| format!("situation.queue: {e}"))?;
+    let mut snapshot = Snapshot {
+        pools: vec![Pool::private("private"), Pool::cloud("cloud", "any")],
+        ..Default::default()
+    };
+    let shape = situation.private_gpus.as_deref().unwrap_or("1x8");
+    let (count, gpus, model) = parse_shape(shape)?;
+    for i in 0..count {
+        snapshot.nodes.push(Node {
+            name: format!("private-{i}"),
+            pool: "private".into(),
+            gpu_model: model.clone(),
+            gpus,
+            free_gpus: situation.private_free_gpus.unwrap_or(0).min(gpus),
+            schedulable: true,
+            instance_id: None,
+            idle_since: None,
+        });
+    }
+    for (name, spec) in &situation.datasets {
+        let d = spillway_api::Dataset::new(name, spec.clone());
+        snapshot.datasets.push(
+            spillway_api::convert::dataset(&d)
+                .map_err(|e| format!("situation.datasets.{name}: {e}"))?,
+        );
+    }
+    for o in &situation.offerings {
+        snapshot.offerings.push(Offering {
+            pool: "cloud".into(),
+            instance_type: o.instance_type.clone(),
+            gpu_model: GpuModel::normalize(&o.gpu_model),
+            gpus: o.gpus,
+            capacity_type: o.capacity_type,
+            region: o.region.clone(),
+            zone: o.zone.clone().unwrap_or_else(|| format!("{}a", o.region)),
+            hourly_price: o.hourly_price,
+            unavailable_until: None,
+        });
+    }
+    let state = situation.queue_state.unwrap_or_default();
+    core_queue.spent_this_month_usd = state.spent_this_month_usd;
+    if state.hourly_usd > 0.0 {
+        // The queue's current spend, as one running instance of that price.
+        snapshot.instances.push(spillway_core::Instance {
+            id: "i-situation".into(),
+            pool: "cloud".into(),
+            instance_type: "situation".into(),
+            capacity_type: CapacityType::OnDemand,
+            zone: String::new(),
+            gpus: 0,
+            hourly_price: state.hourly_usd,
+            need: "situation".into(),
+            queue: core_queue.name.clone(),
+            node: Some("situation".into()),
+            launched_at: Time::from_millis(0),
+        });
+    }
+    snapshot.queues = vec![core_queue];
+    snapshot.jobs = vec![core_job];
+    let now = Time::from_millis(0) + waited;
+    let plan = spillway_core::decide(&snapshot, engine, now);
+    let trail = engine.applied_rules(&snapshot, now);
+    let Some(d) = plan
+        .decisions
+        .into_iter()
+        .find(|d| d.job == "test/test-job")
+    else {
+        return Err("the core made no decision for the job".into());
+    };
+    let env = match d.outcome {
+        Outcome::StartPrivate => Some(Environment::Private),
+        Outcome::StartCloud => Some(Environment::Cloud),
+        _ => None,
+    };
+    let instance = d.offering.as_ref().map(|o| o.instance_type.clone());
+    let actual = format!(
+        "{} {} (rule {}{}): {}",
+        d.outcome,
+        d.reason,
+        d.rule.as_deref().unwrap_or("none"),
+        instance
+            .as_deref()
+            .map(|i| format!(", {i}"))
+            .unwrap_or_default(),
+        d.message
+    );
+    let e = &t.expect;
+    let mut failures = Vec::new();
+    if let Some(want) = &e.outcome
+        && want != d.outcome.as_str()
+    {
+        failures.push(format!("outcome: expected {want}, got {}", d.outcome));
+    }
+    if let Some(want) = e.environment
+        && Some(want) != env
+    {
+        failures.push(format!(
+            "environment: expected {want}, got {}",
+            env.map_or("none", |e| e.as_str())
+        ));
+    }
+    if let Some(want) = &e.reason
+        && want != d.reason.as_str()
+    {
+        failures.push(format!("reason: expected {want}, got {}", d.reason));
+    }
+    if let Some(want) = &e.rule {
+        let got = d.rule.clone().unwrap_or_default();
+        if got != *want && !got.ends_with(&format!("/{want}")) {
+            failures.push(format!(
+                "rule: expected {want}, got {}",
+                if got.is_empty() { "none" } else { &got }
+            ));
+        }
+    }
+    if let Some(want) = &e.instance_type
+        && Some(want) != instance.as_ref()
+    {
+        failures.push(format!(
+            "instanceType: expected {want}, got {}",
+            instance.as_deref().unwrap_or("none")
+        ));
+    }
+    if let Some(want) = e.capacity_type {
+        let got = d.offering.as_ref().map(|o| o.capacity_type);
+        if got != Some(want) {
+            failures.push(format!(
+                "capacityType: expected {want}, got {}",
+                got.map_or("none", |c| c.as_str())
+            ));
+        }
+    }
+    Ok(TestResult {
+        name: String::new(),
+        failures,
+        actual,
+        trail,
+    })
+}
+
+fn empty_queue() -> GpuQueueSpec {
+    GpuQueueSpec {
+        namespaces: Vec::new(),
+        namespace_selector: None,
+        private_quota: None,
+        borrowing: true,
+        weight: 1,
+        burst: None,
+        budget: None,
+    }
+}
+
+fn parse_shape(spec: &str) -> Result<(u32, u32, Option<GpuModel>), String> {
+    let (shape, model) = match spec.split_once(':') {
+        Some((s, m)) => (s, Some(GpuModel::normalize(m))),
+        None => (spec, None),
+    };
+    let bad =
+        || format!("situation.privateGpus {spec:?}: expected NODESxGPUS[:MODEL], such as 2x8");
+    let (n, g) = shape.split_once(['x', 'X']).ok_or_else(bad)?;
+    Ok((
+        n.trim().parse().map_err(|_| bad())?,
+        g.trim().parse().map_err(|_| bad())?,
+        model,
+    ))
+}
