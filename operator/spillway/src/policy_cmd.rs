@@ -18,8 +18,8 @@ pub enum PolicyCommand {
     /// Run the `tests` of policy files through the decision core: a PASS or FAIL line per
     /// test, expected against actual, and a summary; exit status 1 on any failure.
     Test {
-        /// Files, or directories whose .yaml/.yml files are read. All policies found are in
-        /// force for every test.
+        /// Files, or directories whose .yaml/.yml files are read. Each file's tests run with
+        /// that file's policies in force.
         #[arg(required = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
     },
@@ -77,31 +77,46 @@ pub fn run(cmd: PolicyCommand) -> ExitCode {
 }
 
 fn test(paths: &[PathBuf]) -> ExitCode {
-    let mut policies = Vec::new();
+    // Each file is tested with its own policies in force: an example file is one complete
+    // setup, reviewed and adopted as a unit.
+    let mut files: Vec<(PathBuf, Vec<spillway_api::BurstPolicy>)> = Vec::new();
     for path in paths {
         match spillway_api::manifests::Manifests::load(path) {
-            Ok(m) => policies.extend(m.policies.into_iter().map(|p| p.object)),
+            Ok(m) => {
+                for p in m.policies {
+                    match files.iter_mut().find(|(f, _)| *f == p.file) {
+                        Some((_, list)) => list.push(p.object),
+                        None => files.push((p.file, vec![p.object])),
+                    }
+                }
+            }
             Err(e) => {
                 eprintln!("{e}");
                 return ExitCode::from(2);
             }
         }
     }
-    let engine = match spillway_policy::PolicyEngine::compile(&policies) {
-        Ok(e) => e,
-        Err(errors) => {
-            for e in errors {
-                eprintln!("error: {e}");
+    let (mut passed, mut failed) = (0, 0);
+    for (file, policies) in &files {
+        let engine = match spillway_policy::PolicyEngine::compile(policies) {
+            Ok(e) => e,
+            Err(errors) => {
+                for e in errors {
+                    eprintln!("{}: error: {e}", file.display());
+                }
+                return ExitCode::from(2);
             }
-            return ExitCode::from(2);
+        };
+        for r in spillway_policy::testing::run_tests(&engine, policies) {
+            if r.passed() {
+                passed += 1;
+            } else {
+                failed += 1;
+            }
+            println!("{r}");
         }
-    };
-    let results = spillway_policy::testing::run_tests(&engine, &policies);
-    let failed = results.iter().filter(|r| !r.passed()).count();
-    for r in &results {
-        println!("{r}");
     }
-    println!("{} passed, {failed} failed", results.len() - failed);
+    println!("{passed} passed, {failed} failed");
     if failed > 0 {
         ExitCode::FAILURE
     } else {
