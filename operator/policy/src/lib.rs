@@ -198,6 +198,19 @@ impl PolicyEngine {
         snapshot: &spillway_core::Snapshot,
         now: spillway_core::Time,
     ) -> Vec<String> {
+        self.rule_report(snapshot, now)
+            .into_iter()
+            .filter(|(_, o)| *o == RuleOutcome::Applied)
+            .map(|(r, _)| r)
+            .collect()
+    }
+
+    /// Every rule, in evaluation order, with what it did for the first job of `snapshot`.
+    pub fn rule_report(
+        &self,
+        snapshot: &spillway_core::Snapshot,
+        now: spillway_core::Time,
+    ) -> Vec<(String, RuleOutcome)> {
         let Some(job) = snapshot.jobs.first() else {
             return Vec::new();
         };
@@ -232,8 +245,17 @@ impl PolicyEngine {
         };
         self.rules
             .iter()
-            .filter(|r| self.applies(r, &v))
-            .map(|r| r.id.clone())
+            .map(|r| {
+                let before = self.errors.borrow().get(&r.id).copied().unwrap_or(0);
+                let applied = self.applies(r, &v);
+                let failed = self.errors.borrow().get(&r.id).copied().unwrap_or(0) > before;
+                let outcome = match (applied, failed) {
+                    (true, _) => RuleOutcome::Applied,
+                    (false, true) => RuleOutcome::Failed,
+                    (false, false) => RuleOutcome::NotApplied,
+                };
+                (r.id.clone(), outcome)
+            })
             .collect()
     }
 
@@ -269,6 +291,15 @@ impl PolicyEngine {
             Some(p) => self.eval(rule, p, vars),
         }
     }
+}
+
+/// What a rule did for one job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuleOutcome {
+    Applied,
+    NotApplied,
+    /// Its expression failed at run time, so it did not apply.
+    Failed,
 }
 
 /// The variables a rule sees.

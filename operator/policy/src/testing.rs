@@ -140,11 +140,29 @@ pub fn run_tests(engine: &PolicyEngine, policies: &[BurstPolicy]) -> Vec<TestRes
 }
 
 fn run_one(engine: &PolicyEngine, t: &PolicyTest) -> Result<TestResult, String> {
-    let situation: Situation = match &t.situation {
+    let (snapshot, now) = situation_snapshot(&t.job, t.situation.as_ref())?;
+    let plan = spillway_core::decide(&snapshot, engine, now);
+    let trail = engine.applied_rules(&snapshot, now);
+    let Some(d) = plan.decisions.into_iter().find(|d| d.job == TEST_JOB) else {
+        return Err("the core made no decision for the job".into());
+    };
+    Ok(check(&t.expect, d, trail))
+}
+
+/// The id of the job a situation holds.
+pub const TEST_JOB: &str = "test/test-job";
+
+/// The world a test or `spillway explain` describes: one job (a GpuJob `spec`, `template` and
+/// `queue` optional) in a situation (see the module docs). Returns the snapshot and `now`.
+pub fn situation_snapshot(
+    job: &serde_json::Value,
+    situation: Option<&serde_json::Value>,
+) -> Result<(Snapshot, Time), String> {
+    let situation: Situation = match situation {
         Some(v) => serde_json::from_value(v.clone()).map_err(|e| format!("situation: {e}"))?,
         None => Situation::default(),
     };
-    let mut job_spec = t.job.clone();
+    let mut job_spec = job.clone();
     if let Some(obj) = job_spec.as_object_mut() {
         obj.entry("template").or_insert_with(
             || serde_json::json!({"spec": {"containers": [{"name": "test", "image": "test"}]}}),
@@ -228,16 +246,14 @@ fn run_one(engine: &PolicyEngine, t: &PolicyTest) -> Result<TestResult, String> 
     }
     snapshot.queues = vec![core_queue];
     snapshot.jobs = vec![core_job];
-    let now = Time::from_millis(0) + waited;
-    let plan = spillway_core::decide(&snapshot, engine, now);
-    let trail = engine.applied_rules(&snapshot, now);
-    let Some(d) = plan
-        .decisions
-        .into_iter()
-        .find(|d| d.job == "test/test-job")
-    else {
-        return Err("the core made no decision for the job".into());
-    };
+    Ok((snapshot, Time::from_millis(0) + waited))
+}
+
+fn check(
+    e: &spillway_api::policy::PolicyExpectation,
+    d: spillway_core::Decision,
+    trail: Vec<String>,
+) -> TestResult {
     let env = match d.outcome {
         Outcome::StartPrivate => Some(Environment::Private),
         Outcome::StartCloud => Some(Environment::Cloud),
@@ -255,7 +271,6 @@ fn run_one(engine: &PolicyEngine, t: &PolicyTest) -> Result<TestResult, String> 
             .unwrap_or_default(),
         d.message
     );
-    let e = &t.expect;
     let mut failures = Vec::new();
     if let Some(want) = &e.outcome
         && want != d.outcome.as_str()
@@ -301,12 +316,12 @@ fn run_one(engine: &PolicyEngine, t: &PolicyTest) -> Result<TestResult, String> 
             ));
         }
     }
-    Ok(TestResult {
+    TestResult {
         name: String::new(),
         failures,
         actual,
         trail,
-    })
+    }
 }
 
 fn empty_queue() -> GpuQueueSpec {

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+mod explain;
 mod policy_cmd;
 mod simulate;
 
@@ -25,6 +26,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Explain the decision for one job, offline, with every rule evaluated.
+    Explain(Box<explain::ExplainArgs>),
     /// Work with BurstPolicy files.
     Policy {
         #[command(subcommand)]
@@ -55,6 +58,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Simulate(args) => simulate::run(*args),
         Command::Policy { command } => Ok(policy_cmd::run(command)),
+        Command::Explain(args) => Ok(explain::run(*args)),
         Command::Crds { out } => {
             crds(out)?;
             Ok(ExitCode::SUCCESS)

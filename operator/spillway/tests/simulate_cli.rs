@@ -238,3 +238,53 @@ fn policy_test_runs_the_example_policies_and_reports_failures() {
         "{text}"
     );
 }
+
+#[test]
+fn explain_tells_the_whole_story_of_one_decision() {
+    let dir = tmp("explain");
+    let cfg = dir.join("cfg");
+    std::fs::create_dir_all(&cfg).unwrap();
+    let job = dir.join("job.yaml");
+    std::fs::write(&job, "apiVersion: spillway.io/v1alpha1\nkind: GpuJob\nmetadata: {name: train, namespace: ml}\nspec:\n  queue: research\n  gpusPerReplica: 8\n  datasets: [contracts]\n  template: {spec: {containers: [{name: t, image: pytorch}]}}\n").unwrap();
+    std::fs::write(cfg.join("setup.yaml"), "apiVersion: spillway.io/v1alpha1\nkind: GpuQueue\nmetadata: {name: research}\nspec: {burst: {enabled: true, maxWait: 30m}}\n---\napiVersion: spillway.io/v1alpha1\nkind: Dataset\nmetadata: {name: contracts}\nspec: {classification: Confidential, sizeGiB: 200, egressUSDPerGiB: 0.09}\n").unwrap();
+    let policies =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../policies/restricted-data.yaml");
+    std::fs::copy(policies, cfg.join("restricted-data.yaml")).unwrap();
+    let situation = dir.join("situation.yaml");
+    std::fs::write(&situation, "waited: 40m\nofferings:\n- {instanceType: p4de.24xlarge, gpuModel: A100, gpus: 8, region: us-west-2, hourlyPrice: 19.00}\n- {instanceType: p4d.24xlarge, gpuModel: A100, gpus: 8, region: us-east-1, hourlyPrice: 21.96}\n").unwrap();
+    let out = spillway(&[
+        "explain",
+        "--job",
+        job.to_str().unwrap(),
+        "--config",
+        cfg.to_str().unwrap(),
+        "--situation",
+        situation.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("Decision: StartCloud (MaxWaitExceeded)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("p4d.24xlarge on-demand"),
+        "Confidential data only to us-east-1: {text}"
+    );
+    assert!(
+        text.contains("expected $39.96"),
+        "an hour at $21.96 plus 200 GiB of egress at $0.09: {text}"
+    );
+    assert!(
+        text.contains("restricted-data/restricted-stays-private: did not apply"),
+        "{text}"
+    );
+    assert!(
+        text.contains("restricted-data/confidential-to-us-east-1: applied"),
+        "{text}"
+    );
+}
