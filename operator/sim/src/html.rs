@@ -33,10 +33,15 @@ fn thin(samples: &[Sample]) -> Vec<Sample> {
 
 type Series = (String, Vec<(f64, f64)>);
 
-/// Draws every series of `series` (in scope) on `chart`, one color per series index, with a
-/// legend.
+/// Draws the axes, then every series on `chart`, one color per series index, with a legend.
 macro_rules! draw_lines {
-    ($chart:ident, $series:ident) => {
+    ($chart:ident, $series:ident, $x_label:ident, $y_label:ident) => {
+        $chart
+            .configure_mesh()
+            .x_desc($x_label)
+            .y_desc($y_label)
+            .draw()
+            .map_err(|e| e.to_string())?;
         for (i, (name, points)) in $series.iter().enumerate() {
             let color = COLORS[i % COLORS.len()];
             $chart
@@ -95,24 +100,12 @@ fn line_chart(
             let mut chart = builder
                 .build_cartesian_2d((x_min.max(1.0)..x_max.max(2.0)).log_scale(), 0.0..y_max)
                 .map_err(|e| e.to_string())?;
-            chart
-                .configure_mesh()
-                .x_desc(x_label)
-                .y_desc(y_label)
-                .draw()
-                .map_err(|e| e.to_string())?;
-            draw_lines!(chart, series);
+            draw_lines!(chart, series, x_label, y_label);
         } else {
             let mut chart = builder
                 .build_cartesian_2d(x_min..x_max, 0.0..y_max)
                 .map_err(|e| e.to_string())?;
-            chart
-                .configure_mesh()
-                .x_desc(x_label)
-                .y_desc(y_label)
-                .draw()
-                .map_err(|e| e.to_string())?;
-            draw_lines!(chart, series);
+            draw_lines!(chart, series, x_label, y_label);
         }
         root.present().map_err(|e| e.to_string())?;
     }
