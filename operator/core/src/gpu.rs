@@ -98,6 +98,40 @@ impl From<&str> for GpuModel {
     }
 }
 
+/// A uniform set of nodes written `NODESxGPUS[:MODEL]`, as in `4x8` or `2x8:H100` (used by
+/// `spillway simulate --private-gpus` and by policy-test situations).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeShape {
+    pub nodes: u32,
+    pub gpus: u32,
+    pub model: Option<GpuModel>,
+}
+
+impl NodeShape {
+    /// Parses `NODESxGPUS[:MODEL]`; the error says what is wrong, without the caller's context.
+    pub fn parse(spec: &str) -> Result<NodeShape, String> {
+        let (shape, model) = match spec.split_once(':') {
+            Some((s, m)) => (s, Some(GpuModel::normalize(m))),
+            None => (spec, None),
+        };
+        let (n, g) = shape.split_once(['x', 'X']).ok_or_else(|| {
+            format!("{spec:?}: expected NODESxGPUS[:MODEL], such as 4x8 or 2x8:H100")
+        })?;
+        let nodes: u32 = n
+            .trim()
+            .parse()
+            .map_err(|_| format!("{spec:?}: {n:?} is not a node count"))?;
+        let gpus: u32 = g
+            .trim()
+            .parse()
+            .map_err(|_| format!("{spec:?}: {g:?} is not a GPU count"))?;
+        if gpus == 0 {
+            return Err(format!("{spec:?}: nodes need at least one GPU"));
+        }
+        Ok(NodeShape { nodes, gpus, model })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,7 +26,7 @@ pub mod types;
 
 pub use decide::decide;
 pub use duration::{Duration, ParseDurationError};
-pub use gpu::GpuModel;
+pub use gpu::{GpuModel, NodeShape};
 pub use model::{
     BurstSettings, Dataset, Instance, Job, JobState, Node, Offering, Pool, PoolKind, Queue,
     Settings, Snapshot, WaitMode,

@@ -193,7 +193,11 @@ pub fn situation_snapshot(
         ..Default::default()
     };
     let shape = situation.private_gpus.as_deref().unwrap_or("1x8");
-    let (count, gpus, model) = parse_shape(shape)?;
+    let spillway_core::NodeShape {
+        nodes: count,
+        gpus,
+        model,
+    } = spillway_core::NodeShape::parse(shape).map_err(|e| format!("situation.privateGpus {e}"))?;
     for i in 0..count {
         snapshot.nodes.push(Node {
             name: format!("private-{i}"),
@@ -334,19 +338,4 @@ fn empty_queue() -> GpuQueueSpec {
         burst: None,
         budget: None,
     }
-}
-
-fn parse_shape(spec: &str) -> Result<(u32, u32, Option<GpuModel>), String> {
-    let (shape, model) = match spec.split_once(':') {
-        Some((s, m)) => (s, Some(GpuModel::normalize(m))),
-        None => (spec, None),
-    };
-    let bad =
-        || format!("situation.privateGpus {spec:?}: expected NODESxGPUS[:MODEL], such as 2x8");
-    let (n, g) = shape.split_once(['x', 'X']).ok_or_else(bad)?;
-    Ok((
-        n.trim().parse().map_err(|_| bad())?,
-        g.trim().parse().map_err(|_| bad())?,
-        model,
-    ))
 }

@@ -14,7 +14,7 @@
 
 use std::fmt;
 
-use spillway_core::GpuModel;
+use spillway_core::{GpuModel, NodeShape};
 
 /// One job of a trace.
 #[derive(Clone, Debug, PartialEq)]
@@ -304,26 +304,8 @@ pub struct InventoryNode {
 
 /// `NODESxGPUS[:MODEL]`, as in `4x8` or `2x8:H100`.
 pub fn parse_private_gpus(spec: &str) -> Result<Vec<InventoryNode>, String> {
-    let (shape, model) = match spec.split_once(':') {
-        Some((s, m)) => (s, Some(GpuModel::normalize(m))),
-        None => (spec, None),
-    };
-    let (n, g) = shape.split_once(['x', 'X']).ok_or_else(|| {
-        format!("--private-gpus {spec:?}: expected NODESxGPUS[:MODEL], such as 4x8 or 2x8:H100")
-    })?;
-    let nodes: u32 = n
-        .trim()
-        .parse()
-        .map_err(|_| format!("--private-gpus {spec:?}: {n:?} is not a node count"))?;
-    let gpus: u32 = g
-        .trim()
-        .parse()
-        .map_err(|_| format!("--private-gpus {spec:?}: {g:?} is not a GPU count"))?;
-    if gpus == 0 {
-        return Err(format!(
-            "--private-gpus {spec:?}: nodes need at least one GPU"
-        ));
-    }
+    let NodeShape { nodes, gpus, model } =
+        NodeShape::parse(spec).map_err(|e| format!("--private-gpus {e}"))?;
     Ok((0..nodes)
         .map(|i| InventoryNode {
             name: format!("private-{i}"),
