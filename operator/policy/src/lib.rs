@@ -19,8 +19,8 @@
 pub mod lint;
 pub mod testing;
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 use cel::{Context, Program, Value};
 use serde::Serialize;
@@ -76,7 +76,7 @@ struct Rule {
 pub struct PolicyEngine {
     rules: Vec<Rule>,
     root: Context<'static, 'static>,
-    errors: RefCell<BTreeMap<String, u64>>,
+    errors: Mutex<BTreeMap<String, u64>>,
 }
 
 fn compile_expr(
@@ -117,6 +117,15 @@ fn compile_expr(
 }
 
 impl PolicyEngine {
+    /// No rules: queue and pool settings alone decide.
+    pub fn empty() -> PolicyEngine {
+        PolicyEngine {
+            rules: Vec::new(),
+            root: Context::default(),
+            errors: Mutex::new(BTreeMap::new()),
+        }
+    }
+
     /// Compiles every rule of `policies`; reports every rule that does not compile.
     pub fn compile(policies: &[BurstPolicy]) -> Result<PolicyEngine, Vec<CompileError>> {
         let mut sorted: Vec<&BurstPolicy> = policies.iter().collect();
@@ -173,13 +182,20 @@ impl PolicyEngine {
         Ok(PolicyEngine {
             rules,
             root: Context::default(),
-            errors: RefCell::new(BTreeMap::new()),
+            errors: Mutex::new(BTreeMap::new()),
         })
+    }
+
+    /// The error counters; a poisoned lock (a panic elsewhere while counting) still counts.
+    fn error_counts(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, u64>> {
+        self.errors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// How many times each rule's expression failed at run time (and so did not apply).
     pub fn runtime_errors(&self) -> BTreeMap<String, u64> {
-        self.errors.borrow().clone()
+        self.error_counts().clone()
     }
 
     /// The number of compiled rules.
@@ -246,9 +262,9 @@ impl PolicyEngine {
         self.rules
             .iter()
             .map(|r| {
-                let before = self.errors.borrow().get(&r.id).copied().unwrap_or(0);
+                let before = self.error_counts().get(&r.id).copied().unwrap_or(0);
                 let applied = self.applies(r, &v);
-                let failed = self.errors.borrow().get(&r.id).copied().unwrap_or(0) > before;
+                let failed = self.error_counts().get(&r.id).copied().unwrap_or(0) > before;
                 let outcome = match (applied, failed) {
                     (true, _) => RuleOutcome::Applied,
                     (false, true) => RuleOutcome::Failed,
@@ -282,7 +298,7 @@ impl PolicyEngine {
     }
 
     fn count_error(&self, rule: &Rule) {
-        *self.errors.borrow_mut().entry(rule.id.clone()).or_default() += 1;
+        *self.error_counts().entry(rule.id.clone()).or_default() += 1;
     }
 
     fn applies(&self, rule: &Rule, vars: &Vars) -> bool {
@@ -544,3 +560,9 @@ impl Policy for PolicyEngine {
         self.rules.is_empty()
     }
 }
+
+/// The operator shares one engine between its decision loop and its explain requests.
+const _: fn() = || {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<PolicyEngine>();
+};

@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 mod explain;
+mod operator_cmd;
 mod policy_cmd;
 mod simulate;
 
@@ -28,6 +29,8 @@ struct Cli {
 enum Command {
     /// Explain the decision for one job, offline, with every rule evaluated.
     Explain(Box<explain::ExplainArgs>),
+    /// Run the operator (the controllers) against a cluster.
+    Operator(Box<operator_cmd::OperatorArgs>),
     /// Work with BurstPolicy files.
     Policy {
         #[command(subcommand)]
@@ -59,11 +62,35 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Simulate(args) => simulate::run(*args),
         Command::Policy { command } => Ok(policy_cmd::run(command)),
         Command::Explain(args) => Ok(explain::run(*args)),
+        Command::Operator(args) => operator_cmd::run(*args),
         Command::Crds { out } => {
             crds(out)?;
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// A Kubernetes client from `--kubeconfig`/`--context`, else the standard places.
+pub async fn kube_client(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<&str>,
+) -> anyhow::Result<kube::Client> {
+    let options = kube::config::KubeConfigOptions {
+        context: context.map(str::to_string),
+        ..Default::default()
+    };
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &options).await?
+        }
+        None if context.is_some() => kube::Config::from_kubeconfig(&options).await?,
+        None => kube::Config::infer().await.context(
+            "no kubeconfig found (pass --kubeconfig, set KUBECONFIG, or run in a cluster)",
+        )?,
+    };
+    Ok(kube::Client::try_from(config)?)
 }
 
 fn crds(out: Option<PathBuf>) -> anyhow::Result<()> {

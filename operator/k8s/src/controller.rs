@@ -1,0 +1,1111 @@
+//! The decision loop: watch caches -> snapshot -> `decide` -> writes.
+//!
+//! One task owns the loop. It turns when a watched object changes (debounced, so a burst of
+//! submissions makes one cycle), when the plan's `next_wake` comes (a wait threshold passing),
+//! when a write fails, and every resync period. Each turn:
+//!
+//! 1. builds the snapshot from the caches plus the starts it has assumed but not yet seen;
+//! 2. runs `decide` with the compiled BurstPolicies;
+//! 3. assumes each start at once (its GPUs are taken for the next turn) and creates the gang's
+//!    pods in the background; a failed create drops the assumption and the job is decided again;
+//! 4. writes each job's status by server-side apply (field manager `spillway`) only when it
+//!    changed, with an Event when the decision or the phase changed; deletes the pods of
+//!    finished, failed or broken gangs; requeues or fails broken gangs;
+//! 5. keeps GpuQueue and ComputePool status and the metrics current.
+//!
+//! Only the leader runs the loop; every replica keeps its caches warm.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::core::DeserializeGuard;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use spillway_api::job::JobPhase;
+use spillway_api::pool::{ComputePoolStatus, PoolGpus, PoolNodes};
+use spillway_api::queue::{GpuQueueStatus, GpusByEnvironment, QueueSpend};
+use spillway_api::{BurstPolicy, ComputePool, Dataset, GpuJob, GpuJobStatus, GpuQueue};
+use spillway_core::{self as core, Environment, Outcome, Time};
+use spillway_policy::PolicyEngine;
+use tokio::sync::{Notify, Semaphore, mpsc, watch};
+
+use crate::metrics::Metrics;
+use crate::status::{self, CostRate};
+use crate::world::{self, Assumed, Inputs, JobView, Lifecycle};
+use crate::{http::Health, labels, pods};
+
+/// Controller settings.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The core's knobs.
+    pub core: core::Settings,
+    /// BurstPolicy files loaded besides the cluster's BurstPolicies.
+    pub policy_dir: Option<PathBuf>,
+    /// A full turn at least this often, even with nothing changing.
+    pub resync: Duration,
+    /// How long to gather changes before a turn.
+    pub debounce: Duration,
+    /// Concurrent API writes.
+    pub max_in_flight: usize,
+    /// An assumed start whose pods have not all appeared after this long is dropped.
+    pub assume_timeout: Duration,
+    /// Reporting instance in Events (pod name or host name).
+    pub instance: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            core: core::Settings::default(),
+            policy_dir: None,
+            resync: Duration::from_secs(30),
+            debounce: Duration::from_millis(50),
+            max_in_flight: 64,
+            assume_timeout: Duration::from_secs(120),
+            instance: "spillway".into(),
+        }
+    }
+}
+
+/// The watch caches, shared by the loop and the readiness check.
+#[derive(Clone)]
+pub struct Caches {
+    pub jobs: Store<DeserializeGuard<GpuJob>>,
+    pub queues: Store<DeserializeGuard<GpuQueue>>,
+    pub pools: Store<DeserializeGuard<ComputePool>>,
+    pub datasets: Store<DeserializeGuard<Dataset>>,
+    pub policies: Store<DeserializeGuard<BurstPolicy>>,
+    pub nodes: Store<Node>,
+    pub pods: Store<Pod>,
+    pub namespaces: Store<Namespace>,
+}
+
+fn spawn_reflector<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    changed: Arc<Notify>,
+    strip: fn(&mut K),
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> Store<K>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, config)
+        .default_backoff()
+        .modify(strip)
+        .reflect(writer)
+        .touched_objects();
+    tasks.push(tokio::spawn(drain(
+        stream,
+        changed,
+        K::kind(&()).into_owned(),
+    )));
+    reader
+}
+
+async fn drain<S, K>(stream: S, changed: Arc<Notify>, kind: String)
+where
+    S: Stream<Item = Result<K, watcher::Error>>,
+{
+    let mut stream = std::pin::pin!(stream);
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(_) => changed.notify_one(),
+            Err(e) => tracing::warn!(kind = %kind, error = %e, "watch error (retrying)"),
+        }
+    }
+}
+
+fn strip_meta<K: Resource>(o: &mut K) {
+    o.meta_mut().managed_fields = None;
+}
+
+fn strip_guard<K: Resource>(o: &mut DeserializeGuard<K>) {
+    if let Ok(k) = o.0.as_mut() {
+        k.meta_mut().managed_fields = None;
+    }
+}
+
+impl Caches {
+    /// Starts one watch per kind; `changed` is notified on every change. The watch tasks
+    /// are returned for the caller to stop.
+    pub fn start(
+        client: &Client,
+        changed: Arc<Notify>,
+    ) -> (Caches, Vec<tokio::task::JoinHandle<()>>) {
+        let cfg = watcher::Config::default;
+        let c = &changed;
+        let mut t = Vec::new();
+        let caches = Caches {
+            jobs: spawn_reflector(
+                Api::all(client.clone()),
+                cfg(),
+                c.clone(),
+                strip_guard,
+                &mut t,
+            ),
+            queues: spawn_reflector(
+                Api::all(client.clone()),
+                cfg(),
+                c.clone(),
+                strip_guard,
+                &mut t,
+            ),
+            pools: spawn_reflector(
+                Api::all(client.clone()),
+                cfg(),
+                c.clone(),
+                strip_guard,
+                &mut t,
+            ),
+            datasets: spawn_reflector(
+                Api::all(client.clone()),
+                cfg(),
+                c.clone(),
+                strip_guard,
+                &mut t,
+            ),
+            policies: spawn_reflector(
+                Api::all(client.clone()),
+                cfg(),
+                c.clone(),
+                strip_guard,
+                &mut t,
+            ),
+            nodes: spawn_reflector(
+                Api::all(client.clone()),
+                cfg(),
+                c.clone(),
+                strip_meta,
+                &mut t,
+            ),
+            pods: spawn_reflector(
+                Api::all(client.clone()),
+                cfg(),
+                c.clone(),
+                strip_meta,
+                &mut t,
+            ),
+            namespaces: spawn_reflector(
+                Api::all(client.clone()),
+                cfg(),
+                c.clone(),
+                strip_meta,
+                &mut t,
+            ),
+        };
+        (caches, t)
+    }
+
+    /// Waits until every cache has listed once.
+    pub async fn ready(&self) -> anyhow::Result<()> {
+        self.jobs.wait_until_ready().await?;
+        self.queues.wait_until_ready().await?;
+        self.pools.wait_until_ready().await?;
+        self.datasets.wait_until_ready().await?;
+        self.policies.wait_until_ready().await?;
+        self.nodes.wait_until_ready().await?;
+        self.pods.wait_until_ready().await?;
+        self.namespaces.wait_until_ready().await?;
+        Ok(())
+    }
+}
+
+fn valid<K: Clone>(store: &Store<DeserializeGuard<K>>) -> Vec<Arc<K>>
+where
+    DeserializeGuard<K>: Resource<DynamicType = ()>,
+{
+    store
+        .state()
+        .iter()
+        .filter_map(|g| g.0.as_ref().ok().cloned().map(Arc::new))
+        .collect()
+}
+
+/// What a background write reports back.
+#[derive(Debug)]
+enum Feedback {
+    /// Creating a start's pods failed; the assumption must go.
+    StartFailed { job: String, error: String },
+    /// A status write failed; it will be retried on the next resync.
+    StatusFailed { key: String, error: String },
+}
+
+/// Policies, compiled once per change of their set.
+struct Policies {
+    key: Vec<(String, String)>,
+    engine: Arc<PolicyEngine>,
+}
+
+/// The decision loop's state.
+pub struct Controller {
+    client: Client,
+    caches: Caches,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    recorder: Recorder,
+    writes: Arc<Semaphore>,
+    feedback_tx: mpsc::UnboundedSender<Feedback>,
+    feedback_rx: mpsc::UnboundedReceiver<Feedback>,
+    assumed: HashMap<String, (Assumed, Instant)>,
+    attempt_floor: HashMap<String, u32>,
+    /// Job status last written, by job id (until the cache shows it).
+    written: HashMap<String, GpuJobStatus>,
+    queue_written: HashMap<String, GpuQueueStatus>,
+    pool_written: HashMap<String, ComputePoolStatus>,
+    /// Pods whose deletion was sent (by uid).
+    deleting: HashSet<String>,
+    /// Jobs whose wait was already observed in the wait histogram.
+    wait_observed: HashSet<String>,
+    policies: Option<Policies>,
+    dir_policies: Vec<BurstPolicy>,
+    dir_loaded: Option<Instant>,
+}
+
+impl Controller {
+    pub fn new(client: Client, caches: Caches, settings: Settings, metrics: Arc<Metrics>) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: labels::CONTROLLER.into(),
+                instance: Some(settings.instance.clone()),
+            },
+        );
+        let (feedback_tx, feedback_rx) = mpsc::unbounded_channel();
+        Controller {
+            writes: Arc::new(Semaphore::new(settings.max_in_flight.max(1))),
+            client,
+            caches,
+            settings,
+            metrics,
+            recorder,
+            feedback_tx,
+            feedback_rx,
+            assumed: HashMap::new(),
+            attempt_floor: HashMap::new(),
+            written: HashMap::new(),
+            queue_written: HashMap::new(),
+            pool_written: HashMap::new(),
+            deleting: HashSet::new(),
+            wait_observed: HashSet::new(),
+            policies: None,
+            dir_policies: Vec::new(),
+            dir_loaded: None,
+        }
+    }
+
+    /// Runs the loop until `stop` turns true. `changed` is the caches' change signal.
+    pub async fn run(
+        mut self,
+        changed: Arc<Notify>,
+        health: Arc<Health>,
+        mut stop: watch::Receiver<bool>,
+    ) -> anyhow::Result<()> {
+        let mut next_wake: Option<Time> = None;
+        loop {
+            if *stop.borrow() {
+                // Let the writes in flight finish (bounded), so a clean stop loses none.
+                let all = self.settings.max_in_flight.max(1) as u32;
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(10), self.writes.acquire_many(all))
+                        .await;
+                return Ok(());
+            }
+            let started = Instant::now();
+            let wake = self.turn();
+            self.metrics.reconciled(started.elapsed().as_secs_f64());
+            health.turned();
+            next_wake = wake.or(next_wake.filter(|w| *w > now()));
+            let sleep_for = next_wake
+                .map(|w| Duration::from_millis(w.since(now()).as_millis() + 5))
+                .unwrap_or(self.settings.resync)
+                .min(self.settings.resync);
+            tokio::select! {
+                _ = changed.notified() => {
+                    // Gather the rest of a burst of changes into the same turn.
+                    tokio::time::sleep(self.settings.debounce).await;
+                }
+                Some(f) = self.feedback_rx.recv() => self.feedback(f),
+                _ = tokio::time::sleep(sleep_for) => {}
+                _ = stop.changed() => {}
+            }
+            while let Ok(f) = self.feedback_rx.try_recv() {
+                self.feedback(f);
+            }
+        }
+    }
+
+    fn feedback(&mut self, f: Feedback) {
+        match f {
+            Feedback::StartFailed { job, error } => {
+                tracing::warn!(job = %job, error = %error, "creating pods failed; deciding again");
+                self.assumed.remove(&job);
+            }
+            Feedback::StatusFailed { key, error } => {
+                tracing::warn!(object = %key, error = %error, "status write failed; retrying at the next resync");
+                self.written.remove(&key);
+                self.queue_written.remove(&key);
+                self.pool_written.remove(&key);
+            }
+        }
+    }
+
+    fn engine(&mut self, cluster: &[Arc<BurstPolicy>]) -> Arc<PolicyEngine> {
+        if let Some(dir) = &self.settings.policy_dir
+            && self
+                .dir_loaded
+                .is_none_or(|t| t.elapsed() > self.settings.resync)
+        {
+            self.dir_loaded = Some(Instant::now());
+            match spillway_api::manifests::Manifests::load(dir) {
+                Ok(m) => self.dir_policies = m.policies.into_iter().map(|l| l.object).collect(),
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), error = %e, "cannot load policy files; keeping the previous ones")
+                }
+            }
+        }
+        // Cluster objects win over files of the same name.
+        let mut all: BTreeMap<String, BurstPolicy> = self
+            .dir_policies
+            .iter()
+            .map(|p| (p.name_any(), p.clone()))
+            .collect();
+        for p in cluster {
+            all.insert(p.name_any(), (**p).clone());
+        }
+        let key: Vec<(String, String)> = all
+            .values()
+            .map(|p| {
+                (
+                    p.name_any(),
+                    p.resource_version()
+                        .unwrap_or_else(|| serde_json::to_string(&p.spec).unwrap_or_default()),
+                )
+            })
+            .collect();
+        if let Some(p) = &self.policies
+            && p.key == key
+        {
+            return p.engine.clone();
+        }
+        // Compile each policy alone first, so one broken policy does not disable the rest.
+        let mut good = Vec::new();
+        for p in all.values() {
+            match PolicyEngine::compile(std::slice::from_ref(p)) {
+                Ok(_) => good.push(p.clone()),
+                Err(errors) => {
+                    for e in errors {
+                        tracing::error!(policy = %p.name_any(), error = %e, "BurstPolicy rule does not compile; the policy is ignored");
+                    }
+                }
+            }
+        }
+        // Each compiled alone, so together they compile too; `empty` keeps this total.
+        let engine =
+            Arc::new(PolicyEngine::compile(&good).unwrap_or_else(|_| PolicyEngine::empty()));
+        self.policies = Some(Policies {
+            key,
+            engine: engine.clone(),
+        });
+        engine
+    }
+
+    /// One turn of the loop; returns when to turn again at the latest.
+    fn turn(&mut self) -> Option<Time> {
+        let now = now();
+        let inputs = Inputs {
+            jobs: valid(&self.caches.jobs),
+            queues: valid(&self.caches.queues),
+            pools: valid(&self.caches.pools),
+            datasets: valid(&self.caches.datasets),
+            nodes: self.caches.nodes.state(),
+            pods: self.caches.pods.state(),
+            namespaces: self.caches.namespaces.state(),
+        };
+        let engine = self.engine(&valid(&self.caches.policies));
+        self.unreadable_jobs();
+
+        // Assumptions whose pods are all visible, or that are too old, are done.
+        let timeout = self.settings.assume_timeout;
+        let assumed_now: HashMap<String, Assumed> = self
+            .assumed
+            .iter()
+            .map(|(k, (a, _))| (k.clone(), a.clone()))
+            .collect();
+        let mut built = world::build(
+            &inputs,
+            &assumed_now,
+            &self.attempt_floor,
+            self.settings.core.clone(),
+            now,
+        );
+        let mut settled = Vec::new();
+        for (id, (a, since)) in &self.assumed {
+            let visible = built
+                .jobs
+                .get(id)
+                .map(|v| v.pods.len())
+                .unwrap_or(usize::MAX);
+            if visible >= a.nodes.len() || since.elapsed() > timeout {
+                if visible < a.nodes.len() && visible != usize::MAX {
+                    tracing::warn!(job = %id, "pods of an assumed start did not all appear; dropping the assumption");
+                }
+                settled.push(id.clone());
+            }
+        }
+        if !settled.is_empty() {
+            for id in &settled {
+                self.assumed.remove(id);
+            }
+            let assumed_now: HashMap<String, Assumed> = self
+                .assumed
+                .iter()
+                .map(|(k, (a, _))| (k.clone(), a.clone()))
+                .collect();
+            built = world::build(
+                &inputs,
+                &assumed_now,
+                &self.attempt_floor,
+                self.settings.core.clone(),
+                now,
+            );
+        }
+
+        let plan = core::decide(&built.snapshot, engine.as_ref(), now);
+        self.metrics.set_policy_errors(engine.runtime_errors());
+        let pools: HashMap<String, Arc<ComputePool>> = inputs
+            .pools
+            .iter()
+            .map(|p| (p.name_any(), p.clone()))
+            .collect();
+
+        // Starts: assume, then write.
+        for start in &plan.starts {
+            let Some(view) = built.jobs.get_mut(&start.job) else {
+                continue;
+            };
+            let assumed = Assumed {
+                attempt: view.attempt,
+                pool: start.pool.clone(),
+                environment: start.environment,
+                nodes: start.nodes.clone(),
+                at: now,
+            };
+            view.lifecycle = Lifecycle::Running {
+                nodes: start.nodes.clone(),
+                pool: Some(start.pool.clone()),
+                started_at: now,
+                all_running: false,
+            };
+            self.assumed
+                .insert(start.job.clone(), (assumed, Instant::now()));
+            let pool = pools.get(&start.pool).cloned();
+            let pods: Vec<Pod> = start
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(r, node)| {
+                    pods::replica_pod(&view.job, view.attempt, r as u32, node, pool.as_deref())
+                })
+                .collect();
+            self.create_pods(start.job.clone(), view.namespace(), pods);
+            self.metrics.job_waited(
+                &view.job.spec.queue,
+                now.since(view.queued_at).as_secs_f64(),
+            );
+            self.wait_observed.insert(view.id.clone());
+        }
+
+        // Jobs: status, Events, cleanup.
+        let mut wake: Option<Time> = plan.next_wake;
+        let decisions: HashMap<&str, &core::Decision> =
+            plan.decisions.iter().map(|d| (d.job.as_str(), d)).collect();
+        let live: HashSet<String> = built.jobs.keys().cloned().collect();
+        for view in built.jobs.values() {
+            for pod in &view.surplus_pods {
+                self.delete_pod(pod);
+            }
+            if let Lifecycle::Broken { message } = &view.lifecycle {
+                self.broken(view, message, now);
+                continue;
+            }
+            if let Lifecycle::Running { started_at, .. } = &view.lifecycle
+                && let Some(max) = view
+                    .job
+                    .spec
+                    .max_runtime
+                    .as_deref()
+                    .and_then(|m| core::Duration::parse(m).ok())
+            {
+                let at = *started_at + max;
+                wake = Some(wake.map_or(at, |w| w.min(at)));
+            }
+            let pool = view.job.status.as_ref().and_then(|s| s.pool.clone());
+            let pool_name = match &view.lifecycle {
+                Lifecycle::Running { pool, .. } => pool.clone(),
+                _ => pool,
+            };
+            let pool_spec = pool_name.as_ref().and_then(|p| pools.get(p));
+            let environment = pool_spec.map(|p| {
+                if p.spec.aws.is_some() {
+                    Environment::Cloud
+                } else {
+                    Environment::Private
+                }
+            });
+            let rate = CostRate {
+                hourly_usd: pool_spec
+                    .and_then(|p| p.spec.private.as_ref())
+                    .and_then(|p| p.gpu_cost_per_hour)
+                    .map(|c| {
+                        c * view.job.spec.replicas.max(1) as f64
+                            * view.job.spec.gpus_per_replica.max(1) as f64
+                    })
+                    .unwrap_or(0.0),
+            };
+            let decision = decisions.get(view.id.as_str()).copied();
+            self.write_job_status(view, decision, environment, rate, now);
+        }
+        self.written.retain(|k, _| live.contains(k));
+        self.attempt_floor.retain(|k, _| live.contains(k));
+        self.wait_observed.retain(|k| live.contains(k));
+        let active_uids: HashSet<String> = inputs
+            .pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.metadata.uid.clone())
+            .collect();
+        self.deleting.retain(|u| active_uids.contains(u));
+
+        self.queue_and_pool_status(&built, &inputs);
+        wake
+    }
+
+    fn unreadable_jobs(&mut self) {
+        for g in self.caches.jobs.state() {
+            let Err(bad) = &g.0 else { continue };
+            let (Some(ns), Some(name)) =
+                (bad.metadata.namespace.clone(), bad.metadata.name.clone())
+            else {
+                continue;
+            };
+            let id = format!("{ns}/{name}");
+            if self.written.contains_key(&id) {
+                continue;
+            }
+            let message = format!("The GpuJob cannot be read: {}", bad.error);
+            let mut st = GpuJobStatus {
+                phase: Some(JobPhase::Queued),
+                observed_generation: bad.metadata.generation,
+                ..GpuJobStatus::default()
+            };
+            status::set_condition(
+                &mut st.conditions,
+                "Invalid",
+                true,
+                "InvalidSpec",
+                &message,
+                bad.metadata.generation,
+                now(),
+            );
+            self.written.insert(id.clone(), st.clone());
+            let api: Api<GpuJob> = Api::namespaced(self.client.clone(), &ns);
+            let body = serde_json::json!({
+                "apiVersion": "spillway.io/v1alpha1", "kind": "GpuJob",
+                "metadata": {"name": name, "namespace": ns}, "status": st,
+            });
+            self.spawn_status(id, api, name, body);
+        }
+    }
+
+    fn write_job_status(
+        &mut self,
+        view: &JobView,
+        decision: Option<&core::Decision>,
+        environment: Option<Environment>,
+        rate: CostRate,
+        now: Time,
+    ) {
+        // Build on what was last written, so a write in flight is not repeated.
+        let base_status = self
+            .written
+            .get(&view.id)
+            .cloned()
+            .or_else(|| view.job.status.clone());
+        let mut base_view = view.clone();
+        if base_status != view.job.status {
+            let mut job = (*view.job).clone();
+            job.status = base_status.clone();
+            base_view.job = Arc::new(job);
+        }
+        let desired = status::desired(&base_view, decision, environment, rate, now);
+        if Some(&desired) == base_status.as_ref() {
+            if view.job.status.as_ref() == Some(&desired) {
+                self.written.remove(&view.id);
+            }
+            return;
+        }
+        let before = base_status.unwrap_or_default();
+        self.events_for(view, &before, &desired);
+        if matches!(desired.phase, Some(JobPhase::Running))
+            && !self.wait_observed.contains(&view.id)
+            && before.phase != Some(JobPhase::Running)
+        {
+            // Placed by an earlier leader or before a restart: wait already counted there.
+            self.wait_observed.insert(view.id.clone());
+        }
+        self.written.insert(view.id.clone(), desired.clone());
+        let api: Api<GpuJob> = Api::namespaced(self.client.clone(), &view.namespace());
+        let body = status::apply_body(&view.job, &desired);
+        self.spawn_status(view.id.clone(), api, view.job.name_any(), body);
+    }
+
+    fn events_for(&self, view: &JobView, before: &GpuJobStatus, after: &GpuJobStatus) {
+        let key = |s: &GpuJobStatus| {
+            s.decision
+                .as_ref()
+                .map(|d| (d.outcome.clone(), d.reason.clone(), d.rule.clone()))
+        };
+        let mut events = Vec::new();
+        if key(before) != key(after)
+            && let Some(d) = &after.decision
+        {
+            let outcome = d.outcome.clone().unwrap_or_default();
+            let reason = d.reason.clone().unwrap_or_default();
+            self.metrics.decision(&outcome, &reason);
+            let warning = outcome == Outcome::Reject.as_str();
+            events.push((
+                warning,
+                reason,
+                outcome,
+                d.message.clone().unwrap_or_default(),
+            ));
+        }
+        if before.phase != after.phase
+            && let Some(phase @ (JobPhase::Succeeded | JobPhase::Failed)) = after.phase
+        {
+            let cond = after
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Running")
+                .map(|c| (c.reason.clone(), c.message.clone()))
+                .unwrap_or_default();
+            events.push((
+                phase == JobPhase::Failed,
+                cond.0,
+                format!("{phase:?}"),
+                cond.1,
+            ));
+        }
+        for (warning, reason, action, note) in events {
+            let recorder = self.recorder.clone();
+            let reference = view.job.object_ref(&());
+            let metrics = self.metrics.clone();
+            let writes = self.writes.clone();
+            tokio::spawn(async move {
+                let _permit = writes.acquire_owned().await;
+                let ev = Event {
+                    type_: if warning {
+                        EventType::Warning
+                    } else {
+                        EventType::Normal
+                    },
+                    reason,
+                    note: Some(truncate(&note, 1000)),
+                    action,
+                    secondary: None,
+                };
+                let r = recorder.publish(&ev, &reference).await;
+                metrics.api_write("event", r.is_ok());
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "could not publish an Event");
+                }
+            });
+        }
+    }
+
+    fn spawn_status(&self, key: String, api: Api<GpuJob>, name: String, body: serde_json::Value) {
+        let tx = self.feedback_tx.clone();
+        let metrics = self.metrics.clone();
+        let writes = self.writes.clone();
+        tokio::spawn(async move {
+            let _permit = writes.acquire_owned().await;
+            let params = PatchParams::apply(labels::FIELD_MANAGER).force();
+            let r = api.patch_status(&name, &params, &Patch::Apply(&body)).await;
+            metrics.api_write("status", r.is_ok());
+            if let Err(e) = r {
+                let _ = tx.send(Feedback::StatusFailed {
+                    key,
+                    error: e.to_string(),
+                });
+            }
+        });
+    }
+
+    fn create_pods(&self, job: String, namespace: String, pods: Vec<Pod>) {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+        let tx = self.feedback_tx.clone();
+        let metrics = self.metrics.clone();
+        let writes = self.writes.clone();
+        for pod in pods {
+            let (api, tx, metrics, writes, job) = (
+                api.clone(),
+                tx.clone(),
+                metrics.clone(),
+                writes.clone(),
+                job.clone(),
+            );
+            tokio::spawn(async move {
+                let _permit = writes.acquire_owned().await;
+                let params = PostParams {
+                    field_manager: Some(labels::FIELD_MANAGER.into()),
+                    ..PostParams::default()
+                };
+                match api.create(&params, &pod).await {
+                    Ok(_) => metrics.api_write("pod", true),
+                    // Already there: created before a restart; the caches will show it.
+                    Err(kube::Error::Api(s)) if s.code == 409 => metrics.api_write("pod", true),
+                    Err(e) => {
+                        metrics.api_write("pod", false);
+                        let _ = tx.send(Feedback::StartFailed {
+                            job,
+                            error: format!("creating pod {}: {e}", pod.name_any()),
+                        });
+                    }
+                }
+            });
+        }
+    }
+
+    fn delete_pod(&mut self, pod: &Pod) {
+        let Some(uid) = pod.metadata.uid.clone() else {
+            return;
+        };
+        if !self.deleting.insert(uid.clone()) {
+            return;
+        }
+        let api: Api<Pod> =
+            Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        let name = pod.name_any();
+        let metrics = self.metrics.clone();
+        let writes = self.writes.clone();
+        tokio::spawn(async move {
+            let _permit = writes.acquire_owned().await;
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..DeleteParams::background()
+            };
+            let r = api.delete(&name, &params).await;
+            let ok = match &r {
+                Ok(_) => true,
+                Err(kube::Error::Api(s)) => s.code == 404 || s.code == 409,
+                Err(_) => false,
+            };
+            metrics.api_write("pod-delete", ok);
+        });
+    }
+
+    /// A gang with replicas missing: requeue it (restartable, or never fully started) or fail
+    /// it; its other pods are being deleted.
+    fn broken(&mut self, view: &JobView, message: &str, now: Time) {
+        if self
+            .attempt_floor
+            .get(&view.id)
+            .is_some_and(|a| *a > view.attempt)
+        {
+            return;
+        }
+        let base = self
+            .written
+            .get(&view.id)
+            .cloned()
+            .or_else(|| view.job.status.clone())
+            .unwrap_or_default();
+        let was_running = base
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Running" && c.status == "True");
+        let mut st = base.clone();
+        let generation = view.job.metadata.generation;
+        if view.job.spec.restartable || !was_running {
+            let next = view.attempt + 1;
+            self.attempt_floor.insert(view.id.clone(), next);
+            st.restarts = Some(next as i32);
+            st.phase = Some(JobPhase::Queued);
+            st.nodes = Vec::new();
+            st.pool = None;
+            st.environment = None;
+            st.started_at = None;
+            let note = format!("{message} The job is requeued (attempt {next}).");
+            status::set_condition(
+                &mut st.conditions,
+                "Admitted",
+                false,
+                "Requeued",
+                &note,
+                generation,
+                now,
+            );
+            status::remove_condition(&mut st.conditions, "Running");
+            self.publish(view, false, "Requeued", "Requeue", note);
+        } else {
+            st.phase = Some(JobPhase::Failed);
+            st.finished_at = Some(status::k8s_time(now));
+            let note = format!("{message} The job is not restartable, so it failed.");
+            status::set_condition(
+                &mut st.conditions,
+                "Running",
+                false,
+                "ReplicaLost",
+                &note,
+                generation,
+                now,
+            );
+            status::set_condition(
+                &mut st.conditions,
+                "Failed",
+                true,
+                "ReplicaLost",
+                &note,
+                generation,
+                now,
+            );
+            self.publish(view, true, "ReplicaLost", "Failed", note);
+        }
+        self.written.insert(view.id.clone(), st.clone());
+        let api: Api<GpuJob> = Api::namespaced(self.client.clone(), &view.namespace());
+        self.spawn_status(
+            view.id.clone(),
+            api,
+            view.job.name_any(),
+            status::apply_body(&view.job, &st),
+        );
+    }
+
+    fn publish(&self, view: &JobView, warning: bool, reason: &str, action: &str, note: String) {
+        let recorder = self.recorder.clone();
+        let reference = view.job.object_ref(&());
+        let (reason, action) = (reason.to_string(), action.to_string());
+        let metrics = self.metrics.clone();
+        tokio::spawn(async move {
+            let ev = Event {
+                type_: if warning {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                },
+                reason,
+                note: Some(truncate(&note, 1000)),
+                action,
+                secondary: None,
+            };
+            let r = recorder.publish(&ev, &reference).await;
+            metrics.api_write("event", r.is_ok());
+        });
+    }
+
+    fn queue_and_pool_status(&mut self, built: &world::Built, inputs: &Inputs) {
+        let mut per_queue: BTreeMap<String, GpuQueueStatus> = inputs
+            .queues
+            .iter()
+            .map(|q| (q.name_any(), GpuQueueStatus::default()))
+            .collect();
+        let mut job_counts: BTreeMap<(String, String), u64> = BTreeMap::new();
+        let mut queue_gpus: BTreeMap<(String, String), u64> = BTreeMap::new();
+        let cloud_pools: BTreeSet<String> = inputs
+            .pools
+            .iter()
+            .filter(|p| p.spec.aws.is_some())
+            .map(|p| p.name_any())
+            .collect();
+        for view in built.jobs.values() {
+            let queue = &view.job.spec.queue;
+            let phase = world::phase_of(view);
+            let known = per_queue.contains_key(queue);
+            let label = if known { queue.clone() } else { "-".into() };
+            *job_counts
+                .entry((label.clone(), format!("{phase:?}")))
+                .or_default() += 1;
+            let Some(qs) = per_queue.get_mut(queue) else {
+                continue;
+            };
+            match &view.lifecycle {
+                Lifecycle::Pending if view.invalid.is_none() => qs.pending += 1,
+                Lifecycle::Running { pool, .. } => {
+                    qs.running += 1;
+                    let gpus = (view.job.spec.replicas.max(1)
+                        * view.job.spec.gpus_per_replica.max(1))
+                        as i64;
+                    let by_env = qs
+                        .gpus_in_use
+                        .get_or_insert_with(GpusByEnvironment::default);
+                    let cloud = pool.as_ref().is_some_and(|p| cloud_pools.contains(p));
+                    if cloud {
+                        by_env.cloud += gpus;
+                    } else {
+                        by_env.private += gpus;
+                    }
+                    let env = if cloud { "cloud" } else { "private" };
+                    *queue_gpus.entry((label, env.into())).or_default() += gpus as u64;
+                }
+                _ => {}
+            }
+        }
+        self.metrics.set_jobs(job_counts);
+        for q in &inputs.queues {
+            let name = q.name_any();
+            let Some(mut st) = per_queue.remove(&name) else {
+                continue;
+            };
+            let current = q.status.clone().unwrap_or_default();
+            st.gpus_in_use
+                .get_or_insert_with(GpusByEnvironment::default);
+            st.spend = Some(current.spend.clone().unwrap_or(QueueSpend {
+                this_month_usd: 0.0,
+                hourly_usd: 0.0,
+            }));
+            st.conditions = current.conditions.clone();
+            let base = self
+                .queue_written
+                .get(&name)
+                .cloned()
+                .unwrap_or(current.clone());
+            if st == base {
+                if st == current {
+                    self.queue_written.remove(&name);
+                }
+                continue;
+            }
+            self.queue_written.insert(name.clone(), st.clone());
+            let body = serde_json::json!({
+                "apiVersion": "spillway.io/v1alpha1", "kind": "GpuQueue",
+                "metadata": {"name": name}, "status": st,
+            });
+            self.spawn_cluster_status::<GpuQueue>(name, body);
+        }
+
+        let mut pool_gpus: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for p in &inputs.pools {
+            let name = p.name_any();
+            let nodes: Vec<&core::Node> = built
+                .snapshot
+                .nodes
+                .iter()
+                .filter(|n| n.pool == name)
+                .collect();
+            let capacity: u32 = nodes.iter().map(|n| n.gpus).sum();
+            let allocated: u32 = nodes.iter().map(|n| n.gpus - n.free_gpus.min(n.gpus)).sum();
+            pool_gpus.insert((name.clone(), "capacity".into()), capacity as u64);
+            pool_gpus.insert((name.clone(), "allocated".into()), allocated as u64);
+            let current = p.status.clone().unwrap_or_default();
+            let st = ComputePoolStatus {
+                nodes: Some(PoolNodes {
+                    total: nodes.len() as i64,
+                    ready: nodes.iter().filter(|n| n.schedulable).count() as i64,
+                    idle: nodes.iter().filter(|n| n.free_gpus >= n.gpus).count() as i64,
+                }),
+                gpus: Some(PoolGpus {
+                    capacity: capacity as i64,
+                    allocated: allocated as i64,
+                }),
+                instances: current.instances,
+                hourly_usd: current.hourly_usd,
+                conditions: current.conditions.clone(),
+            };
+            let base = self
+                .pool_written
+                .get(&name)
+                .cloned()
+                .unwrap_or(current.clone());
+            if st == base {
+                if st == current {
+                    self.pool_written.remove(&name);
+                }
+                continue;
+            }
+            self.pool_written.insert(name.clone(), st.clone());
+            let body = serde_json::json!({
+                "apiVersion": "spillway.io/v1alpha1", "kind": "ComputePool",
+                "metadata": {"name": name}, "status": st,
+            });
+            self.spawn_cluster_status::<ComputePool>(name, body);
+        }
+        self.metrics.set_gpus(queue_gpus, pool_gpus);
+    }
+
+    fn spawn_cluster_status<K>(&self, name: String, body: serde_json::Value)
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + 'static,
+    {
+        let api: Api<K> = Api::all(self.client.clone());
+        let tx = self.feedback_tx.clone();
+        let metrics = self.metrics.clone();
+        let writes = self.writes.clone();
+        tokio::spawn(async move {
+            let _permit = writes.acquire_owned().await;
+            let params = PatchParams::apply(labels::FIELD_MANAGER).force();
+            let r = api.patch_status(&name, &params, &Patch::Apply(&body)).await;
+            metrics.api_write("status", r.is_ok());
+            if let Err(e) = r {
+                let _ = tx.send(Feedback::StatusFailed {
+                    key: name,
+                    error: e.to_string(),
+                });
+            }
+        });
+    }
+}
+
+trait ViewExt {
+    fn namespace(&self) -> String;
+}
+
+impl ViewExt for JobView {
+    fn namespace(&self) -> String {
+        self.job.namespace().unwrap_or_default()
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+/// Wall-clock now, as the core's time.
+pub fn now() -> Time {
+    Time::from_millis(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0),
+    )
+}

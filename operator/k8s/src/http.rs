@@ -1,0 +1,115 @@
+//! The operator's HTTP endpoints on `--metrics-addr`: `/metrics` (Prometheus), `/healthz`
+//! (the process is alive and its loop turns), `/readyz` (the watch caches are synced).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+use crate::metrics::Metrics;
+
+/// What the endpoints report on.
+#[derive(Debug, Default)]
+pub struct Health {
+    /// Every watch cache has listed once.
+    pub ready: AtomicBool,
+    /// Unix seconds of the controller loop's last turn (0 before the first).
+    pub last_turn: AtomicI64,
+}
+
+/// The loop counts as stuck when it has not turned for this long (it turns at least every
+/// resync period, 30 s).
+const STUCK_AFTER_SECONDS: i64 = 120;
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+impl Health {
+    pub fn turned(&self) {
+        self.last_turn.store(unix_now(), Ordering::Relaxed);
+    }
+}
+
+fn respond(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    if let Ok(v) = http::HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(http::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+fn route(path: &str, metrics: &Metrics, health: &Health) -> Response<Full<Bytes>> {
+    match path {
+        "/metrics" => respond(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            metrics.render(),
+        ),
+        "/healthz" | "/livez" => {
+            let last = health.last_turn.load(Ordering::Relaxed);
+            if last == 0 || unix_now() - last < STUCK_AFTER_SECONDS {
+                respond(StatusCode::OK, "text/plain", "ok\n".into())
+            } else {
+                respond(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    format!(
+                        "controller loop has not turned for {} s\n",
+                        unix_now() - last
+                    ),
+                )
+            }
+        }
+        "/readyz" => {
+            if health.ready.load(Ordering::Relaxed) {
+                respond(StatusCode::OK, "text/plain", "ok\n".into())
+            } else {
+                respond(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    "watch caches not synced yet\n".into(),
+                )
+            }
+        }
+        _ => respond(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
+    }
+}
+
+/// Serves the endpoints on `listener` until the task is dropped.
+pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, health: Arc<Health>) {
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics endpoint: accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let (metrics, health) = (metrics.clone(), health.clone());
+        tokio::spawn(async move {
+            let service = service_fn(move |req: Request<Incoming>| {
+                let r = route(req.uri().path(), &metrics, &health);
+                async move { Ok::<_, Infallible>(r) }
+            });
+            if let Err(e) = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await
+            {
+                tracing::debug!(error = %e, "metrics endpoint: connection ended with an error");
+            }
+        });
+    }
+}

@@ -1,0 +1,24 @@
+//! The labels, annotations and names Spillway puts on (or reads from) Kubernetes objects.
+
+/// On a job's pods: the GpuJob's name.
+pub const JOB_LABEL: &str = "spillway.io/job";
+/// On a job's pods: the replica index, `0` to `replicas - 1`.
+pub const REPLICA_LABEL: &str = "spillway.io/replica";
+/// On a job's pods: the attempt (0, then 1 after the first requeue...).
+pub const ATTEMPT_LABEL: &str = "spillway.io/attempt";
+/// On a job's pods: the ComputePool chosen. On cloud nodes: the pool that launched them.
+pub const POOL_LABEL: &str = "spillway.io/pool";
+/// On cloud nodes: the EC2 instance id.
+pub const INSTANCE_ID_LABEL: &str = "spillway.io/instance-id";
+/// On a job's pods: the node the decision chose (the scheduler binds the pod there).
+pub const NODE_ANNOTATION: &str = "spillway.io/node";
+/// On nodes: the GPU model, in Spillway's names (`H100`, `A100-80GB`, ...).
+pub const GPU_MODEL_LABEL: &str = "spillway.io/gpu-model";
+/// On nodes, set by NVIDIA GPU feature discovery: the GPU product name.
+pub const NVIDIA_PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
+/// The extended resource of NVIDIA GPUs.
+pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
+/// The field manager of every write the operator makes.
+pub const FIELD_MANAGER: &str = "spillway";
+/// The controller name in Events.
+pub const CONTROLLER: &str = "spillway.io/operator";

@@ -1,0 +1,316 @@
+//! Prometheus metrics in the text exposition format, without a metrics library: a handful of
+//! families with bounded label sets (queues and pools are configuration; outcomes and reasons
+//! are the core's closed enums).
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+
+/// Histogram buckets of job wait, seconds.
+const WAIT_BUCKETS: &[f64] = &[
+    1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0,
+    43200.0, 86400.0,
+];
+/// Histogram buckets of one decision cycle, seconds.
+const CYCLE_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
+type Labels = Vec<(&'static str, String)>;
+
+#[derive(Clone, Debug, Default)]
+struct Histogram {
+    buckets: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn observe(&mut self, bounds: &[f64], v: f64) {
+        if self.buckets.is_empty() {
+            self.buckets = vec![0; bounds.len()];
+        }
+        for (i, b) in bounds.iter().enumerate() {
+            if v <= *b {
+                self.buckets[i] += 1;
+            }
+        }
+        self.sum += v;
+        self.count += 1;
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    jobs: BTreeMap<Labels, f64>,
+    queue_gpus: BTreeMap<Labels, f64>,
+    pool_gpus: BTreeMap<Labels, f64>,
+    decisions: BTreeMap<Labels, u64>,
+    api_writes: BTreeMap<Labels, u64>,
+    job_wait: BTreeMap<Labels, Histogram>,
+    reconcile: Histogram,
+    leader: f64,
+    policy_errors: BTreeMap<Labels, u64>,
+}
+
+/// The operator's metrics, shared by the controller and the HTTP server.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    inner: Mutex<Inner>,
+}
+
+impl Metrics {
+    fn with<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
+        let mut g = self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut g)
+    }
+
+    /// Replaces the job gauge: count per (queue, phase).
+    pub fn set_jobs(&self, counts: BTreeMap<(String, String), u64>) {
+        self.with(|m| {
+            m.jobs = counts
+                .into_iter()
+                .map(|((q, p), n)| (vec![("queue", q), ("phase", p)], n as f64))
+                .collect();
+        });
+    }
+
+    /// Replaces the GPU gauges: in use per (queue, environment), and capacity/allocated per pool.
+    pub fn set_gpus(
+        &self,
+        queue: BTreeMap<(String, String), u64>,
+        pool: BTreeMap<(String, String), u64>,
+    ) {
+        self.with(|m| {
+            m.queue_gpus = queue
+                .into_iter()
+                .map(|((q, e), n)| (vec![("queue", q), ("environment", e)], n as f64))
+                .collect();
+            m.pool_gpus = pool
+                .into_iter()
+                .map(|((p, s), n)| (vec![("pool", p), ("state", s)], n as f64))
+                .collect();
+        });
+    }
+
+    pub fn decision(&self, outcome: &str, reason: &str) {
+        self.with(|m| {
+            *m.decisions
+                .entry(vec![("outcome", outcome.into()), ("reason", reason.into())])
+                .or_default() += 1;
+        });
+    }
+
+    pub fn api_write(&self, kind: &'static str, ok: bool) {
+        self.with(|m| {
+            *m.api_writes
+                .entry(vec![
+                    ("kind", kind.into()),
+                    ("result", if ok { "ok" } else { "error" }.into()),
+                ])
+                .or_default() += 1;
+        });
+    }
+
+    pub fn job_waited(&self, queue: &str, seconds: f64) {
+        self.with(|m| {
+            m.job_wait
+                .entry(vec![("queue", queue.into())])
+                .or_default()
+                .observe(WAIT_BUCKETS, seconds);
+        });
+    }
+
+    pub fn reconciled(&self, seconds: f64) {
+        self.with(|m| m.reconcile.observe(CYCLE_BUCKETS, seconds));
+    }
+
+    pub fn set_leader(&self, leader: bool) {
+        self.with(|m| m.leader = if leader { 1.0 } else { 0.0 });
+    }
+
+    pub fn set_policy_errors(&self, errors: BTreeMap<String, u64>) {
+        self.with(|m| {
+            m.policy_errors = errors
+                .into_iter()
+                .map(|(rule, n)| (vec![("rule", rule)], n))
+                .collect();
+        });
+    }
+
+    /// Total API writes so far (tests use it to check that nothing loops).
+    pub fn api_writes_total(&self) -> u64 {
+        self.with(|m| m.api_writes.values().sum())
+    }
+
+    /// The exposition, Prometheus text format 0.0.4.
+    pub fn render(&self) -> String {
+        self.with(|m| {
+            let mut out = String::new();
+            family(
+                &mut out,
+                "spillway_jobs",
+                "gauge",
+                "GpuJobs by queue and phase.",
+                &m.jobs,
+            );
+            family(
+                &mut out,
+                "spillway_queue_gpus_in_use",
+                "gauge",
+                "GPUs in use by each queue's running jobs, by environment.",
+                &m.queue_gpus,
+            );
+            family(
+                &mut out,
+                "spillway_pool_gpus",
+                "gauge",
+                "GPUs of each ComputePool's nodes: capacity and allocated.",
+                &m.pool_gpus,
+            );
+            family(
+                &mut out,
+                "spillway_decisions_total",
+                "counter",
+                "Decisions that changed a job's status, by outcome and reason.",
+                &m.decisions,
+            );
+            family(
+                &mut out,
+                "spillway_api_writes_total",
+                "counter",
+                "Writes to the Kubernetes API, by kind and result.",
+                &m.api_writes,
+            );
+            family(
+                &mut out,
+                "spillway_policy_rule_errors_total",
+                "counter",
+                "BurstPolicy rule expressions that failed at run time (treated as not matching).",
+                &m.policy_errors,
+            );
+            header(
+                &mut out,
+                "spillway_leader",
+                "gauge",
+                "1 while this replica is the leader.",
+            );
+            let _ = writeln!(out, "spillway_leader {}", m.leader);
+            header(
+                &mut out,
+                "spillway_job_wait_seconds",
+                "histogram",
+                "Seconds from entering the queue to starting, per queue.",
+            );
+            for (labels, h) in &m.job_wait {
+                histogram(
+                    &mut out,
+                    "spillway_job_wait_seconds",
+                    labels,
+                    WAIT_BUCKETS,
+                    h,
+                );
+            }
+            header(
+                &mut out,
+                "spillway_reconcile_duration_seconds",
+                "histogram",
+                "Duration of one decision cycle (snapshot, decide, plan dispatch).",
+            );
+            histogram(
+                &mut out,
+                "spillway_reconcile_duration_seconds",
+                &Vec::new(),
+                CYCLE_BUCKETS,
+                &m.reconcile,
+            );
+            out
+        })
+    }
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn label_text(labels: &Labels, extra: Option<(&str, String)>) -> String {
+    let mut parts: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+        .collect();
+    if let Some((k, v)) = extra {
+        parts.push(format!("{k}=\"{v}\""));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("{{{}}}", parts.join(","))
+    }
+}
+
+fn family<V: std::fmt::Display>(
+    out: &mut String,
+    name: &str,
+    kind: &str,
+    help: &str,
+    values: &BTreeMap<Labels, V>,
+) {
+    header(out, name, kind, help);
+    for (labels, v) in values {
+        let _ = writeln!(out, "{name}{} {v}", label_text(labels, None));
+    }
+}
+
+fn histogram(out: &mut String, name: &str, labels: &Labels, bounds: &[f64], h: &Histogram) {
+    for (i, b) in bounds.iter().enumerate() {
+        let n = h.buckets.get(i).copied().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "{name}_bucket{} {n}",
+            label_text(labels, Some(("le", format!("{b}"))))
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{name}_bucket{} {}",
+        label_text(labels, Some(("le", "+Inf".into()))),
+        h.count
+    );
+    let _ = writeln!(out, "{name}_sum{} {}", label_text(labels, None), h.sum);
+    let _ = writeln!(out, "{name}_count{} {}", label_text(labels, None), h.count);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let m = Metrics::default();
+        m.job_waited("a", 3.0);
+        m.job_waited("a", 100.0);
+        let text = m.render();
+        assert!(text.contains("spillway_job_wait_seconds_bucket{queue=\"a\",le=\"1\"} 0"));
+        assert!(text.contains("spillway_job_wait_seconds_bucket{queue=\"a\",le=\"5\"} 1"));
+        assert!(text.contains("spillway_job_wait_seconds_bucket{queue=\"a\",le=\"120\"} 2"));
+        assert!(text.contains("spillway_job_wait_seconds_bucket{queue=\"a\",le=\"+Inf\"} 2"));
+        assert!(text.contains("spillway_job_wait_seconds_count{queue=\"a\"} 2"));
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let m = Metrics::default();
+        m.decision("Wait", "Odd\"Reason");
+        assert!(m.render().contains("reason=\"Odd\\\"Reason\""));
+    }
+}

@@ -1,0 +1,178 @@
+//! The pods of a gang: the job's template plus what Spillway adds.
+//!
+//! Each replica gets one pod named `JOB-ATTEMPT-REPLICA` with:
+//! - an owner reference to the GpuJob (controller), so deleting the job deletes its pods;
+//! - labels `spillway.io/job`, `spillway.io/replica`, `spillway.io/attempt`, `spillway.io/pool`
+//!   and the annotation `spillway.io/node` (the node the decision chose);
+//! - `nvidia.com/gpu` limits of `gpusPerReplica` on its first container (removed from the
+//!   others: all of a replica's GPUs go to its main container);
+//! - a required node affinity on the chosen node (`metadata.name`), added to every term of the
+//!   template's own required affinity, so the real scheduler binds it there or nowhere;
+//! - tolerations for the pool's `nodeTaints`;
+//! - environment variables `SPILLWAY_JOB`, `SPILLWAY_NAMESPACE`, `SPILLWAY_REPLICA`,
+//!   `SPILLWAY_REPLICAS`, `SPILLWAY_ATTEMPT` in every container;
+//! - `restartPolicy: Never` unless the template says `OnFailure` (a replica that exits ends;
+//!   `Always` would never let a job finish).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, EnvVar, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
+    PodSpec, ResourceRequirements, Toleration,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::{Resource, ResourceExt};
+use spillway_api::{ComputePool, GpuJob};
+
+use crate::labels;
+
+/// The name of one replica's pod.
+pub fn pod_name(job: &str, attempt: u32, replica: u32) -> String {
+    format!("{job}-{attempt}-{replica}")
+}
+
+/// Why a job's pods cannot be built, when they cannot.
+pub fn check(job: &GpuJob) -> Result<(), String> {
+    let spec = job.spec.template.spec.as_ref();
+    if spec.is_none_or(|s| s.containers.is_empty()) {
+        return Err(
+            "spec.template.spec.containers: the pod template needs at least one container".into(),
+        );
+    }
+    let longest = pod_name(&job.name_any(), 999, job.spec.replicas.max(1) as u32);
+    if longest.len() > 253 {
+        return Err(format!(
+            "metadata.name: too long to name its pods ({} characters; at most 240)",
+            job.name_any().len()
+        ));
+    }
+    Ok(())
+}
+
+/// The pod of replica `replica` of `job`, placed on `node` of `pool`.
+pub fn replica_pod(
+    job: &GpuJob,
+    attempt: u32,
+    replica: u32,
+    node: &str,
+    pool: Option<&ComputePool>,
+) -> Pod {
+    let name = job.name_any();
+    let template = &job.spec.template;
+    let tmeta = template.metadata.clone().unwrap_or_default();
+    let mut pod_labels: BTreeMap<String, String> = tmeta.labels.unwrap_or_default();
+    pod_labels.insert(labels::JOB_LABEL.into(), name.clone());
+    pod_labels.insert(labels::REPLICA_LABEL.into(), replica.to_string());
+    pod_labels.insert(labels::ATTEMPT_LABEL.into(), attempt.to_string());
+    if let Some(p) = pool {
+        pod_labels.insert(labels::POOL_LABEL.into(), p.name_any());
+    }
+    let mut annotations = tmeta.annotations.unwrap_or_default();
+    annotations.insert(labels::NODE_ANNOTATION.into(), node.to_string());
+
+    let mut spec: PodSpec = template.spec.clone().unwrap_or_default();
+    let env = [
+        ("SPILLWAY_JOB", name.clone()),
+        ("SPILLWAY_NAMESPACE", job.namespace().unwrap_or_default()),
+        ("SPILLWAY_REPLICA", replica.to_string()),
+        ("SPILLWAY_REPLICAS", job.spec.replicas.max(1).to_string()),
+        ("SPILLWAY_ATTEMPT", attempt.to_string()),
+    ];
+    let gpus = Quantity(job.spec.gpus_per_replica.max(1).to_string());
+    for (i, c) in spec.containers.iter_mut().enumerate() {
+        let vars = c.env.get_or_insert_with(Vec::new);
+        vars.retain(|v| !env.iter().any(|(k, _)| v.name == *k));
+        vars.extend(env.iter().map(|(k, v)| EnvVar {
+            name: (*k).into(),
+            value: Some(v.clone()),
+            value_from: None,
+        }));
+        let res = c
+            .resources
+            .get_or_insert_with(ResourceRequirements::default);
+        if i == 0 {
+            res.limits
+                .get_or_insert_with(BTreeMap::new)
+                .insert(labels::GPU_RESOURCE.into(), gpus.clone());
+            if let Some(r) = res.requests.as_mut() {
+                r.insert(labels::GPU_RESOURCE.into(), gpus.clone());
+            }
+        } else {
+            for m in [res.limits.as_mut(), res.requests.as_mut()]
+                .into_iter()
+                .flatten()
+            {
+                m.remove(labels::GPU_RESOURCE);
+            }
+        }
+    }
+    if spec.restart_policy.as_deref() != Some("OnFailure") {
+        spec.restart_policy = Some("Never".into());
+    }
+
+    // Pin to the chosen node, on top of the template's own required terms.
+    let on_node = NodeSelectorRequirement {
+        key: "metadata.name".into(),
+        operator: "In".into(),
+        values: Some(vec![node.to_string()]),
+    };
+    let affinity = spec.affinity.get_or_insert_with(Affinity::default);
+    let node_affinity = affinity
+        .node_affinity
+        .get_or_insert_with(NodeAffinity::default);
+    let required = node_affinity
+        .required_during_scheduling_ignored_during_execution
+        .get_or_insert_with(NodeSelector::default);
+    if required.node_selector_terms.is_empty() {
+        required
+            .node_selector_terms
+            .push(NodeSelectorTerm::default());
+    }
+    for term in &mut required.node_selector_terms {
+        let fields = term.match_fields.get_or_insert_with(Vec::new);
+        fields.retain(|f| f.key != "metadata.name");
+        fields.push(on_node.clone());
+    }
+
+    if let Some(p) = pool {
+        let tolerations = spec.tolerations.get_or_insert_with(Vec::new);
+        for t in &p.spec.node_taints {
+            let tol = Toleration {
+                key: Some(t.key.clone()),
+                operator: Some("Equal".into()),
+                value: t.value.clone(),
+                effect: Some(t.effect.clone()),
+                toleration_seconds: None,
+            };
+            if !tolerations.contains(&tol) {
+                tolerations.push(tol);
+            }
+        }
+    }
+
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(pod_name(&name, attempt, replica)),
+            namespace: job.namespace(),
+            labels: Some(pod_labels),
+            annotations: Some(annotations),
+            owner_references: Some(vec![owner_reference(job)]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(spec),
+        status: None,
+    }
+}
+
+/// The controller owner reference to a GpuJob.
+pub fn owner_reference(job: &GpuJob) -> OwnerReference {
+    OwnerReference {
+        api_version: GpuJob::api_version(&()).into_owned(),
+        kind: GpuJob::kind(&()).into_owned(),
+        name: job.name_any(),
+        uid: job.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}

@@ -1,0 +1,351 @@
+//! A GpuJob's status as it should be, from what was observed and decided.
+//!
+//! The desired status starts from the current one and changes only what changed: a decision
+//! whose outcome, reason, rule and offering are unchanged keeps its old message, time and wait
+//! estimate, and the accrued cost is refreshed only when it moved by five minutes' worth. So
+//! `desired == current` means "nothing to write", and a job that keeps waiting for the same
+//! reason costs no API writes.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time as K8sTime};
+use kube::ResourceExt;
+use spillway_api::GpuJobStatus;
+use spillway_api::job::{DecisionStatus, JobCost, JobPhase, OfferingStatus};
+use spillway_core::{self as core, Environment, Outcome, Time};
+
+use crate::world::{JobView, Lifecycle};
+
+/// How stale the accrued cost may get before it is rewritten, in seconds of spend.
+const COST_REFRESH_SECONDS: f64 = 300.0;
+
+pub fn k8s_time(t: Time) -> K8sTime {
+    K8sTime(
+        k8s_openapi::jiff::Timestamp::from_millisecond(t.as_millis())
+            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+    )
+}
+
+/// Sets a condition, keeping its `lastTransitionTime` when its status did not change.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: Time,
+) {
+    let status = if status { "True" } else { "False" }.to_string();
+    let previous = conditions.iter().position(|c| c.type_ == type_);
+    let last_transition_time = match previous.map(|i| &conditions[i]) {
+        Some(c) if c.status == status => c.last_transition_time.clone(),
+        _ => k8s_time(now),
+    };
+    let cond = Condition {
+        type_: type_.to_string(),
+        status,
+        reason: reason.to_string(),
+        message: message.to_string(),
+        observed_generation: generation,
+        last_transition_time,
+    };
+    match previous {
+        Some(i) => conditions[i] = cond,
+        None => conditions.push(cond),
+    }
+}
+
+pub fn remove_condition(conditions: &mut Vec<Condition>, type_: &str) {
+    conditions.retain(|c| c.type_ != type_);
+}
+
+/// The status form of a core decision.
+pub fn decision_status(d: &core::Decision, wait: Option<i64>, now: Time) -> DecisionStatus {
+    DecisionStatus {
+        outcome: Some(d.outcome.as_str().to_string()),
+        reason: Some(d.reason.as_str().to_string()),
+        message: Some(d.message.clone()),
+        rule: d.rule.clone(),
+        estimated_wait_seconds: wait.or(d.estimated_wait.map(|w| w.as_secs_f64().round() as i64)),
+        estimated_hourly_cost: d.estimated_hourly_cost.map(round_cents),
+        offering: d.offering.as_ref().map(|o| OfferingStatus {
+            instance_type: o.instance_type.clone(),
+            capacity_type: o.capacity_type,
+            zone: Some(o.zone.clone()),
+            hourly_price: o.hourly_price,
+        }),
+        time: Some(k8s_time(now)),
+    }
+}
+
+fn round_cents(v: f64) -> f64 {
+    (v * 10_000.0).round() / 10_000.0
+}
+
+fn same_decision(a: &DecisionStatus, b: &DecisionStatus) -> bool {
+    a.outcome == b.outcome && a.reason == b.reason && a.rule == b.rule && a.offering == b.offering
+}
+
+/// Keeps the current decision when the new one says the same thing.
+fn merge_decision(current: Option<&DecisionStatus>, new: DecisionStatus) -> DecisionStatus {
+    match current {
+        Some(c) if same_decision(c, &new) => c.clone(),
+        _ => new,
+    }
+}
+
+/// What the controller knows about a job's placement cost.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CostRate {
+    /// USD per hour while running (private GPUs at their pool's cost, cloud at the price).
+    pub hourly_usd: f64,
+}
+
+/// The status the job should have. `decision` is this cycle's decision for it, if the core
+/// made one; `invalid` the reason it cannot run (the core never saw it).
+pub fn desired(
+    view: &JobView,
+    decision: Option<&core::Decision>,
+    environment: Option<Environment>,
+    rate: CostRate,
+    now: Time,
+) -> GpuJobStatus {
+    let job = &view.job;
+    let current = job.status.clone().unwrap_or_default();
+    let mut s = current.clone();
+    let generation = job.metadata.generation;
+    s.observed_generation = generation;
+    s.queued_at = Some(
+        current
+            .queued_at
+            .clone()
+            .unwrap_or_else(|| k8s_time(view.queued_at)),
+    );
+    s.restarts = (view.attempt > 0).then_some(view.attempt as i32);
+
+    match &view.lifecycle {
+        Lifecycle::Done | Lifecycle::Broken { .. } => return current,
+        Lifecycle::Pending => {
+            s.phase = Some(JobPhase::Queued);
+            s.environment = None;
+            s.pool = None;
+            s.nodes = Vec::new();
+            s.started_at = None;
+            s.cost = current
+                .cost
+                .clone()
+                .filter(|c| c.accrued_usd > 0.0)
+                .map(|c| JobCost {
+                    hourly_usd: 0.0,
+                    ..c
+                });
+            if let Some(why) = &view.invalid {
+                let d = core::Decision::new(
+                    &view.id,
+                    Outcome::Reject,
+                    core::Reason::InvalidSpec,
+                    why.clone(),
+                    None,
+                );
+                s.decision = Some(merge_decision(
+                    current.decision.as_ref(),
+                    decision_status(&d, None, now),
+                ));
+            } else if let Some(d) = decision {
+                s.decision = Some(merge_decision(
+                    current.decision.as_ref(),
+                    decision_status(d, None, now),
+                ));
+            }
+            let rejected = s
+                .decision
+                .as_ref()
+                .is_some_and(|d| d.outcome.as_deref() == Some(Outcome::Reject.as_str()));
+            let (reason, message) = s
+                .decision
+                .as_ref()
+                .map(|d| {
+                    (
+                        d.reason.clone().unwrap_or_default(),
+                        d.message.clone().unwrap_or_default(),
+                    )
+                })
+                .unwrap_or_else(|| ("Queued".into(), "Waiting for a decision.".into()));
+            if rejected {
+                set_condition(
+                    &mut s.conditions,
+                    "Invalid",
+                    true,
+                    &reason,
+                    &message,
+                    generation,
+                    now,
+                );
+            } else {
+                remove_condition(&mut s.conditions, "Invalid");
+            }
+            set_condition(
+                &mut s.conditions,
+                "Admitted",
+                false,
+                &reason,
+                &message,
+                generation,
+                now,
+            );
+            remove_condition(&mut s.conditions, "Running");
+        }
+        Lifecycle::Running {
+            nodes,
+            pool,
+            started_at,
+            all_running,
+        } => {
+            s.phase = Some(JobPhase::Running);
+            s.environment = environment;
+            s.pool = pool.clone();
+            s.nodes = nodes.clone();
+            s.started_at = Some(
+                current
+                    .started_at
+                    .clone()
+                    .unwrap_or_else(|| k8s_time(*started_at)),
+            );
+            let waited = started_at.since(view.queued_at).as_secs_f64().round() as i64;
+            if let Some(d) = decision
+                .filter(|d| matches!(d.outcome, Outcome::StartPrivate | Outcome::StartCloud))
+            {
+                s.decision = Some(decision_status(d, Some(waited), now));
+            }
+            remove_condition(&mut s.conditions, "Invalid");
+            let (reason, message) = s
+                .decision
+                .as_ref()
+                .map(|d| {
+                    (
+                        d.reason.clone().unwrap_or_default(),
+                        d.message.clone().unwrap_or_default(),
+                    )
+                })
+                .unwrap_or_else(|| ("Placed".into(), "The job was placed.".into()));
+            set_condition(
+                &mut s.conditions,
+                "Admitted",
+                true,
+                &reason,
+                &message,
+                generation,
+                now,
+            );
+            if *all_running {
+                set_condition(
+                    &mut s.conditions,
+                    "Running",
+                    true,
+                    "AllReplicasRunning",
+                    "Every replica's pod is running.",
+                    generation,
+                    now,
+                );
+            } else {
+                set_condition(
+                    &mut s.conditions,
+                    "Running",
+                    false,
+                    "ReplicasStarting",
+                    "Waiting for every replica's pod to start.",
+                    generation,
+                    now,
+                );
+            }
+            let elapsed = now.since(*started_at).as_secs_f64();
+            s.cost = cost(current.cost.as_ref(), rate.hourly_usd, elapsed, false);
+            if matches!(environment, Some(Environment::Cloud)) {
+                set_condition(
+                    &mut s.conditions,
+                    "Burst",
+                    true,
+                    &reason,
+                    "The job runs on cloud capacity.",
+                    generation,
+                    now,
+                );
+            }
+        }
+        Lifecycle::Succeeded { at } | Lifecycle::Failed { at, .. } => {
+            let (phase, reason, message) = match &view.lifecycle {
+                Lifecycle::Failed {
+                    reason, message, ..
+                } => (JobPhase::Failed, reason.to_string(), message.clone()),
+                _ => (
+                    JobPhase::Succeeded,
+                    "Succeeded".to_string(),
+                    "Every replica succeeded.".to_string(),
+                ),
+            };
+            s.phase = Some(phase);
+            s.finished_at = Some(k8s_time(*at));
+            let started = current
+                .started_at
+                .as_ref()
+                .map(|t| Time::from_millis(t.0.as_millisecond()))
+                .unwrap_or(*at);
+            let elapsed = at.since(started).as_secs_f64();
+            s.cost = cost(current.cost.as_ref(), rate.hourly_usd, elapsed, true);
+            set_condition(
+                &mut s.conditions,
+                "Running",
+                false,
+                &reason,
+                &message,
+                generation,
+                now,
+            );
+            set_condition(
+                &mut s.conditions,
+                if phase == JobPhase::Failed {
+                    "Failed"
+                } else {
+                    "Succeeded"
+                },
+                true,
+                &reason,
+                &message,
+                generation,
+                now,
+            );
+        }
+    }
+    s
+}
+
+/// The cost so far: kept when within five minutes' spend of the truth, unless `last`.
+fn cost(current: Option<&JobCost>, hourly: f64, elapsed_s: f64, last: bool) -> Option<JobCost> {
+    if hourly <= 0.0 {
+        return current.cloned();
+    }
+    let accrued = round_cents(hourly * elapsed_s.max(0.0) / 3600.0);
+    let fresh = JobCost {
+        accrued_usd: accrued,
+        hourly_usd: if last { 0.0 } else { round_cents(hourly) },
+    };
+    match current {
+        Some(c)
+            if !last
+                && c.hourly_usd == fresh.hourly_usd
+                && (accrued - c.accrued_usd).abs() < hourly * COST_REFRESH_SECONDS / 3600.0 =>
+        {
+            Some(c.clone())
+        }
+        _ => Some(fresh),
+    }
+}
+
+/// The server-side apply body for a job's status.
+pub fn apply_body(job: &spillway_api::GpuJob, status: &GpuJobStatus) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "spillway.io/v1alpha1",
+        "kind": "GpuJob",
+        "metadata": {"name": job.name_any(), "namespace": job.namespace()},
+        "status": status,
+    })
+}

@@ -1,0 +1,639 @@
+//! From the watch caches to the core's [`Snapshot`]: which pool each node belongs to, how many
+//! of its GPUs are free, where each job is in its life (from the pods it owns), and which jobs
+//! cannot be run as written.
+//!
+//! Pure: the controller passes what its caches hold and what it has assumed but not yet seen
+//! (pods it is creating), and gets plain data back. Unit tests drive it with literal objects.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::ResourceExt;
+use spillway_api::job::JobPhase;
+use spillway_api::{ComputePool, Dataset, GpuJob, GpuQueue, convert};
+use spillway_core::{self as core, GpuModel, JobState, Snapshot, Time};
+
+use crate::labels;
+
+/// What the caches hold, as the controller passes it in.
+#[derive(Clone, Debug, Default)]
+pub struct Inputs {
+    pub jobs: Vec<Arc<GpuJob>>,
+    pub queues: Vec<Arc<GpuQueue>>,
+    pub pools: Vec<Arc<ComputePool>>,
+    pub datasets: Vec<Arc<Dataset>>,
+    pub nodes: Vec<Arc<Node>>,
+    pub pods: Vec<Arc<Pod>>,
+    pub namespaces: Vec<Arc<Namespace>>,
+}
+
+/// A start the controller has decided and is writing (its pods may not be visible yet).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Assumed {
+    pub attempt: u32,
+    pub pool: String,
+    pub environment: core::Environment,
+    /// One node per replica.
+    pub nodes: Vec<String>,
+    pub at: Time,
+}
+
+/// Where a job is in its life, as observed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Lifecycle {
+    /// Waiting for a decision.
+    Pending,
+    /// Placed: its pods exist (or are being created) on these nodes.
+    Running {
+        nodes: Vec<String>,
+        pool: Option<String>,
+        started_at: Time,
+        /// Every replica's pod reports `Running`.
+        all_running: bool,
+    },
+    /// Every replica succeeded.
+    Succeeded { at: Time },
+    /// A replica failed, or the job ran past `maxRuntime`.
+    Failed {
+        at: Time,
+        reason: &'static str,
+        message: String,
+    },
+    /// Some replicas' pods are missing (lost with a node, deleted by someone, or left half
+    /// created by a crash): the rest must go before the job is requeued or failed.
+    Broken { message: String },
+    /// Finished earlier (status says so); nothing left to decide.
+    Done,
+}
+
+/// One GpuJob with what the controller needs to act on it.
+#[derive(Clone, Debug)]
+pub struct JobView {
+    pub job: Arc<GpuJob>,
+    /// `namespace/name`, the core's job id.
+    pub id: String,
+    pub attempt: u32,
+    /// When the job entered its queue.
+    pub queued_at: Time,
+    /// Pods it owns for the current attempt, not being deleted.
+    pub pods: Vec<Arc<Pod>>,
+    /// Pods it owns that should not exist any more (earlier attempts, or the remains of a
+    /// finished or broken gang), not yet being deleted.
+    pub surplus_pods: Vec<Arc<Pod>>,
+    pub lifecycle: Lifecycle,
+    /// Why the spec cannot be run, when it cannot (field errors, queue not admitting the
+    /// namespace). The core sees such a job as never existing.
+    pub invalid: Option<String>,
+}
+
+/// What the controller works from in one cycle.
+#[derive(Clone, Debug, Default)]
+pub struct Built {
+    pub snapshot: Snapshot,
+    /// Every GpuJob by id.
+    pub jobs: BTreeMap<String, JobView>,
+    /// Pool of each node that belongs to one.
+    pub node_pool: HashMap<String, String>,
+    /// Problems with queues, pools and datasets (by `Kind/name`), which the core skips.
+    pub invalid_objects: BTreeMap<String, String>,
+}
+
+/// The GPUs a pod asks for (limits, else requests, summed over its containers; an init
+/// container's count when larger, as the scheduler computes it).
+pub fn pod_gpus(pod: &Pod) -> u32 {
+    let Some(spec) = &pod.spec else { return 0 };
+    let of = |c: &k8s_openapi::api::core::v1::Container| -> u32 {
+        let r = c.resources.as_ref();
+        r.and_then(|r| r.limits.as_ref())
+            .and_then(|l| l.get(labels::GPU_RESOURCE))
+            .or_else(|| {
+                r.and_then(|r| r.requests.as_ref())
+                    .and_then(|l| l.get(labels::GPU_RESOURCE))
+            })
+            .and_then(|q| q.0.parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    let main: u32 = spec.containers.iter().map(of).sum();
+    let init = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(of)
+        .max()
+        .unwrap_or(0);
+    main.max(init)
+}
+
+fn pod_phase(pod: &Pod) -> &str {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("Pending")
+}
+
+/// A pod that holds its resources: not finished.
+pub fn pod_active(pod: &Pod) -> bool {
+    !matches!(pod_phase(pod), "Succeeded" | "Failed")
+}
+
+/// The node a pod runs on, or the node Spillway placed it on before the scheduler binds it.
+pub fn pod_node(pod: &Pod) -> Option<String> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .or_else(|| pod.annotations().get(labels::NODE_ANNOTATION).cloned())
+}
+
+fn millis(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> Time {
+    Time::from_millis(t.0.as_millisecond())
+}
+
+/// A node's GPU model: `spillway.io/gpu-model`, else NVIDIA's `nvidia.com/gpu.product`.
+pub fn node_model(node: &Node) -> Option<GpuModel> {
+    let l = node.labels();
+    l.get(labels::GPU_MODEL_LABEL)
+        .or_else(|| l.get(labels::NVIDIA_PRODUCT_LABEL))
+        .map(|m| GpuModel::normalize(m))
+}
+
+/// GPUs the node offers (`status.allocatable["nvidia.com/gpu"]`).
+pub fn node_gpus(node: &Node) -> u32 {
+    node.status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .and_then(|a| a.get(labels::GPU_RESOURCE))
+        .and_then(|q| q.0.parse::<u32>().ok())
+        .unwrap_or(0)
+}
+
+fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True")
+}
+
+/// Ready, not cordoned, and without a NoSchedule/NoExecute taint the pool does not tolerate.
+fn node_schedulable(node: &Node, pool: &ComputePool) -> bool {
+    let spec = node.spec.as_ref();
+    if spec.and_then(|s| s.unschedulable).unwrap_or(false) || !node_ready(node) {
+        return false;
+    }
+    spec.and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+        .all(|t| {
+            pool.spec
+                .node_taints
+                .iter()
+                .any(|p| p.key == t.key && p.value == t.value && p.effect == t.effect)
+        })
+}
+
+/// The pool a node belongs to: a cloud pool by the `spillway.io/pool` label Spillway puts on
+/// its nodes, a private pool by its `nodeSelector` (first match in name order).
+pub fn pool_of_node<'p>(node: &Node, pools: &'p [Arc<ComputePool>]) -> Option<&'p ComputePool> {
+    let node_labels = node.labels();
+    if let Some(name) = node_labels.get(labels::POOL_LABEL)
+        && let Some(p) = pools
+            .iter()
+            .find(|p| p.spec.aws.is_some() && p.name_any() == *name)
+    {
+        return Some(p);
+    }
+    pools
+        .iter()
+        .filter(|p| {
+            p.spec.private.as_ref().is_some_and(|pp| {
+                !pp.node_selector.is_empty()
+                    && pp
+                        .node_selector
+                        .iter()
+                        .all(|(k, v)| node_labels.get(k) == Some(v))
+            })
+        })
+        .min_by_key(|p| p.name_any())
+        .map(|p| p.as_ref())
+}
+
+/// Whether `labels` match a Kubernetes label selector (matchLabels and matchExpressions).
+pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    let by_labels = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let by_expressions = selector.match_expressions.iter().flatten().all(|e| {
+        let values = e.values.as_deref().unwrap_or_default();
+        match e.operator.as_str() {
+            "In" => labels.get(&e.key).is_some_and(|v| values.contains(v)),
+            "NotIn" => labels.get(&e.key).is_none_or(|v| !values.contains(v)),
+            "Exists" => labels.contains_key(&e.key),
+            "DoesNotExist" => !labels.contains_key(&e.key),
+            _ => false,
+        }
+    });
+    by_labels && by_expressions
+}
+
+/// Why `queue` does not admit jobs from `namespace`, if it does not.
+fn admission_problem(
+    queue: &GpuQueue,
+    namespace: &str,
+    namespaces: &HashMap<&str, &Namespace>,
+) -> Option<String> {
+    let spec = &queue.spec;
+    if !spec.namespaces.is_empty() {
+        if spec.namespaces.iter().any(|n| n == namespace) {
+            return None;
+        }
+        return Some(format!(
+            "GpuQueue {:?} does not admit namespace {namespace:?} (spec.namespaces: {}).",
+            queue.name_any(),
+            spec.namespaces.join(", ")
+        ));
+    }
+    if let Some(selector) = &spec.namespace_selector {
+        let labels = namespaces
+            .get(namespace)
+            .map(|n| n.labels().clone())
+            .unwrap_or_default();
+        if !selector_matches(selector, &labels) {
+            return Some(format!(
+                "GpuQueue {:?} does not admit namespace {namespace:?}: its labels do not match spec.namespaceSelector.",
+                queue.name_any()
+            ));
+        }
+    }
+    None
+}
+
+fn owned_by(pod: &Pod, job: &GpuJob) -> bool {
+    let Some(uid) = job.metadata.uid.as_deref() else {
+        return false;
+    };
+    pod.owner_references()
+        .iter()
+        .any(|o| o.uid == uid && o.kind == "GpuJob")
+}
+
+fn pod_attempt(pod: &Pod) -> Option<u32> {
+    pod.labels()
+        .get(labels::ATTEMPT_LABEL)
+        .and_then(|a| a.parse().ok())
+}
+
+fn pod_replica(pod: &Pod) -> Option<u32> {
+    pod.labels()
+        .get(labels::REPLICA_LABEL)
+        .and_then(|a| a.parse().ok())
+}
+
+/// Earliest `finishedAt` of a pod's terminated containers, else now.
+fn pod_finished_at(pod: &Pod, now: Time) -> Time {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref())
+        .map(millis)
+        .max()
+        .unwrap_or(now)
+}
+
+/// The job's life, from its status, its pods and what the controller assumed.
+fn lifecycle(
+    job: &GpuJob,
+    replicas: u32,
+    pods: &[Arc<Pod>],
+    assumed: Option<&Assumed>,
+    pool_of: &dyn Fn(&str) -> Option<String>,
+    now: Time,
+) -> Lifecycle {
+    let status = job.status.as_ref();
+    if matches!(
+        status.and_then(|s| s.phase),
+        Some(JobPhase::Succeeded | JobPhase::Failed)
+    ) {
+        return Lifecycle::Done;
+    }
+    let started_at = status
+        .and_then(|s| s.started_at.as_ref())
+        .map(millis)
+        .or(assumed.map(|a| a.at))
+        .or_else(|| {
+            pods.iter()
+                .filter_map(|p| p.metadata.creation_timestamp.as_ref())
+                .map(millis)
+                .min()
+        })
+        .unwrap_or(now);
+    if let Some(failed) = pods.iter().find(|p| pod_phase(p) == "Failed") {
+        let why = failed
+            .status
+            .as_ref()
+            .and_then(|s| s.message.clone().or(s.reason.clone()))
+            .unwrap_or_else(|| "its containers exited with an error".to_string());
+        return Lifecycle::Failed {
+            at: pod_finished_at(failed, now),
+            reason: "ReplicaFailed",
+            message: format!("Replica pod {} failed: {why}", failed.name_any()),
+        };
+    }
+    if pods.len() as u32 >= replicas && pods.iter().all(|p| pod_phase(p) == "Succeeded") {
+        let at = pods
+            .iter()
+            .map(|p| pod_finished_at(p, now))
+            .max()
+            .unwrap_or(now);
+        return Lifecycle::Succeeded { at };
+    }
+    if let Some(max) = job
+        .spec
+        .max_runtime
+        .as_deref()
+        .and_then(|m| core::Duration::parse(m).ok())
+        && !pods.is_empty()
+        && started_at + max <= now
+    {
+        return Lifecycle::Failed {
+            at: now,
+            reason: "MaxRuntimeExceeded",
+            message: format!("The job ran past its maxRuntime of {max} and was stopped."),
+        };
+    }
+    if let Some(a) = assumed {
+        // Pods on their way: the assumption holds until they are all visible.
+        return Lifecycle::Running {
+            nodes: a.nodes.clone(),
+            pool: Some(a.pool.clone()),
+            started_at,
+            all_running: false,
+        };
+    }
+    if pods.is_empty() {
+        return Lifecycle::Pending;
+    }
+    let mut seen = vec![false; replicas as usize];
+    for p in pods {
+        if let Some(r) = pod_replica(p)
+            && let Some(slot) = seen.get_mut(r as usize)
+        {
+            *slot = true;
+        }
+    }
+    if let Some(missing) = seen.iter().position(|s| !s) {
+        return Lifecycle::Broken {
+            message: format!(
+                "Replica {missing} of {replicas} has no pod (lost with its node, deleted, or never created)."
+            ),
+        };
+    }
+    let mut nodes: Vec<(u32, String)> = pods
+        .iter()
+        .filter_map(|p| Some((pod_replica(p)?, pod_node(p)?)))
+        .collect();
+    nodes.sort();
+    let nodes: Vec<String> = nodes.into_iter().map(|(_, n)| n).collect();
+    let pool = nodes.first().and_then(|n| pool_of(n));
+    Lifecycle::Running {
+        pool,
+        started_at,
+        all_running: pods.iter().all(|p| pod_phase(p) != "Pending"),
+        nodes,
+    }
+}
+
+/// Builds the snapshot and the per-job views.
+///
+/// `assumed` holds starts being written (by job id); `attempt_floor` the attempts the
+/// controller moved jobs to whose status write may not be visible yet.
+pub fn build(
+    inputs: &Inputs,
+    assumed: &HashMap<String, Assumed>,
+    attempt_floor: &HashMap<String, u32>,
+    settings: core::Settings,
+    now: Time,
+) -> Built {
+    let mut built = Built::default();
+    let snap = &mut built.snapshot;
+    snap.settings = settings;
+
+    for q in &inputs.queues {
+        match convert::queue(q) {
+            Ok(q) => snap.queues.push(q),
+            Err(e) => {
+                built
+                    .invalid_objects
+                    .insert(format!("GpuQueue/{}", q.name_any()), e.to_string());
+            }
+        }
+    }
+    for p in &inputs.pools {
+        match convert::pool(p) {
+            Ok(p) => snap.pools.push(p),
+            Err(e) => {
+                built
+                    .invalid_objects
+                    .insert(format!("ComputePool/{}", p.name_any()), e.to_string());
+            }
+        }
+    }
+    let valid_pools: Vec<Arc<ComputePool>> = inputs
+        .pools
+        .iter()
+        .filter(|p| snap.pools.iter().any(|c| c.name == p.name_any()))
+        .cloned()
+        .collect();
+    for d in &inputs.datasets {
+        match convert::dataset(d) {
+            Ok(d) => snap.datasets.push(d),
+            Err(e) => {
+                built
+                    .invalid_objects
+                    .insert(format!("Dataset/{}", d.name_any()), e.to_string());
+            }
+        }
+    }
+
+    // GPUs in use per node: every active pod bound (or placed by us) there.
+    let mut used: HashMap<String, u32> = HashMap::new();
+    let mut pods_by_job: HashMap<(String, String), Vec<Arc<Pod>>> = HashMap::new();
+    for pod in &inputs.pods {
+        if pod_active(pod)
+            && let Some(node) = pod_node(pod)
+        {
+            *used.entry(node).or_default() += pod_gpus(pod);
+        }
+        if let Some(job) = pod.labels().get(labels::JOB_LABEL) {
+            pods_by_job
+                .entry((pod.namespace().unwrap_or_default(), job.clone()))
+                .or_default()
+                .push(pod.clone());
+        }
+    }
+
+    // Jobs.
+    let namespaces: HashMap<&str, &Namespace> = inputs
+        .namespaces
+        .iter()
+        .filter_map(|n| Some((n.metadata.name.as_deref()?, n.as_ref())))
+        .collect();
+    let queues_by_name: HashMap<String, &Arc<GpuQueue>> =
+        inputs.queues.iter().map(|q| (q.name_any(), q)).collect();
+    let mut node_pool: HashMap<String, String> = HashMap::new();
+    for n in &inputs.nodes {
+        if let Some(p) = pool_of_node(n, &valid_pools) {
+            node_pool.insert(n.name_any(), p.name_any());
+        }
+    }
+    let pool_of = |node: &str| node_pool.get(node).cloned();
+    for job in &inputs.jobs {
+        let ns = job.namespace().unwrap_or_default();
+        let name = job.name_any();
+        let id = format!("{ns}/{name}");
+        let status = job.status.as_ref();
+        let attempt = status.and_then(|s| s.restarts).unwrap_or(0).max(0) as u32;
+        let attempt = attempt.max(attempt_floor.get(&id).copied().unwrap_or(0));
+        let queued_at = status
+            .and_then(|s| s.queued_at.as_ref())
+            .or(job.metadata.creation_timestamp.as_ref())
+            .map(millis)
+            .unwrap_or(now);
+        let mut pods = Vec::new();
+        let mut surplus = Vec::new();
+        for pod in pods_by_job
+            .remove(&(ns.clone(), name.clone()))
+            .into_iter()
+            .flatten()
+        {
+            if !owned_by(&pod, job) || pod.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            if pod_attempt(&pod) == Some(attempt) {
+                pods.push(pod);
+            } else if pod_active(&pod) {
+                surplus.push(pod);
+            }
+        }
+        let invalid = match convert::job(job, queued_at) {
+            Err(e) => Some(e.to_string()),
+            Ok(_) => crate::pods::check(job).err().or_else(|| {
+                queues_by_name
+                    .get(&job.spec.queue)
+                    .and_then(|q| admission_problem(q, &ns, &namespaces))
+            }),
+        };
+        let replicas = job.spec.replicas.max(1) as u32;
+        let lifecycle = lifecycle(job, replicas, &pods, assumed.get(&id), &pool_of, now);
+        match &lifecycle {
+            Lifecycle::Done | Lifecycle::Failed { .. } | Lifecycle::Broken { .. } => {
+                surplus.extend(pods.iter().filter(|p| pod_active(p)).cloned());
+            }
+            Lifecycle::Succeeded { .. } => {}
+            Lifecycle::Pending | Lifecycle::Running { .. } => {}
+        }
+        // Pods being created by an assumption count against their nodes until visible.
+        if let (Some(a), Lifecycle::Running { .. }) = (assumed.get(&id), &lifecycle) {
+            let visible: Vec<u32> = pods.iter().filter_map(|p| pod_replica(p)).collect();
+            for (r, node) in a.nodes.iter().enumerate() {
+                if !visible.contains(&(r as u32)) {
+                    *used.entry(node.clone()).or_default() +=
+                        job.spec.gpus_per_replica.max(0) as u32;
+                }
+            }
+        }
+        if invalid.is_none()
+            && let Ok(mut cj) = convert::job(job, queued_at)
+        {
+            cj.attempt = attempt;
+            match &lifecycle {
+                Lifecycle::Pending => {
+                    cj.state = JobState::Pending;
+                    snap.jobs.push(cj);
+                }
+                Lifecycle::Running {
+                    nodes,
+                    pool,
+                    started_at,
+                    ..
+                } => {
+                    let cloud = pool
+                        .as_ref()
+                        .and_then(|p| snap.pools.iter().find(|c| &c.name == p))
+                        .is_some_and(|p| p.is_cloud());
+                    cj.state = JobState::Running {
+                        nodes: nodes.clone(),
+                        started_at: *started_at,
+                        cloud,
+                    };
+                    snap.jobs.push(cj);
+                }
+                _ => {}
+            }
+        }
+        built.jobs.insert(
+            id.clone(),
+            JobView {
+                job: job.clone(),
+                id,
+                attempt,
+                queued_at,
+                pods,
+                surplus_pods: surplus,
+                lifecycle,
+                invalid,
+            },
+        );
+    }
+
+    // Nodes.
+    for n in &inputs.nodes {
+        let name = n.name_any();
+        let Some(pool) = valid_pools
+            .iter()
+            .find(|p| node_pool.get(&name) == Some(&p.name_any()))
+        else {
+            continue;
+        };
+        let gpus = node_gpus(n);
+        if gpus == 0 {
+            continue;
+        }
+        let in_use = used.get(&name).copied().unwrap_or(0);
+        snap.nodes.push(core::Node {
+            name: name.clone(),
+            pool: pool.name_any(),
+            gpu_model: node_model(n),
+            gpus,
+            free_gpus: gpus.saturating_sub(in_use),
+            schedulable: node_schedulable(n, pool),
+            instance_id: n.labels().get(labels::INSTANCE_ID_LABEL).cloned(),
+            idle_since: None,
+        });
+    }
+    snap.nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    built.node_pool = node_pool;
+    built
+}
+
+/// Jobs per queue and phase, for metrics and queue status.
+pub fn phase_of(view: &JobView) -> JobPhase {
+    match &view.lifecycle {
+        Lifecycle::Pending | Lifecycle::Broken { .. } => JobPhase::Queued,
+        Lifecycle::Running { .. } => JobPhase::Running,
+        Lifecycle::Succeeded { .. } => JobPhase::Succeeded,
+        Lifecycle::Failed { .. } => JobPhase::Failed,
+        Lifecycle::Done => view
+            .job
+            .status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .unwrap_or(JobPhase::Succeeded),
+    }
+}

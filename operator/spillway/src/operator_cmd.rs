@@ -1,0 +1,121 @@
+//! `spillway operator`: runs the controllers against a cluster.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use spillway_k8s::{Election, Metrics, OperatorConfig, Settings};
+use tokio::sync::watch;
+
+/// Run the Spillway operator: watch GpuJobs and friends, decide, and run the jobs.
+#[derive(Args, Debug)]
+pub struct OperatorArgs {
+    /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the in-cluster service account).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context to use (default: the current context).
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+    /// Also load BurstPolicy files from this directory (for example a mounted ConfigMap);
+    /// re-read every resync period. A cluster BurstPolicy of the same name wins.
+    #[arg(long, value_name = "DIR")]
+    pub policy_dir: Option<PathBuf>,
+    /// Elect a leader through a Lease so that several replicas can run, one active.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub leader_elect: bool,
+    /// Namespace of the leader Lease (default: $POD_NAMESPACE, else `default`).
+    #[arg(long, value_name = "NS")]
+    pub leader_election_namespace: Option<String>,
+    /// Name of the leader Lease.
+    #[arg(long, value_name = "NAME", default_value = "spillway-operator")]
+    pub leader_election_id: String,
+    /// How long a leader's Lease lasts without renewal, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 15)]
+    pub lease_duration: u64,
+    /// A full decision cycle at least this often, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    pub resync: u64,
+}
+
+pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
+    init_logging();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let client =
+            crate::kube_client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+        let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "spillway".into());
+            format!("{host}-{}", std::process::id())
+        });
+        let election = args.leader_elect.then(|| Election {
+            namespace: args
+                .leader_election_namespace
+                .clone()
+                .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                .unwrap_or_else(|| "default".into()),
+            name: args.leader_election_id.clone(),
+            identity: identity.clone(),
+            lease_duration: Duration::from_secs(args.lease_duration.max(2)),
+            retry_period: Duration::from_secs((args.lease_duration / 5).clamp(1, 5)),
+        });
+        let config = OperatorConfig {
+            metrics_addr: args.metrics_addr,
+            election,
+            controller: Settings {
+                policy_dir: args.policy_dir.clone(),
+                resync: Duration::from_secs(args.resync.max(1)),
+                instance: identity,
+                ..Settings::default()
+            },
+        };
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("shutting down");
+            let _ = shutdown_tx.send(true);
+        });
+        spillway_k8s::run(client, config, Arc::new(Metrics::default()), shutdown_rx).await?;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -1,0 +1,135 @@
+//! The operator, run in the test process against the test control plane.
+//!
+//! Tests that run an operator take turns ([`serial`]): every operator sees every GpuJob of the
+//! shared control plane, so two running at once (outside the leader-election test) would both
+//! act. Each test still uses its own namespace, queues, pools and nodes, and an operator
+//! started by a later test finds earlier tests' objects as they were left.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::Client;
+use spillway_k8s::{Election, Metrics, OperatorConfig, Settings};
+use tokio::sync::{MutexGuard, watch};
+use tokio::task::JoinHandle;
+
+/// Operator tests take turns.
+pub async fn serial() -> MutexGuard<'static, ()> {
+    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    TURN.lock().await
+}
+
+/// An operator running as a task of the test.
+pub struct RunningOperator {
+    pub metrics: Arc<Metrics>,
+    pub metrics_addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+/// Settings that make tests quick: a short debounce and resync.
+pub fn test_settings(instance: &str) -> Settings {
+    Settings {
+        resync: Duration::from_secs(5),
+        debounce: Duration::from_millis(20),
+        instance: instance.to_string(),
+        ..Settings::default()
+    }
+}
+
+impl RunningOperator {
+    /// Starts an operator with test settings (no leader election unless given).
+    pub async fn start(client: Client, election: Option<Election>) -> anyhow::Result<Self> {
+        let instance = election
+            .as_ref()
+            .map(|e| e.identity.clone())
+            .unwrap_or_else(|| "test-operator".into());
+        Self::start_with(client, election, test_settings(&instance)).await
+    }
+
+    pub async fn start_with(
+        client: Client,
+        election: Option<Election>,
+        settings: Settings,
+    ) -> anyhow::Result<Self> {
+        let port = crate::process::free_port()?;
+        let metrics_addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let metrics = Arc::new(Metrics::default());
+        let (shutdown, rx) = watch::channel(false);
+        let config = OperatorConfig {
+            metrics_addr,
+            election,
+            controller: settings,
+        };
+        let task = tokio::spawn(spillway_k8s::run(client, config, metrics.clone(), rx));
+        Ok(RunningOperator {
+            metrics,
+            metrics_addr,
+            shutdown,
+            task,
+        })
+    }
+
+    /// Stops it as SIGTERM would, and returns how its run ended.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        let _ = self.shutdown.send(true);
+        match tokio::time::timeout(Duration::from_secs(30), self.task).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => Err(anyhow::anyhow!("operator task panicked: {e}")),
+            Err(_) => Err(anyhow::anyhow!("operator did not stop within 30 s")),
+        }
+    }
+
+    /// Stops it abruptly, as a crash or `kill -9` would (no lease release, writes cut off).
+    pub fn kill(self) {
+        self.task.abort();
+    }
+
+    /// Whether its run has ended (with its result), without stopping it.
+    pub fn finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// GET on its HTTP endpoint: (status code, body).
+    pub async fn get(&self, path: &str) -> anyhow::Result<(u16, String)> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(self.metrics_addr).await?;
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await?;
+        let code = response
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        Ok((code, body))
+    }
+}
+
+/// Polls `check` until it returns `Some`, or fails after `timeout` with `what` and the last
+/// value seen.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        match check().await {
+            Ok(v) => return v,
+            Err(last) => {
+                if Instant::now() > deadline {
+                    panic!("timed out after {timeout:?} waiting for {what}; last seen: {last}");
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
