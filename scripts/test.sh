@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every Spillway test on a fresh machine: installs and caches what the tests need (a real
-# Kubernetes control plane built from Debian's source package, moto's EC2 server), then runs
+# Kubernetes control plane built from Debian's source package, moto's EC2 server, promtool), then runs
 # the workspace's tests against them. Heavy builds are cached under ~/.cache/spillway.
 #
 #   scripts/test.sh            # everything
@@ -21,6 +21,8 @@ KUBEBUILDER_ASSETS="$(scripts/k8s-binaries.sh)"
 export KUBEBUILDER_ASSETS
 SPILLWAY_MOTO_SERVER="$(scripts/moto.sh)"
 export SPILLWAY_MOTO_SERVER
-echo "test.sh: Kubernetes binaries in $KUBEBUILDER_ASSETS; moto at $SPILLWAY_MOTO_SERVER" >&2
+SPILLWAY_PROMTOOL="$(scripts/promtool.sh)"
+export SPILLWAY_PROMTOOL
+echo "test.sh: Kubernetes binaries in $KUBEBUILDER_ASSETS; moto at $SPILLWAY_MOTO_SERVER; promtool at $SPILLWAY_PROMTOOL" >&2
 
 cargo test --workspace --locked --no-fail-fast "$@"

@@ -638,3 +638,227 @@ async fn spec_change_and_failure_are_reflected() {
     .await;
     op.stop().await.expect("clean stop");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_in_the_middle_of_a_workload_loses_nothing() {
+    let _turn = serial().await;
+    let w = World::new("op-restart").await;
+    w.nodes(2, 8, None).await;
+    for i in 0..50 {
+        w.submit(&format!("job-{i:02}"), json!({}), Some(2 + (i % 3)))
+            .await;
+    }
+    let op = RunningOperator::start(w.client.clone(), None)
+        .await
+        .expect("operator");
+    let count = |phase: JobPhase| {
+        let jobs = w.jobs();
+        async move {
+            let list = jobs
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<usize, String>(
+                list.items
+                    .iter()
+                    .filter(|j| j.status.as_ref().and_then(|s| s.phase) == Some(phase))
+                    .count(),
+            )
+        }
+    };
+    eventually(WAIT, "a third of the jobs to finish", || async {
+        let done = count(JobPhase::Succeeded).await?;
+        if done >= 16 {
+            Ok(())
+        } else {
+            Err(format!("{done} succeeded"))
+        }
+    })
+    .await;
+    // Crash: no clean shutdown, writes in flight are cut off.
+    op.kill();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let op = RunningOperator::start(w.client.clone(), None)
+        .await
+        .expect("operator again");
+    eventually(
+        Duration::from_secs(120),
+        "all 50 jobs to succeed",
+        || async {
+            let done = count(JobPhase::Succeeded).await?;
+            if done == 50 {
+                Ok(())
+            } else {
+                Err(format!("{done} succeeded"))
+            }
+        },
+    )
+    .await;
+    // No job ever had two sets of pods: one pod each, of one attempt.
+    let pods = Api::<Pod>::namespaced(w.client.clone(), &w.ns)
+        .list(&ListParams::default())
+        .await
+        .expect("pods")
+        .items;
+    let mut per_job: BTreeMap<String, usize> = BTreeMap::new();
+    for p in &pods {
+        *per_job
+            .entry(
+                p.labels()
+                    .get("spillway.io/job")
+                    .cloned()
+                    .unwrap_or_default(),
+            )
+            .or_default() += 1;
+    }
+    assert_eq!(per_job.len(), 50, "{per_job:?}");
+    assert!(per_job.values().all(|n| *n == 1), "{per_job:?}");
+    op.stop().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_one_leader_and_handover_when_it_dies() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let _turn = serial().await;
+    let w = World::new("op-leader").await;
+    w.nodes(1, 8, None).await;
+    let election = |identity: &str| spillway_k8s::Election {
+        namespace: w.ns.clone(),
+        name: "spillway-operator".into(),
+        identity: identity.into(),
+        lease_duration: Duration::from_secs(4),
+        retry_period: Duration::from_secs(1),
+    };
+    let leases: Api<Lease> = Api::namespaced(w.client.clone(), &w.ns);
+    let holder = || {
+        let leases = leases.clone();
+        async move {
+            leases
+                .get_opt("spillway-operator")
+                .await
+                .map_err(|e| e.to_string())
+                .map(|l| l.and_then(|l| l.spec?.holder_identity))
+        }
+    };
+    let a = RunningOperator::start(w.client.clone(), Some(election("replica-a")))
+        .await
+        .expect("a");
+    eventually(WAIT, "replica-a to lead", || async {
+        match holder().await? {
+            Some(h) if h == "replica-a" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let b = RunningOperator::start(w.client.clone(), Some(election("replica-b")))
+        .await
+        .expect("b");
+    eventually(WAIT, "replica-b to be ready", || async {
+        match b.get("/readyz").await {
+            Ok((200, _)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    w.submit("one", json!({}), None).await;
+    w.wait_phase("one", JobPhase::Running).await;
+    assert_eq!(
+        b.metrics.api_writes_total(),
+        0,
+        "the standby writes nothing"
+    );
+    assert!(a.metrics.api_writes_total() > 0);
+    assert!(
+        b.get("/metrics")
+            .await
+            .expect("metrics")
+            .1
+            .contains("spillway_leader 0")
+    );
+
+    // The leader dies without releasing the lease; the standby takes over once it expires.
+    a.kill();
+    let killed = std::time::Instant::now();
+    eventually(WAIT, "replica-b to lead", || async {
+        match holder().await? {
+            Some(h) if h == "replica-b" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let handover = killed.elapsed();
+    // Lease 4 s, checks every 1 s: within the lease time plus two checks.
+    assert!(
+        handover < Duration::from_secs(7),
+        "handover took {handover:?}"
+    );
+    w.submit("two", json!({}), None).await;
+    w.wait_phase("two", JobPhase::Running).await;
+    assert!(b.metrics.api_writes_total() > 0);
+
+    // A clean stop releases the lease at once.
+    b.stop().await.expect("clean stop");
+    assert_eq!(holder().await.expect("lease"), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_endpoints_and_metrics_pass_promtool() {
+    let _turn = serial().await;
+    let w = World::new("op-metrics").await;
+    w.nodes(1, 8, None).await;
+    let op = RunningOperator::start(w.client.clone(), None)
+        .await
+        .expect("operator");
+    eventually(WAIT, "/readyz", || async {
+        match op.get("/readyz").await {
+            Ok((200, body)) => Ok(body),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(op.get("/healthz").await.expect("healthz").0, 200);
+    assert_eq!(op.get("/nope").await.expect("404").0, 404);
+    w.submit("measured", json!({}), Some(1)).await;
+    w.wait_phase("measured", JobPhase::Succeeded).await;
+    let (code, body) = op.get("/metrics").await.expect("metrics");
+    assert_eq!(code, 200);
+    for family in [
+        "spillway_jobs{",
+        "spillway_job_wait_seconds_bucket{",
+        "spillway_decisions_total{outcome=\"StartPrivate\",reason=\"FitsPrivate\"}",
+        "spillway_reconcile_duration_seconds_count",
+        "spillway_leader 1",
+    ] {
+        assert!(body.contains(family), "{family} missing from:\n{body}");
+    }
+    let promtool = std::env::var("SPILLWAY_PROMTOOL").unwrap_or_else(|_| {
+        spillway_tests::cache_dir()
+            .join("prometheus/usr/bin/promtool")
+            .display()
+            .to_string()
+    });
+    let mut child = std::process::Command::new(&promtool)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("{promtool}: {e}; run scripts/promtool.sh (scripts/test.sh does)")
+        });
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(body.as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("promtool");
+    assert!(
+        out.status.success(),
+        "promtool check metrics failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    op.stop().await.expect("clean stop");
+}

@@ -52,6 +52,15 @@ impl Drop for Tasks {
     }
 }
 
+/// A task that is aborted when its guard is dropped, and can still be awaited.
+struct Guarded<T>(JoinHandle<T>);
+
+impl<T> Drop for Guarded<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Runs the operator until `shutdown` turns true. Returns an error when it cannot start or
 /// when it loses leadership (the process should then exit and be restarted).
 pub async fn run(
@@ -84,19 +93,19 @@ pub async fn run(
     let mut election_task = None;
     if let Some(e) = config.election.clone() {
         tracing::info!(identity = %e.identity, lease = %format!("{}/{}", e.namespace, e.name), "waiting to become the leader");
-        election_task = Some(tokio::spawn(leader::run(
+        election_task = Some(Guarded(tokio::spawn(leader::run(
             client.clone(),
             e,
             leader_tx,
             shutdown.clone(),
-        )));
+        ))));
     }
     while !*leader_rx.borrow() {
         tokio::select! {
             r = leader_rx.changed() => if r.is_err() { break },
             _ = shutdown.changed() => {
                 if *shutdown.borrow() {
-                    if let Some(t) = election_task { let _ = t.await; }
+                    if let Some(mut t) = election_task { let _ = (&mut t.0).await; }
                     return Ok(());
                 }
             }
@@ -105,7 +114,7 @@ pub async fn run(
     if !*leader_rx.borrow() {
         // The election task ended without ever leading: it failed.
         return match election_task {
-            Some(t) => t.await?,
+            Some(mut t) => (&mut t.0).await?,
             None => Ok(()),
         };
     }
@@ -136,8 +145,8 @@ pub async fn run(
     controller.run(changed, health, stop_rx).await?;
     metrics.set_leader(false);
     let lost = !*leader_rx.borrow() && !*shutdown.borrow();
-    if let Some(t) = election_task {
-        let r = tokio::time::timeout(Duration::from_secs(10), t).await;
+    if let Some(mut t) = election_task {
+        let r = tokio::time::timeout(Duration::from_secs(10), &mut t.0).await;
         if let Ok(Ok(Err(e))) = r {
             return Err(e);
         }

@@ -1,5 +1,6 @@
 //! `spillway explain --job FILE [--config DIR|FILE] [--situation FILE]`: one decision, offline,
-//! with every rule evaluated.
+//! with every rule evaluated. `spillway explain gpujob NAME [-n NS]`: the same, live, from the
+//! cluster (see `kubectl_cmd`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -8,13 +9,25 @@ use clap::Args;
 use spillway_api::manifests::Manifests;
 use spillway_policy::{PolicyEngine, RuleOutcome, testing};
 
-/// Explain the decision for one job, offline: the outcome, the reason, the offering and
-/// every BurstPolicy rule evaluated.
+/// Explain the decision for one job: the outcome, the reason, the offering and every
+/// BurstPolicy rule evaluated. Live: `explain gpujob NAME [-n NS]`; offline: `--job FILE`.
 #[derive(Args, Debug)]
 pub struct ExplainArgs {
-    /// A GpuJob manifest.
+    /// Live: `gpujob NAME` (or `gpujob/NAME`), read from the cluster.
+    #[arg(value_name = "KIND NAME", conflicts_with = "job")]
+    pub target: Vec<String>,
+    /// Namespace of the GpuJob (live; default: the kubeconfig context's namespace).
+    #[arg(short = 'n', long, value_name = "NS")]
+    pub namespace: Option<String>,
+    /// Kubeconfig file (live).
     #[arg(long, value_name = "FILE")]
-    job: PathBuf,
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (live).
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+    /// Offline: a GpuJob manifest.
+    #[arg(long, value_name = "FILE")]
+    job: Option<PathBuf>,
     /// Manifests: BurstPolicies, and the job's GpuQueue and Datasets.
     #[arg(long, value_name = "DIR|FILE")]
     config: Option<PathBuf>,
@@ -24,7 +37,7 @@ pub struct ExplainArgs {
     situation: Option<PathBuf>,
 }
 
-fn fail(message: String) -> ExitCode {
+pub fn fail(message: String) -> ExitCode {
     eprintln!("error: {message}");
     ExitCode::from(2)
 }
@@ -43,12 +56,20 @@ fn read_yaml(path: &Path) -> Result<serde_json::Value, String> {
 }
 
 pub fn run(args: ExplainArgs) -> ExitCode {
-    let jobs = match Manifests::load(&args.job) {
+    let Some(job_file) = args.job.clone() else {
+        if args.target.is_empty() {
+            return fail(
+                "give `gpujob NAME` (live, from the cluster) or `--job FILE` (offline)".into(),
+            );
+        }
+        return crate::kubectl_cmd::explain_live(&args);
+    };
+    let jobs = match Manifests::load(&job_file) {
         Ok(m) => m.jobs,
         Err(e) => return fail(e.to_string()),
     };
     let Some(job) = jobs.into_iter().next() else {
-        return fail(format!("{}: no GpuJob in this file", args.job.display()));
+        return fail(format!("{}: no GpuJob in this file", job_file.display()));
     };
     let config = match &args.config {
         Some(p) => match Manifests::load(p) {
@@ -124,6 +145,13 @@ pub fn run(args: ExplainArgs) -> ExitCode {
         spec.queue,
         now.since(spillway_core::Time::from_millis(0))
     );
+    print_decision(d);
+    print_rules(&engine.rule_report(&snapshot, now));
+    ExitCode::SUCCESS
+}
+
+/// Prints a core decision: outcome, reason, sentence, rule, offering and estimates.
+pub fn print_decision(d: &spillway_core::Decision) {
     println!("Decision: {} ({})", d.outcome, d.reason);
     println!("  {}", d.message);
     if let Some(rule) = &d.rule {
@@ -143,19 +171,21 @@ pub fn run(args: ExplainArgs) -> ExitCode {
     if let Some(w) = d.estimated_wait {
         println!("  Estimated wait: {w}");
     }
-    let report = engine.rule_report(&snapshot, now);
+}
+
+/// Prints every rule evaluated, in order, with what it did.
+pub fn print_rules(report: &[(String, RuleOutcome)]) {
     if report.is_empty() {
         println!("Rules: none (queue and pool settings decide)");
-    } else {
-        println!("Rules, in evaluation order:");
-        for (rule, outcome) in report {
-            let what = match outcome {
-                RuleOutcome::Applied => "applied",
-                RuleOutcome::NotApplied => "did not apply",
-                RuleOutcome::Failed => "failed at run time (treated as not applying)",
-            };
-            println!("  {rule}: {what}");
-        }
+        return;
     }
-    ExitCode::SUCCESS
+    println!("Rules, in evaluation order:");
+    for (rule, outcome) in report {
+        let what = match outcome {
+            RuleOutcome::Applied => "applied",
+            RuleOutcome::NotApplied => "did not apply",
+            RuleOutcome::Failed => "failed at run time (treated as not applying)",
+        };
+        println!("  {rule}: {what}");
+    }
 }

@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 mod explain;
+mod kubectl_cmd;
 mod operator_cmd;
 mod policy_cmd;
 mod simulate;
@@ -29,6 +30,10 @@ struct Cli {
 enum Command {
     /// Explain the decision for one job, offline, with every rule evaluated.
     Explain(Box<explain::ExplainArgs>),
+    /// Queues and pools at a glance (from the cluster).
+    Status(kubectl_cmd::StatusArgs),
+    /// GpuJobs with where they run and why (from the cluster).
+    Jobs(kubectl_cmd::JobsArgs),
     /// Run the operator (the controllers) against a cluster.
     Operator(Box<operator_cmd::OperatorArgs>),
     /// Work with BurstPolicy files.
@@ -63,6 +68,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Policy { command } => Ok(policy_cmd::run(command)),
         Command::Explain(args) => Ok(explain::run(*args)),
         Command::Operator(args) => operator_cmd::run(*args),
+        Command::Status(args) => kubectl_cmd::status(args),
+        Command::Jobs(args) => kubectl_cmd::jobs(args),
         Command::Crds { out } => {
             crds(out)?;
             Ok(ExitCode::SUCCESS)

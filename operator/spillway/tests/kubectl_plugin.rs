@@ -1,0 +1,231 @@
+//! `kubectl spillway status|jobs|explain` (and `spillway operator`) against the real control
+//! plane, with the fake kubelet for nodes.
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use kube::api::{Api, PostParams};
+use kube::core::DynamicObject;
+use kube::discovery::ApiResource;
+use serde_json::json;
+use spillway_tests::cluster::TestCluster;
+use spillway_tests::kubelet::{FakeKubelet, FakeNode};
+use spillway_tests::operator::eventually;
+
+fn run(bin: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(bin).args(args).output().expect("run")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+async fn create(
+    client: &kube::Client,
+    kind: &str,
+    plural: &str,
+    ns: Option<&str>,
+    obj: serde_json::Value,
+) {
+    let gvk = kube::core::GroupVersionKind::gvk("spillway.io", "v1alpha1", kind);
+    let ar = ApiResource::from_gvk_with_plural(&gvk, plural);
+    let api: Api<DynamicObject> = match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    let obj: DynamicObject = serde_json::from_value(obj).expect("json");
+    api.create(&PostParams::default(), &obj)
+        .await
+        .expect("create");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_binary_and_kubectl_plugin() {
+    let cluster = TestCluster::shared().await;
+    let client = cluster.client().await.expect("client");
+    cluster
+        .install_crds(&client, &spillway_api::crds())
+        .await
+        .expect("crds");
+    let ns = cluster.namespace(&client, "plugin").await.expect("ns");
+    let kubelet = FakeKubelet::start(client.clone());
+    kubelet
+        .register(FakeNode::gpu(format!("{ns}-n0"), 8).label("plugin-pool", &ns))
+        .await
+        .expect("node");
+    create(
+        &client,
+        "GpuQueue",
+        "gpuqueues",
+        None,
+        json!({
+            "apiVersion": "spillway.io/v1alpha1", "kind": "GpuQueue",
+            "metadata": {"name": ns}, "spec": {"weight": 2},
+        }),
+    )
+    .await;
+    create(
+        &client,
+        "ComputePool",
+        "computepools",
+        None,
+        json!({
+            "apiVersion": "spillway.io/v1alpha1", "kind": "ComputePool",
+            "metadata": {"name": format!("{ns}-pool")},
+            "spec": {"private": {"nodeSelector": {"plugin-pool": ns}}},
+        }),
+    )
+    .await;
+    for (name, gpus) in [("fits", 4), ("waits", 8)] {
+        create(
+            &client,
+            "GpuJob",
+            "gpujobs",
+            Some(&ns),
+            json!({
+                "apiVersion": "spillway.io/v1alpha1", "kind": "GpuJob",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"queue": ns, "gpusPerReplica": gpus,
+                         "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}},
+            }),
+        )
+        .await;
+    }
+
+    // The real binary, as a platform team runs it locally.
+    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_spillway"));
+    let kubeconfig = cluster.kubeconfig.display().to_string();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let mut operator = Command::new(&bin)
+        .args([
+            "operator",
+            "--kubeconfig",
+            &kubeconfig,
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+            "--leader-election-namespace",
+            &ns,
+        ])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start operator");
+
+    // `kubectl-spillway` is the same binary under the plugin's name.
+    let dir = std::env::temp_dir().join(format!("spillway-plugin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let plugin = dir.join("kubectl-spillway");
+    let _ = std::fs::remove_file(&plugin);
+    std::os::unix::fs::symlink(&bin, &plugin).expect("symlink");
+
+    let jobs = eventually(Duration::from_secs(60), "jobs listing", || async {
+        let out = run(
+            &plugin,
+            &["jobs", "-n", &ns, "--kubeconfig", &kubeconfig, "--wide"],
+        );
+        let t = text(&out);
+        if out.status.success() && t.contains("FitsPrivate") && t.contains("Wait") {
+            Ok(t)
+        } else {
+            Err(t)
+        }
+    })
+    .await;
+    let fits = jobs
+        .lines()
+        .find(|l| l.starts_with("fits"))
+        .expect("fits row");
+    for want in [
+        "Running",
+        "private",
+        &format!("{ns}-pool"),
+        "StartPrivate",
+        "1x4",
+    ] {
+        assert!(fits.contains(want), "{want:?} in {fits:?}\n{jobs}");
+    }
+    assert!(jobs.starts_with("NAME"), "{jobs}");
+
+    let status = eventually(Duration::from_secs(30), "queue status", || async {
+        let t = text(&run(&plugin, &["status", "--kubeconfig", &kubeconfig]));
+        let row = t
+            .lines()
+            .find(|l| l.starts_with(&ns))
+            .map(str::to_string)
+            .unwrap_or_default();
+        // weight 2, 1 pending, 1 running, 4 private GPUs
+        if row.split_whitespace().take(7).collect::<Vec<_>>()
+            == [ns.as_str(), "2", "-", "1", "1", "4", "0"]
+        {
+            Ok(t)
+        } else {
+            Err(t)
+        }
+    })
+    .await;
+    assert!(
+        status.contains("POOLS") && status.contains(&format!("{ns}-pool")),
+        "{status}"
+    );
+
+    let out = run(
+        &plugin,
+        &[
+            "explain",
+            "gpujob",
+            "waits",
+            "-n",
+            &ns,
+            "--kubeconfig",
+            &kubeconfig,
+        ],
+    );
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("Recorded decision: Wait"), "{t}");
+    assert!(t.contains("If decided now:"), "{t}");
+    assert!(t.contains("Rules: none"), "{t}");
+    let out = run(
+        &plugin,
+        &[
+            "explain",
+            "gpujob/fits",
+            "-n",
+            &ns,
+            "--kubeconfig",
+            &kubeconfig,
+        ],
+    );
+    let t = text(&out);
+    assert!(
+        t.contains("Recorded decision: StartPrivate (FitsPrivate)"),
+        "{t}"
+    );
+    let out = run(
+        &plugin,
+        &[
+            "explain",
+            "gpujob",
+            "nope",
+            "-n",
+            &ns,
+            "--kubeconfig",
+            &kubeconfig,
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(text(&out).contains("not found"), "{}", text(&out));
+
+    // SIGTERM: a clean stop that releases the leader lease.
+    let _ = Command::new("kill")
+        .args(["-TERM", &operator.id().to_string()])
+        .status();
+    let status = operator.wait().expect("wait");
+    assert!(status.success(), "operator exit: {status:?}");
+}
