@@ -1,0 +1,143 @@
+//! Throughput of the real operator binary: 1,000 one-GPU GpuJobs placed on 125 fake 8-GPU
+//! nodes. A measurement, not a test (ignored by default): `scripts/bench-operator.sh` runs it
+//! in release mode and prints jobs placed per second and the operator's peak memory, which
+//! docs/performance.md reports.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+use spillway_api::{ComputePool, GpuJob, GpuQueue};
+use spillway_tests::cluster::TestCluster;
+use spillway_tests::kubelet::{FakeKubelet, FakeNode};
+
+const JOBS: usize = 1000;
+const NODES: usize = 125;
+
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement; run scripts/bench-operator.sh"]
+async fn place_1000_jobs() {
+    let cluster = TestCluster::shared().await;
+    let client = cluster.client().await.expect("client");
+    cluster
+        .install_crds(&client, &spillway_api::crds())
+        .await
+        .expect("crds");
+    let ns = cluster.namespace(&client, "bench").await.expect("ns");
+    let kubelet = FakeKubelet::start(client.clone());
+    for i in 0..NODES {
+        kubelet
+            .register(FakeNode::gpu(format!("bench-{i:03}"), 8).label("bench", "yes"))
+            .await
+            .expect("node");
+    }
+    let queue: GpuQueue = serde_json::from_value(json!({
+        "apiVersion": "spillway.io/v1alpha1", "kind": "GpuQueue",
+        "metadata": {"name": "bench"}, "spec": {},
+    }))
+    .expect("queue");
+    Api::<GpuQueue>::all(client.clone())
+        .create(&PostParams::default(), &queue)
+        .await
+        .expect("queue");
+    let pool: ComputePool = serde_json::from_value(json!({
+        "apiVersion": "spillway.io/v1alpha1", "kind": "ComputePool",
+        "metadata": {"name": "bench"}, "spec": {"private": {"nodeSelector": {"bench": "yes"}}},
+    }))
+    .expect("pool");
+    Api::<ComputePool>::all(client.clone())
+        .create(&PostParams::default(), &pool)
+        .await
+        .expect("pool");
+    let jobs: Api<GpuJob> = Api::namespaced(client.clone(), &ns);
+    for i in 0..JOBS {
+        let job: GpuJob = serde_json::from_value(json!({
+            "apiVersion": "spillway.io/v1alpha1", "kind": "GpuJob",
+            "metadata": {"name": format!("job-{i:04}"), "namespace": ns},
+            "spec": {"queue": "bench", "gpusPerReplica": 1,
+                     "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}},
+        }))
+        .expect("job");
+        jobs.create(&PostParams::default(), &job)
+            .await
+            .expect("create job");
+    }
+
+    let kubeconfig = cluster.kubeconfig.display().to_string();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let started = Instant::now();
+    let mut operator = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args([
+            "operator",
+            "--kubeconfig",
+            &kubeconfig,
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+            "--leader-elect=false",
+        ])
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .expect("operator");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let mut pods_at = None;
+    let mut status_at = None;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while Instant::now() < deadline && status_at.is_none() {
+        if pods_at.is_none() {
+            let n = pods
+                .list_metadata(&ListParams::default())
+                .await
+                .expect("pods")
+                .items
+                .len();
+            if n >= JOBS {
+                pods_at = Some(started.elapsed());
+            }
+        }
+        let running = jobs
+            .list(&ListParams::default())
+            .await
+            .expect("jobs")
+            .items
+            .iter()
+            .filter(|j| {
+                j.status.as_ref().and_then(|s| s.phase)
+                    == Some(spillway_api::job::JobPhase::Running)
+            })
+            .count();
+        if running >= JOBS {
+            status_at = Some(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let peak = peak_rss_kib(operator.id());
+    let _ = operator.kill();
+    let _ = operator.wait();
+    let pods_at = pods_at.expect("all pods created within 10 minutes");
+    let status_at = status_at.expect("all jobs Running within 10 minutes");
+    println!(
+        "operator throughput: {JOBS} jobs on {NODES} nodes x 8 GPUs; all pods created after {:.2} s ({:.0} jobs/s, including start-up and cache sync); all statuses Running after {:.2} s ({:.0} jobs/s); peak RSS {} MiB",
+        pods_at.as_secs_f64(),
+        JOBS as f64 / pods_at.as_secs_f64(),
+        status_at.as_secs_f64(),
+        JOBS as f64 / status_at.as_secs_f64(),
+        peak.map(|k| format!("{:.1}", k as f64 / 1024.0))
+            .unwrap_or_else(|| "?".into()),
+    );
+}
