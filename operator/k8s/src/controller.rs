@@ -226,6 +226,31 @@ impl Caches {
     }
 }
 
+/// The readable GpuJobs, reusing the previous turn's copy of each unchanged object (by uid
+/// and resourceVersion), so a turn does not deep-copy every job and its pod template.
+fn valid_jobs(
+    store: &Store<DeserializeGuard<GpuJob>>,
+    cache: &mut HashMap<(String, String), Arc<GpuJob>>,
+) -> Vec<Arc<GpuJob>> {
+    let mut next = HashMap::with_capacity(cache.len());
+    let jobs = store
+        .state()
+        .iter()
+        .filter_map(|g| {
+            let j = g.0.as_ref().ok()?;
+            let key = (
+                j.metadata.uid.clone().unwrap_or_default(),
+                j.metadata.resource_version.clone().unwrap_or_default(),
+            );
+            let arc = cache.remove(&key).unwrap_or_else(|| Arc::new(j.clone()));
+            next.insert(key, arc.clone());
+            Some(arc)
+        })
+        .collect();
+    *cache = next;
+    jobs
+}
+
 fn valid<K: Clone>(store: &Store<DeserializeGuard<K>>) -> Vec<Arc<K>>
 where
     DeserializeGuard<K>: Resource<DynamicType = ()>,
@@ -273,6 +298,8 @@ pub struct Controller {
     /// Jobs whose wait was already observed in the wait histogram.
     wait_observed: HashSet<String>,
     policies: Option<Policies>,
+    /// The previous turn's copies of the readable GpuJobs.
+    job_copies: HashMap<(String, String), Arc<GpuJob>>,
     dir_policies: Vec<BurstPolicy>,
     dir_loaded: Option<Instant>,
 }
@@ -304,6 +331,7 @@ impl Controller {
             deleting: HashSet::new(),
             wait_observed: HashSet::new(),
             policies: None,
+            job_copies: HashMap::new(),
             dir_policies: Vec::new(),
             dir_loaded: None,
         }
@@ -429,7 +457,7 @@ impl Controller {
     fn turn(&mut self) -> Option<Time> {
         let now = now();
         let inputs = Inputs {
-            jobs: valid(&self.caches.jobs),
+            jobs: valid_jobs(&self.caches.jobs, &mut self.job_copies),
             queues: valid(&self.caches.queues),
             pools: valid(&self.caches.pools),
             datasets: valid(&self.caches.datasets),
@@ -645,15 +673,9 @@ impl Controller {
         let base_status = self
             .written
             .get(&view.id)
-            .cloned()
-            .or_else(|| view.job.status.clone());
-        let mut base_view = view.clone();
-        if base_status != view.job.status {
-            let mut job = (*view.job).clone();
-            job.status = base_status.clone();
-            base_view.job = Arc::new(job);
-        }
-        let desired = status::desired(&base_view, decision, environment, rate, now);
+            .or(view.job.status.as_ref())
+            .cloned();
+        let desired = status::desired(view, base_status.as_ref(), decision, environment, rate, now);
         if Some(&desired) == base_status.as_ref() {
             if view.job.status.as_ref() == Some(&desired) {
                 self.written.remove(&view.id);

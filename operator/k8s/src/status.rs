@@ -100,17 +100,18 @@ pub struct CostRate {
     pub hourly_usd: f64,
 }
 
-/// The status the job should have. `decision` is this cycle's decision for it, if the core
-/// made one; `invalid` the reason it cannot run (the core never saw it).
+/// The status the job should have, starting from `base` (the status last written, else the
+/// job's). `decision` is this cycle's decision for it, if the core made one.
 pub fn desired(
     view: &JobView,
+    base: Option<&GpuJobStatus>,
     decision: Option<&core::Decision>,
     environment: Option<Environment>,
     rate: CostRate,
     now: Time,
 ) -> GpuJobStatus {
     let job = &view.job;
-    let current = job.status.clone().unwrap_or_default();
+    let current = base.cloned().unwrap_or_default();
     let mut s = current.clone();
     let generation = job.metadata.generation;
     s.observed_generation = generation;
