@@ -258,10 +258,10 @@ fn replica_pods_carry_limits_affinity_and_identity() {
     assert_eq!(limits["nvidia.com/gpu"].0, "4");
     let side = spec.containers[1].resources.clone().unwrap_or_default();
     assert!(
-        side.limits
+        !side
+            .limits
             .unwrap_or_default()
-            .get("nvidia.com/gpu")
-            .is_none()
+            .contains_key("nvidia.com/gpu")
     );
     let term = &spec
         .affinity
