@@ -8,6 +8,7 @@
 //!   `nvidia.com/gpu` capacity and keeps them Ready, and moves pods bound to them to Running and
 //!   then Succeeded or Failed, as kwok does.
 //! - [`operator::RunningOperator`]: the operator itself, run as a task of the test.
+//! - [`machines::BootingMachines`]: instances in moto become Nodes after a boot delay.
 //! - [`moto::MotoServer`]: moto's EC2-compatible HTTP server, which the real AWS SDK talks to.
 //!
 //! Binaries come from `KUBEBUILDER_ASSETS` (the envtest convention) or from the cache that
@@ -16,6 +17,7 @@
 
 pub mod cluster;
 pub mod kubelet;
+pub mod machines;
 pub mod moto;
 pub mod operator;
 mod process;

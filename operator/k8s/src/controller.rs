@@ -37,6 +37,7 @@ use spillway_core::{self as core, Environment, Outcome, Time};
 use spillway_policy::PolicyEngine;
 use tokio::sync::{Notify, Semaphore, mpsc, watch};
 
+use crate::cloud::{Cloud, CloudView};
 use crate::metrics::Metrics;
 use crate::status::{self, CostRate};
 use crate::world::{self, Assumed, Inputs, JobView, Lifecycle};
@@ -59,6 +60,8 @@ pub struct Settings {
     pub assume_timeout: Duration,
     /// Reporting instance in Events (pod name or host name).
     pub instance: String,
+    /// Cloud bursting; `None` runs private pools only (cloud pools get no offerings).
+    pub cloud: Option<crate::cloud::CloudConfig>,
 }
 
 impl Default for Settings {
@@ -71,6 +74,7 @@ impl Default for Settings {
             max_in_flight: 64,
             assume_timeout: Duration::from_secs(120),
             instance: "spillway".into(),
+            cloud: None,
         }
     }
 }
@@ -262,13 +266,30 @@ where
         .collect()
 }
 
-/// What a background write reports back.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn cloud_regions(pools: &[Arc<ComputePool>]) -> BTreeSet<String> {
+    pools
+        .iter()
+        .filter_map(|p| p.spec.aws.as_ref().map(|a| a.region.clone()))
+        .collect()
+}
+
+/// What a background write reports back: its failure.
 #[derive(Debug)]
-enum Feedback {
+enum Failed {
     /// Creating a start's pods failed; the assumption must go.
-    StartFailed { job: String, error: String },
+    Start { job: String, error: String },
     /// A status write failed; it will be retried on the next resync.
-    StatusFailed { key: String, error: String },
+    Status { key: String, error: String },
+    /// A cloud launch failed (the offering cools down; the next turn picks another).
+    Launch { job: String, error: String },
 }
 
 /// Policies, compiled once per change of their set.
@@ -285,8 +306,8 @@ pub struct Controller {
     metrics: Arc<Metrics>,
     recorder: Recorder,
     writes: Arc<Semaphore>,
-    feedback_tx: mpsc::UnboundedSender<Feedback>,
-    feedback_rx: mpsc::UnboundedReceiver<Feedback>,
+    feedback_tx: mpsc::UnboundedSender<Failed>,
+    feedback_rx: mpsc::UnboundedReceiver<Failed>,
     assumed: HashMap<String, (Assumed, Instant)>,
     attempt_floor: HashMap<String, u32>,
     /// Job status last written, by job id (until the cache shows it).
@@ -298,6 +319,10 @@ pub struct Controller {
     /// Jobs whose wait was already observed in the wait histogram.
     wait_observed: HashSet<String>,
     policies: Option<Policies>,
+    cloud: Option<Arc<Cloud>>,
+    /// Cloud nodes seen idle, since when.
+    idle_since: HashMap<String, Time>,
+    changed: Arc<Notify>,
     /// The previous turn's copies of the readable GpuJobs.
     job_copies: HashMap<(String, String), Arc<GpuJob>>,
     dir_policies: Vec<BurstPolicy>,
@@ -305,7 +330,13 @@ pub struct Controller {
 }
 
 impl Controller {
-    pub fn new(client: Client, caches: Caches, settings: Settings, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        client: Client,
+        caches: Caches,
+        settings: Settings,
+        metrics: Arc<Metrics>,
+        changed: Arc<Notify>,
+    ) -> Self {
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -314,6 +345,7 @@ impl Controller {
             },
         );
         let (feedback_tx, feedback_rx) = mpsc::unbounded_channel();
+        let cloud = settings.cloud.clone().map(Cloud::new);
         Controller {
             writes: Arc::new(Semaphore::new(settings.max_in_flight.max(1))),
             client,
@@ -332,6 +364,9 @@ impl Controller {
             wait_observed: HashSet::new(),
             policies: None,
             job_copies: HashMap::new(),
+            cloud,
+            idle_since: HashMap::new(),
+            changed,
             dir_policies: Vec::new(),
             dir_loaded: None,
         }
@@ -340,10 +375,18 @@ impl Controller {
     /// Runs the loop until `stop` turns true. `changed` is the caches' change signal.
     pub async fn run(
         mut self,
-        changed: Arc<Notify>,
         health: Arc<Health>,
         mut stop: watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
+        let changed = self.changed.clone();
+        let _poller = self.cloud.clone().map(|cloud| {
+            let pools = self.caches.pools.clone();
+            AbortOnDrop(tokio::spawn(crate::cloud::poll(
+                cloud,
+                move || cloud_regions(&valid(&pools)),
+                changed.clone(),
+            )))
+        });
         let mut next_wake: Option<Time> = None;
         loop {
             if *stop.borrow() {
@@ -378,13 +421,39 @@ impl Controller {
         }
     }
 
-    fn feedback(&mut self, f: Feedback) {
+    fn feedback(&mut self, f: Failed) {
         match f {
-            Feedback::StartFailed { job, error } => {
+            Failed::Start { job, error } => {
                 tracing::warn!(job = %job, error = %error, "creating pods failed; deciding again");
                 self.assumed.remove(&job);
             }
-            Feedback::StatusFailed { key, error } => {
+            Failed::Launch { job, error } => {
+                tracing::warn!(job = %job, error = %error, "cloud launch failed");
+                let (ns, name) = job.split_once('/').unwrap_or(("", job.as_str()));
+                let found = self.caches.jobs.state().iter().find_map(|g| {
+                    g.0.as_ref()
+                        .ok()
+                        .filter(|j| j.namespace().as_deref() == Some(ns) && j.name_any() == name)
+                        .cloned()
+                });
+                if let Some(j) = found {
+                    let recorder = self.recorder.clone();
+                    let metrics = self.metrics.clone();
+                    let reference = j.object_ref(&());
+                    tokio::spawn(async move {
+                        let ev = Event {
+                            type_: EventType::Warning,
+                            reason: "LaunchFailed".into(),
+                            note: Some(truncate(&error, 1000)),
+                            action: "Launch".into(),
+                            secondary: None,
+                        };
+                        let r = recorder.publish(&ev, &reference).await;
+                        metrics.api_write("event", r.is_ok());
+                    });
+                }
+            }
+            Failed::Status { key, error } => {
                 tracing::warn!(object = %key, error = %error, "status write failed; retrying at the next resync");
                 self.written.remove(&key);
                 self.queue_written.remove(&key);
@@ -464,7 +533,19 @@ impl Controller {
             nodes: self.caches.nodes.state(),
             pods: self.caches.pods.state(),
             namespaces: self.caches.namespaces.state(),
+            needs: HashMap::new(),
         };
+        let mut inputs = inputs;
+        let regions = cloud_regions(&inputs.pools);
+        let cloud_view = self
+            .cloud
+            .as_ref()
+            .map(|c| c.view(&regions))
+            .unwrap_or_default();
+        for i in &cloud_view.instances {
+            inputs.needs.insert(i.need.clone(), i.pool.clone());
+        }
+        inputs.needs.extend(cloud_view.launching.clone());
         let engine = self.engine(&valid(&self.caches.policies));
         self.unreadable_jobs();
 
@@ -514,6 +595,7 @@ impl Controller {
             );
         }
 
+        self.add_cloud_facts(&mut built, &inputs, &cloud_view, now);
         let plan = core::decide(&built.snapshot, engine.as_ref(), now);
         self.metrics.set_policy_errors(engine.runtime_errors());
         let pools: HashMap<String, Arc<ComputePool>> = inputs
@@ -559,6 +641,9 @@ impl Controller {
             self.wait_observed.insert(view.id.clone());
         }
 
+        self.launch_and_terminate(&plan, &pools);
+        self.collect_garbage(&built, &inputs, &cloud_view, now);
+
         // Jobs: status, Events, cleanup.
         let mut wake: Option<Time> = plan.next_wake;
         let decisions: HashMap<&str, &core::Decision> =
@@ -596,15 +681,17 @@ impl Controller {
                     Environment::Private
                 }
             });
+            let cloud_rate = cloud_job_rate(view, &built);
             let rate = CostRate {
-                hourly_usd: pool_spec
-                    .and_then(|p| p.spec.private.as_ref())
-                    .and_then(|p| p.gpu_cost_per_hour)
-                    .map(|c| {
-                        c * view.job.spec.replicas.max(1) as f64
-                            * view.job.spec.gpus_per_replica.max(1) as f64
-                    })
-                    .unwrap_or(0.0),
+                hourly_usd: cloud_rate.unwrap_or(0.0)
+                    + pool_spec
+                        .and_then(|p| p.spec.private.as_ref())
+                        .and_then(|p| p.gpu_cost_per_hour)
+                        .map(|c| {
+                            c * view.job.spec.replicas.max(1) as f64
+                                * view.job.spec.gpus_per_replica.max(1) as f64
+                        })
+                        .unwrap_or(0.0),
             };
             let decision = decisions.get(view.id.as_str()).copied();
             self.write_job_status(view, decision, environment, rate, now);
@@ -622,6 +709,220 @@ impl Controller {
 
         self.queue_and_pool_status(&built, &inputs);
         wake
+    }
+
+    /// Cloud offerings, instances and idle cloud nodes into the snapshot.
+    fn add_cloud_facts(
+        &mut self,
+        built: &mut world::Built,
+        inputs: &Inputs,
+        view: &CloudView,
+        now: Time,
+    ) {
+        let Some(cloud) = &self.cloud else { return };
+        let aws_pools: Vec<Arc<ComputePool>> = inputs
+            .pools
+            .iter()
+            .filter(|p| p.spec.aws.is_some())
+            .filter(|p| built.snapshot.pools.iter().any(|c| c.name == p.name_any()))
+            .cloned()
+            .collect();
+        built.snapshot.offerings = cloud.offerings(&aws_pools, view, now);
+        let node_of: HashMap<String, String> = built
+            .snapshot
+            .nodes
+            .iter()
+            .filter_map(|n| Some((n.instance_id.clone()?, n.name.clone())))
+            .collect();
+        for i in &view.instances {
+            let (gpus, price) = cloud.describe(i);
+            built.snapshot.instances.push(core::Instance {
+                id: i.id.clone(),
+                pool: i.pool.clone(),
+                instance_type: i.instance_type.clone(),
+                capacity_type: i.capacity_type,
+                zone: i.zone.clone(),
+                gpus,
+                hourly_price: price,
+                need: i.need.clone(),
+                queue: i.queue.clone(),
+                node: node_of.get(&i.id).cloned(),
+                launched_at: i.launched_at,
+            });
+        }
+        let cloud_pools: HashSet<String> = aws_pools.iter().map(|p| p.name_any()).collect();
+        let mut idle = HashSet::new();
+        for n in &mut built.snapshot.nodes {
+            if cloud_pools.contains(&n.pool) && n.free_gpus >= n.gpus {
+                n.idle_since = Some(*self.idle_since.entry(n.name.clone()).or_insert(now));
+                idle.insert(n.name.clone());
+            }
+        }
+        self.idle_since.retain(|k, _| idle.contains(k));
+    }
+
+    /// Carries out the plan's launches and scale-down terminations in the background.
+    fn launch_and_terminate(
+        &mut self,
+        plan: &core::Plan,
+        pools: &HashMap<String, Arc<ComputePool>>,
+    ) {
+        let Some(cloud) = self.cloud.clone() else {
+            return;
+        };
+        for l in &plan.launches {
+            let Some(pool) = pools.get(&l.offering.pool).cloned() else {
+                continue;
+            };
+            if !cloud.start_launch(&l.need, &l.offering.pool) {
+                continue;
+            }
+            let (cloud, changed, tx, metrics, l) = (
+                cloud.clone(),
+                self.changed.clone(),
+                self.feedback_tx.clone(),
+                self.metrics.clone(),
+                l.clone(),
+            );
+            tracing::info!(job = %l.job, need = %l.need, instance_type = %l.offering.instance_type,
+                capacity = %l.offering.capacity_type.as_str(), count = l.count, "launching");
+            tokio::spawn(async move {
+                let r = cloud.launch(&pool, &l, &changed).await;
+                metrics.cloud_call("launch", r.is_ok());
+                match r {
+                    Ok(list) => {
+                        let ids: Vec<&str> = list.iter().map(|i| i.id.as_str()).collect();
+                        tracing::info!(job = %l.job, need = %l.need, instances = ?ids, "launched");
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Failed::Launch {
+                            job: l.job.clone(),
+                            error: format!(
+                                "launching {} x {} ({}) for need {}: {e}",
+                                l.count,
+                                l.offering.instance_type,
+                                l.offering.capacity_type.as_str(),
+                                l.need
+                            ),
+                        });
+                    }
+                }
+            });
+        }
+        for t in &plan.terminations {
+            self.retire(
+                t.instance_id.clone(),
+                Some(t.node.clone()),
+                "idle past the pool's idleTimeout",
+            );
+        }
+    }
+
+    /// Terminates an instance (if any) and deletes its Node (if any), in the background.
+    fn retire(&self, instance: Option<String>, node: Option<String>, why: &str) {
+        let Some(cloud) = self.cloud.clone() else {
+            return;
+        };
+        if let Some(id) = &instance
+            && !cloud.start_terminate(id)
+        {
+            return;
+        }
+        tracing::info!(instance = ?instance, node = ?node, why, "retiring cloud capacity");
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let metrics = self.metrics.clone();
+        tokio::spawn(async move {
+            if let Some(id) = instance {
+                let region = cloud.region_of(&id).unwrap_or_default();
+                let r = cloud.terminate(&region, std::slice::from_ref(&id)).await;
+                metrics.cloud_call("terminate", r.is_ok());
+                if let Err(e) = r {
+                    tracing::warn!(instance = %id, error = %e, "terminate failed; retrying next turn");
+                    return;
+                }
+            }
+            if let Some(n) = node {
+                let r = nodes.delete(&n, &DeleteParams::default()).await;
+                let ok = match &r {
+                    Ok(_) => true,
+                    Err(kube::Error::Api(s)) => s.code == 404,
+                    Err(_) => false,
+                };
+                metrics.api_write("node-delete", ok);
+            }
+        });
+    }
+
+    /// Garbage collection: instances no need wants (or that never joined), and Nodes of cloud
+    /// pools whose instance is gone. Only once every cloud region has been listed.
+    fn collect_garbage(
+        &mut self,
+        built: &world::Built,
+        inputs: &Inputs,
+        view: &CloudView,
+        now: Time,
+    ) {
+        let Some(cloud) = self.cloud.clone() else {
+            return;
+        };
+        if !view.complete {
+            return;
+        }
+        let cfg = &cloud.config;
+        let joined: HashSet<String> = built
+            .snapshot
+            .nodes
+            .iter()
+            .filter_map(|n| n.instance_id.clone())
+            .collect();
+        for i in &view.instances {
+            if joined.contains(&i.id) {
+                continue;
+            }
+            let age = now.since(i.launched_at).as_secs_f64();
+            let wanted = built.jobs.get(&i.job).filter(|v| {
+                matches!(v.lifecycle, Lifecycle::Provisioning { .. })
+                    && format!("{}#{}", v.id, v.attempt) == i.need
+            });
+            match wanted {
+                None if age > cfg.gc_grace.as_secs_f64() => {
+                    self.metrics.garbage("instance");
+                    self.retire(Some(i.id.clone()), None, "no need wants it (orphan)");
+                }
+                Some(v) if age > cfg.join_timeout.as_secs_f64() => {
+                    self.metrics.garbage("instance");
+                    self.retire(Some(i.id.clone()), None, "its node did not join in time");
+                    // Plan the need again, under a new key.
+                    self.attempt_floor.insert(v.id.clone(), v.attempt + 1);
+                }
+                _ => {}
+            }
+        }
+        let live: HashSet<&str> = view.instances.iter().map(|i| i.id.as_str()).collect();
+        let cloud_pools: HashSet<String> = inputs
+            .pools
+            .iter()
+            .filter(|p| p.spec.aws.is_some())
+            .map(|p| p.name_any())
+            .collect();
+        for n in &inputs.nodes {
+            let in_cloud_pool = built
+                .node_pool
+                .get(&n.name_any())
+                .is_some_and(|p| cloud_pools.contains(p));
+            let Some(id) = world::node_instance_id(n) else {
+                continue;
+            };
+            let young = n.metadata.creation_timestamp.as_ref().is_some_and(|t| {
+                now.since(Time::from_millis(t.0.as_millisecond()))
+                    .as_secs_f64()
+                    < 2.0 * cfg.poll.as_secs_f64()
+            });
+            if in_cloud_pool && !live.contains(id.as_str()) && !young {
+                self.metrics.garbage("node");
+                self.retire(None, Some(n.name_any()), "its instance is gone");
+            }
+        }
     }
 
     fn unreadable_jobs(&mut self) {
@@ -771,7 +1072,7 @@ impl Controller {
             let r = api.patch_status(&name, &params, &Patch::Apply(&body)).await;
             metrics.api_write("status", r.is_ok());
             if let Err(e) = r {
-                let _ = tx.send(Feedback::StatusFailed {
+                let _ = tx.send(Failed::Status {
                     key,
                     error: e.to_string(),
                 });
@@ -804,7 +1105,7 @@ impl Controller {
                     Err(kube::Error::Api(s)) if s.code == 409 => metrics.api_write("pod", true),
                     Err(e) => {
                         metrics.api_write("pod", false);
-                        let _ = tx.send(Feedback::StartFailed {
+                        let _ = tx.send(Failed::Start {
                             job,
                             error: format!("creating pod {}: {e}", pod.name_any()),
                         });
@@ -1092,13 +1393,36 @@ impl Controller {
             let r = api.patch_status(&name, &params, &Patch::Apply(&body)).await;
             metrics.api_write("status", r.is_ok());
             if let Err(e) = r {
-                let _ = tx.send(Feedback::StatusFailed {
+                let _ = tx.send(Failed::Status {
                     key: name,
                     error: e.to_string(),
                 });
             }
         });
     }
+}
+
+/// What a cloud job costs per hour: its share of each instance it runs on.
+fn cloud_job_rate(view: &JobView, built: &world::Built) -> Option<f64> {
+    let Lifecycle::Running { nodes, .. } = &view.lifecycle else {
+        return None;
+    };
+    let per_replica = view.job.spec.gpus_per_replica.max(1) as f64;
+    let mut total = 0.0;
+    let mut any = false;
+    for n in nodes {
+        let Some(i) = built
+            .snapshot
+            .instances
+            .iter()
+            .find(|i| i.node.as_deref() == Some(n.as_str()))
+        else {
+            continue;
+        };
+        any = true;
+        total += i.hourly_price * per_replica / f64::from(i.gpus.max(1));
+    }
+    any.then_some(total)
 }
 
 trait ViewExt {

@@ -8,6 +8,7 @@
 //! - Nothing here decides where a job runs: that is the core's job. This crate observes,
 //!   assumes, and writes.
 
+pub mod cloud;
 pub mod controller;
 pub mod http;
 pub mod labels;
@@ -141,8 +142,9 @@ pub async fn run(
         caches,
         config.controller.clone(),
         metrics.clone(),
+        changed,
     );
-    controller.run(changed, health, stop_rx).await?;
+    controller.run(health, stop_rx).await?;
     metrics.set_leader(false);
     let lost = !*leader_rx.borrow() && !*shutdown.borrow();
     if let Some(mut t) = election_task {

@@ -51,6 +51,8 @@ struct Inner {
     reconcile: Histogram,
     leader: f64,
     policy_errors: BTreeMap<Labels, u64>,
+    cloud_calls: BTreeMap<Labels, u64>,
+    garbage: BTreeMap<Labels, u64>,
 }
 
 /// The operator's metrics, shared by the controller and the HTTP server.
@@ -113,6 +115,21 @@ impl Metrics {
                 ])
                 .or_default() += 1;
         });
+    }
+
+    pub fn cloud_call(&self, call: &'static str, ok: bool) {
+        self.with(|m| {
+            *m.cloud_calls
+                .entry(vec![
+                    ("call", call.into()),
+                    ("result", if ok { "ok" } else { "error" }.into()),
+                ])
+                .or_default() += 1;
+        });
+    }
+
+    pub fn garbage(&self, kind: &'static str) {
+        self.with(|m| *m.garbage.entry(vec![("kind", kind.into())]).or_default() += 1);
     }
 
     pub fn job_waited(&self, queue: &str, seconds: f64) {
@@ -191,6 +208,20 @@ impl Metrics {
                 "counter",
                 "BurstPolicy rule expressions that failed at run time (treated as not matching).",
                 &m.policy_errors,
+            );
+            family(
+                &mut out,
+                "spillway_cloud_calls_total",
+                "counter",
+                "Cloud launches and terminations, by call and result.",
+                &m.cloud_calls,
+            );
+            family(
+                &mut out,
+                "spillway_garbage_collected_total",
+                "counter",
+                "Orphaned instances terminated and Nodes of vanished instances deleted, by kind.",
+                &m.garbage,
             );
             header(
                 &mut out,

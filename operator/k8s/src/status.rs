@@ -125,10 +125,18 @@ pub fn desired(
 
     match &view.lifecycle {
         Lifecycle::Done | Lifecycle::Broken { .. } => return current,
-        Lifecycle::Pending => {
-            s.phase = Some(JobPhase::Queued);
-            s.environment = None;
-            s.pool = None;
+        Lifecycle::Pending | Lifecycle::Provisioning { .. } => {
+            let provisioning = match &view.lifecycle {
+                Lifecycle::Provisioning { pool } => Some(pool.clone()),
+                _ => None,
+            };
+            s.phase = Some(if provisioning.is_some() {
+                JobPhase::Provisioning
+            } else {
+                JobPhase::Queued
+            });
+            s.environment = provisioning.as_ref().map(|_| Environment::Cloud);
+            s.pool = provisioning.clone();
             s.nodes = Vec::new();
             s.started_at = None;
             s.cost = current
@@ -194,6 +202,19 @@ pub fn desired(
                 now,
             );
             remove_condition(&mut s.conditions, "Running");
+            if provisioning.is_some() {
+                set_condition(
+                    &mut s.conditions,
+                    "Burst",
+                    true,
+                    "Provisioning",
+                    "Cloud instances are launching for the job.",
+                    generation,
+                    now,
+                );
+            } else {
+                remove_condition(&mut s.conditions, "Burst");
+            }
         }
         Lifecycle::Running {
             nodes,
@@ -321,6 +342,12 @@ pub fn desired(
 
 /// The cost so far: kept when within five minutes' spend of the truth, unless `last`.
 fn cost(current: Option<&JobCost>, hourly: f64, elapsed_s: f64, last: bool) -> Option<JobCost> {
+    // Once finished, the rate is the one it ran at (its nodes may be gone already).
+    let hourly = if hourly > 0.0 {
+        hourly
+    } else {
+        current.map(|c| c.hourly_usd).unwrap_or(0.0)
+    };
     if hourly <= 0.0 {
         return current.cloned();
     }

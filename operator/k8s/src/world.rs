@@ -27,6 +27,9 @@ pub struct Inputs {
     pub nodes: Vec<Arc<Node>>,
     pub pods: Vec<Arc<Pod>>,
     pub namespaces: Vec<Arc<Namespace>>,
+    /// Cloud needs with instances launched or launching, by need key, with their pool: a
+    /// pending job whose need is here is provisioning.
+    pub needs: HashMap<String, String>,
 }
 
 /// A start the controller has decided and is writing (its pods may not be visible yet).
@@ -45,6 +48,8 @@ pub struct Assumed {
 pub enum Lifecycle {
     /// Waiting for a decision.
     Pending,
+    /// Cloud instances are launching (or launched and not yet joined) for it.
+    Provisioning { pool: String },
     /// Placed: its pods exist (or are being created) on these nodes.
     Running {
         nodes: Vec<String>,
@@ -156,6 +161,19 @@ pub fn node_model(node: &Node) -> Option<GpuModel> {
     l.get(labels::GPU_MODEL_LABEL)
         .or_else(|| l.get(labels::NVIDIA_PRODUCT_LABEL))
         .map(|m| GpuModel::normalize(m))
+}
+
+/// The EC2 instance behind a node: the `spillway.io/instance-id` label, else its
+/// `providerID` (`aws:///ZONE/INSTANCE_ID`).
+pub fn node_instance_id(node: &Node) -> Option<String> {
+    node.labels()
+        .get(labels::INSTANCE_ID_LABEL)
+        .cloned()
+        .or_else(|| {
+            let p = node.spec.as_ref()?.provider_id.as_deref()?;
+            let id = p.strip_prefix("aws://")?.rsplit('/').next()?;
+            id.starts_with("i-").then(|| id.to_string())
+        })
 }
 
 /// GPUs the node offers (`status.allocatable["nvidia.com/gpu"]`).
@@ -530,13 +548,18 @@ pub fn build(
             }),
         };
         let replicas = job.spec.replicas.max(1) as u32;
-        let lifecycle = lifecycle(job, replicas, &pods, assumed.get(&id), &pool_of, now);
+        let mut lifecycle = lifecycle(job, replicas, &pods, assumed.get(&id), &pool_of, now);
+        if lifecycle == Lifecycle::Pending
+            && let Some(pool) = inputs.needs.get(&format!("{id}#{attempt}"))
+        {
+            lifecycle = Lifecycle::Provisioning { pool: pool.clone() };
+        }
         match &lifecycle {
             Lifecycle::Done | Lifecycle::Failed { .. } | Lifecycle::Broken { .. } => {
                 surplus.extend(pods.iter().filter(|p| pod_active(p)).cloned());
             }
             Lifecycle::Succeeded { .. } => {}
-            Lifecycle::Pending | Lifecycle::Running { .. } => {}
+            Lifecycle::Pending | Lifecycle::Provisioning { .. } | Lifecycle::Running { .. } => {}
         }
         // Pods being created by an assumption count against their nodes until visible.
         if let (Some(a), Lifecycle::Running { .. }) = (assumed.get(&id), &lifecycle) {
@@ -555,6 +578,13 @@ pub fn build(
             match &lifecycle {
                 Lifecycle::Pending => {
                     cj.state = JobState::Pending;
+                    snap.jobs.push(cj);
+                }
+                Lifecycle::Provisioning { pool } => {
+                    cj.state = JobState::Provisioning {
+                        need: cj.need_key(),
+                        pool: pool.clone(),
+                    };
                     snap.jobs.push(cj);
                 }
                 Lifecycle::Running {
@@ -613,7 +643,7 @@ pub fn build(
             gpus,
             free_gpus: gpus.saturating_sub(in_use),
             schedulable: node_schedulable(n, pool),
-            instance_id: n.labels().get(labels::INSTANCE_ID_LABEL).cloned(),
+            instance_id: node_instance_id(n),
             idle_since: None,
         });
     }
@@ -626,6 +656,7 @@ pub fn build(
 pub fn phase_of(view: &JobView) -> JobPhase {
     match &view.lifecycle {
         Lifecycle::Pending | Lifecycle::Broken { .. } => JobPhase::Queued,
+        Lifecycle::Provisioning { .. } => JobPhase::Provisioning,
         Lifecycle::Running { .. } => JobPhase::Running,
         Lifecycle::Succeeded { .. } => JobPhase::Succeeded,
         Lifecycle::Failed { .. } => JobPhase::Failed,

@@ -38,6 +38,22 @@ pub struct OperatorArgs {
     /// How long a leader's Lease lasts without renewal, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 15)]
     pub lease_duration: u64,
+    /// The value of the `spillway.io/cluster` tag on this cluster's cloud instances. Spillway
+    /// lists, adopts and garbage-collects only instances with this tag: give every cluster
+    /// sharing an AWS account its own.
+    #[arg(long, value_name = "NAME", default_value = "spillway")]
+    pub cluster_name: String,
+    /// Price catalog (SkyPilot CSV: InstanceType, AcceleratorName, AcceleratorCount, ...,
+    /// Price, SpotPrice, Region, AvailabilityZone); default: the bundled us-east-1 catalog.
+    #[arg(long, value_name = "FILE")]
+    pub catalog: Option<PathBuf>,
+    /// How often cloud instances are listed, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 15)]
+    pub cloud_poll: u64,
+    /// A cloud instance whose node has not joined after this many seconds is terminated and
+    /// its need planned again.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    pub join_timeout: u64,
     /// A full decision cycle at least this often, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     pub resync: u64,
@@ -68,6 +84,35 @@ pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
             lease_duration: Duration::from_secs(args.lease_duration.max(2)),
             retry_period: Duration::from_secs((args.lease_duration / 5).clamp(1, 5)),
         });
+        let catalog_text = match &args.catalog {
+            Some(path) => std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("{}: cannot read: {e}", path.display()))?,
+            None => spillway_k8s::cloud::DEFAULT_CATALOG.to_string(),
+        };
+        let catalog = spillway_core::catalog::parse(&catalog_text).map_err(|e| {
+            anyhow::anyhow!(
+                "{}:{e}",
+                args.catalog
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|| "bundled catalog".into())
+            )
+        })?;
+        let factory: spillway_k8s::cloud::ProviderFactory = Arc::new(|region: String| {
+            Box::pin(async move {
+                let p = spillway_aws::Ec2Provider::from_env(&region, Default::default()).await;
+                Arc::new(p) as Arc<dyn spillway_aws::CloudProvider>
+            })
+        });
+        let cloud = spillway_k8s::cloud::CloudConfig {
+            cluster: args.cluster_name.clone(),
+            factory,
+            catalog,
+            poll: Duration::from_secs(args.cloud_poll.max(1)),
+            join_timeout: Duration::from_secs(args.join_timeout.max(1)),
+            gc_grace: Duration::from_secs(120),
+            capacity_cooldown: Duration::from_secs(300),
+        };
         let config = OperatorConfig {
             metrics_addr: args.metrics_addr,
             election,
@@ -75,6 +120,7 @@ pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
                 policy_dir: args.policy_dir.clone(),
                 resync: Duration::from_secs(args.resync.max(1)),
                 instance: identity,
+                cloud: Some(cloud),
                 ..Settings::default()
             },
         };

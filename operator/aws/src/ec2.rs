@@ -1,0 +1,339 @@
+//! [`CloudProvider`] on EC2 through `aws-sdk-ec2` and the standard AWS configuration chain
+//! (`AWS_REGION`, credentials, `AWS_ENDPOINT_URL_EC2`).
+
+use std::future::Future;
+
+use aws_sdk_ec2::Client;
+use aws_sdk_ec2::error::ProvideErrorMetadata;
+use aws_sdk_ec2::types::{
+    Filter, IamInstanceProfileSpecification, InstanceMarketOptionsRequest, InstanceStateName,
+    InstanceType, LaunchTemplateSpecification, MarketType, Placement, ResourceType, Tag,
+    TagSpecification,
+};
+use futures::future::BoxFuture;
+use spillway_core::{CapacityType, Time};
+
+use crate::{
+    CallPolicy, CloudError, CloudInstance, CloudProvider, Image, InstanceState, LaunchRequest,
+    backoff, tags,
+};
+
+/// EC2 in one region.
+#[derive(Clone, Debug)]
+pub struct Ec2Provider {
+    client: Client,
+    policy: CallPolicy,
+}
+
+impl Ec2Provider {
+    pub fn new(client: Client, policy: CallPolicy) -> Ec2Provider {
+        Ec2Provider { client, policy }
+    }
+
+    /// A provider for `region` from the standard AWS configuration chain.
+    pub async fn from_env(region: &str, policy: CallPolicy) -> Ec2Provider {
+        let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new(region.to_string()))
+            .load()
+            .await;
+        Ec2Provider::new(Client::new(&config), policy)
+    }
+
+    /// Runs `call` with the timeout, retrying throttled attempts with jittered backoff.
+    async fn call<T, F, Fut>(&self, what: &str, mut call: F) -> Result<T, CloudError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, CloudError>>,
+    {
+        let mut attempt = 0;
+        loop {
+            let result = match tokio::time::timeout(self.policy.timeout, call()).await {
+                Ok(r) => r,
+                Err(_) => Err(CloudError::Other(format!(
+                    "{what} timed out after {:?}",
+                    self.policy.timeout
+                ))),
+            };
+            match result {
+                Err(CloudError::Throttled { .. }) if attempt < self.policy.throttle_retries => {
+                    let wait = backoff(self.policy.backoff_base, attempt);
+                    tracing::debug!(call = what, attempt, ?wait, "throttled; backing off");
+                    tokio::time::sleep(wait).await;
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn describe(&self, filters: Vec<Filter>) -> Result<Vec<CloudInstance>, CloudError> {
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let page = self
+                .call("DescribeInstances", || {
+                    let req = self
+                        .client
+                        .describe_instances()
+                        .set_filters(Some(filters.clone()))
+                        .set_next_token(token.clone());
+                    async move { req.send().await.map_err(sdk_error) }
+                })
+                .await?;
+            for i in page.reservations().iter().flat_map(|r| r.instances()) {
+                if let Some(ci) = to_cloud_instance(i) {
+                    out.push(ci);
+                }
+            }
+            token = page.next_token().map(str::to_string);
+            if token.is_none() {
+                return Ok(out);
+            }
+        }
+    }
+}
+
+fn sdk_error<E: ProvideErrorMetadata + std::fmt::Debug>(e: E) -> CloudError {
+    match e.code() {
+        Some(code) => CloudError::from_code(code, e.message().unwrap_or_default()),
+        None => CloudError::Other(format!("{e:?}")),
+    }
+}
+
+fn tag_filter(key: &str, value: &str) -> Filter {
+    Filter::builder()
+        .name(format!("tag:{key}"))
+        .values(value)
+        .build()
+}
+
+fn live_states() -> Filter {
+    Filter::builder()
+        .name("instance-state-name")
+        .values("pending")
+        .values("running")
+        .values("shutting-down")
+        .values("stopping")
+        .values("stopped")
+        .build()
+}
+
+fn to_cloud_instance(i: &aws_sdk_ec2::types::Instance) -> Option<CloudInstance> {
+    let tag = |k: &str| {
+        i.tags()
+            .iter()
+            .find(|t| t.key() == Some(k))
+            .and_then(|t| t.value())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let state = match i.state().and_then(|s| s.name()) {
+        Some(InstanceStateName::Pending) => InstanceState::Pending,
+        Some(InstanceStateName::Running) => InstanceState::Running,
+        Some(InstanceStateName::ShuttingDown) => InstanceState::ShuttingDown,
+        Some(InstanceStateName::Terminated) => InstanceState::Terminated,
+        Some(InstanceStateName::Stopping) => InstanceState::Stopping,
+        Some(InstanceStateName::Stopped) => InstanceState::Stopped,
+        _ => InstanceState::Pending,
+    };
+    let spot = i.instance_lifecycle().is_some_and(|l| l.as_str() == "spot")
+        || tag(tags::CAPACITY_TYPE) == "spot";
+    Some(CloudInstance {
+        id: i.instance_id()?.to_string(),
+        pool: tag(tags::POOL),
+        job: tag(tags::JOB),
+        queue: tag(tags::QUEUE),
+        need: tag(tags::NEED),
+        instance_type: i
+            .instance_type()
+            .map(|t| t.as_str().to_string())
+            .unwrap_or_default(),
+        capacity_type: if spot {
+            CapacityType::Spot
+        } else {
+            CapacityType::OnDemand
+        },
+        zone: i
+            .placement()
+            .and_then(|p| p.availability_zone())
+            .unwrap_or_default()
+            .to_string(),
+        state,
+        launched_at: i
+            .launch_time()
+            .map(|t| Time::from_millis(t.to_millis().unwrap_or(0)))
+            .unwrap_or(Time::from_millis(0)),
+    })
+}
+
+/// Base64 (standard alphabet, padded), for user data.
+fn base64(data: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+impl CloudProvider for Ec2Provider {
+    fn instances<'a>(
+        &'a self,
+        cluster: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<CloudInstance>, CloudError>> {
+        Box::pin(self.describe(vec![tag_filter(tags::CLUSTER, cluster), live_states()]))
+    }
+
+    fn instances_for_need<'a>(
+        &'a self,
+        cluster: &'a str,
+        need: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<CloudInstance>, CloudError>> {
+        Box::pin(self.describe(vec![
+            tag_filter(tags::CLUSTER, cluster),
+            tag_filter(tags::NEED, need),
+            live_states(),
+        ]))
+    }
+
+    fn launch<'a>(
+        &'a self,
+        r: &'a LaunchRequest,
+    ) -> BoxFuture<'a, Result<Vec<CloudInstance>, CloudError>> {
+        Box::pin(async move {
+            let mut tag_spec = TagSpecification::builder().resource_type(ResourceType::Instance);
+            let mut all_tags: Vec<(String, String)> =
+                r.tags.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            all_tags.extend([
+                (tags::CLUSTER.to_string(), r.cluster.clone()),
+                (tags::POOL.to_string(), r.pool.clone()),
+                (tags::JOB.to_string(), r.job.clone()),
+                (tags::QUEUE.to_string(), r.queue.clone()),
+                (tags::NEED.to_string(), r.need.clone()),
+                (
+                    tags::CAPACITY_TYPE.to_string(),
+                    r.capacity_type.as_str().to_string(),
+                ),
+                ("Name".to_string(), format!("spillway-{}", r.pool)),
+            ]);
+            for (k, v) in &all_tags {
+                tag_spec = tag_spec.tags(Tag::builder().key(k).value(v).build());
+            }
+            let tag_spec = tag_spec.build();
+            let token = r.client_token();
+            let launched = self
+                .call("RunInstances", || {
+                    let mut req = self
+                        .client
+                        .run_instances()
+                        .instance_type(InstanceType::from(r.instance_type.as_str()))
+                        .min_count(r.count as i32)
+                        .max_count(r.count as i32)
+                        .client_token(&token)
+                        .tag_specifications(tag_spec.clone())
+                        .set_security_group_ids(
+                            (!r.security_group_ids.is_empty())
+                                .then(|| r.security_group_ids.clone()),
+                        );
+                    req = match &r.image {
+                        Image::Ami(ami) => req.image_id(ami),
+                        Image::LaunchTemplate { id, name, version } => req.launch_template(
+                            LaunchTemplateSpecification::builder()
+                                .set_launch_template_id(id.clone())
+                                .set_launch_template_name(name.clone())
+                                .set_version(version.clone())
+                                .build(),
+                        ),
+                    };
+                    if !r.subnet_ids.is_empty() {
+                        // Spread needs over the subnets (and so over their zones).
+                        let i = token.bytes().map(usize::from).sum::<usize>() % r.subnet_ids.len();
+                        req = req.subnet_id(&r.subnet_ids[i]);
+                    } else if let Some(zone) = &r.zone {
+                        req = req.placement(Placement::builder().availability_zone(zone).build());
+                    }
+                    if let Some(profile) = &r.iam_instance_profile {
+                        let spec = if profile.starts_with("arn:") {
+                            IamInstanceProfileSpecification::builder().arn(profile)
+                        } else {
+                            IamInstanceProfileSpecification::builder().name(profile)
+                        };
+                        req = req.iam_instance_profile(spec.build());
+                    }
+                    if r.capacity_type == CapacityType::Spot {
+                        req = req.instance_market_options(
+                            InstanceMarketOptionsRequest::builder()
+                                .market_type(MarketType::Spot)
+                                .build(),
+                        );
+                    }
+                    if let Some(data) = &r.user_data {
+                        req = req.user_data(base64(data.as_bytes()));
+                    }
+                    async move { req.send().await.map_err(sdk_error) }
+                })
+                .await?;
+            Ok(launched
+                .instances()
+                .iter()
+                .filter_map(to_cloud_instance)
+                .collect())
+        })
+    }
+
+    fn terminate<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<(), CloudError>> {
+        Box::pin(async move {
+            if ids.is_empty() {
+                return Ok(());
+            }
+            let r = self
+                .call("TerminateInstances", || {
+                    let req = self
+                        .client
+                        .terminate_instances()
+                        .set_instance_ids(Some(ids.to_vec()));
+                    async move { req.send().await.map_err(sdk_error) }
+                })
+                .await;
+            match r {
+                Ok(_) => Ok(()),
+                // Already gone.
+                Err(CloudError::Refused { code, .. }) if code == "InvalidInstanceID.NotFound" => {
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn base64_matches_rfc4648_vectors() {
+        let cases = [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ];
+        for (plain, encoded) in cases {
+            assert_eq!(super::base64(plain.as_bytes()), encoded);
+        }
+    }
+}

@@ -1,0 +1,360 @@
+//! The cloud side of the loop: what instances exist (polled by tag), which offerings a cloud
+//! pool has (the price catalog, minus offerings cooling down after a capacity error), and the
+//! launches, terminations and garbage collection the loop asks for.
+//!
+//! Nothing here decides: the core plans launches and scale-down; this module carries them out
+//! and keeps the facts the next snapshot needs.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use kube::ResourceExt;
+use spillway_api::ComputePool;
+use spillway_aws::{CloudError, CloudInstance, CloudProvider, Image, LaunchRequest};
+use spillway_core::catalog::CatalogRow;
+use spillway_core::{self as core, CapacityType, Time};
+use tokio::sync::Notify;
+
+/// Makes the provider of one region.
+pub type ProviderFactory =
+    Arc<dyn Fn(String) -> BoxFuture<'static, Arc<dyn CloudProvider>> + Send + Sync>;
+
+/// How the operator uses the cloud.
+#[derive(Clone)]
+pub struct CloudConfig {
+    /// The value of the `spillway.io/cluster` tag on this cluster's instances.
+    pub cluster: String,
+    pub factory: ProviderFactory,
+    /// Prices and GPU counts of instance types (the bundled catalog unless overridden).
+    pub catalog: Vec<CatalogRow>,
+    /// How often instances are listed.
+    pub poll: Duration,
+    /// An instance whose node has not joined after this long is terminated and its need
+    /// re-planned.
+    pub join_timeout: Duration,
+    /// An instance with no need that wants it and no node is terminated after this long.
+    pub gc_grace: Duration,
+    /// An offering that answered a capacity error is skipped for this long.
+    pub capacity_cooldown: Duration,
+}
+
+impl std::fmt::Debug for CloudConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CloudConfig")
+            .field("cluster", &self.cluster)
+            .field("catalog_rows", &self.catalog.len())
+            .field("poll", &self.poll)
+            .field("join_timeout", &self.join_timeout)
+            .field("gc_grace", &self.gc_grace)
+            .finish()
+    }
+}
+
+/// The bundled on-demand and spot price catalog (SkyPilot format, us-east-1).
+pub const DEFAULT_CATALOG: &str = include_str!("../../../examples/catalog-aws-us-east-1.csv");
+
+type OfferingKey = (String, String, CapacityType, String);
+
+#[derive(Debug, Default)]
+struct State {
+    /// Live instances by id, with their region.
+    instances: HashMap<String, (String, CloudInstance)>,
+    /// Regions listed successfully at least once, and when last.
+    refreshed: HashMap<String, Time>,
+    /// Needs being launched (pool), so a need is never launched twice at once.
+    launching: HashMap<String, String>,
+    cooldowns: HashMap<OfferingKey, Time>,
+    terminating: HashSet<String>,
+}
+
+/// The operator's view of the cloud, shared by the loop and the poller.
+pub struct Cloud {
+    pub config: CloudConfig,
+    providers: Mutex<HashMap<String, Arc<dyn CloudProvider>>>,
+    state: Mutex<State>,
+}
+
+/// A copy of the cloud facts for one turn.
+#[derive(Clone, Debug, Default)]
+pub struct CloudView {
+    pub instances: Vec<CloudInstance>,
+    pub launching: HashMap<String, String>,
+    pub cooldowns: HashMap<OfferingKey, Time>,
+    /// Every region of a cloud pool has been listed at least once.
+    pub complete: bool,
+}
+
+impl Cloud {
+    pub fn new(config: CloudConfig) -> Arc<Cloud> {
+        Arc::new(Cloud {
+            config,
+            providers: Mutex::default(),
+            state: Mutex::default(),
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub async fn provider(&self, region: &str) -> Arc<dyn CloudProvider> {
+        if let Some(p) = self
+            .providers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(region)
+        {
+            return p.clone();
+        }
+        let p = (self.config.factory)(region.to_string()).await;
+        self.providers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(region.to_string())
+            .or_insert(p)
+            .clone()
+    }
+
+    /// Lists the instances of `regions`, replacing what was known of them.
+    pub async fn refresh(&self, regions: &BTreeSet<String>) {
+        for region in regions {
+            let provider = self.provider(region).await;
+            match provider.instances(&self.config.cluster).await {
+                Ok(list) => {
+                    let mut st = self.state();
+                    st.instances.retain(|_, (r, _)| r != region);
+                    for i in list {
+                        st.instances.insert(i.id.clone(), (region.clone(), i));
+                    }
+                    let live: HashSet<String> = st.instances.keys().cloned().collect();
+                    st.terminating.retain(|id| live.contains(id));
+                    st.refreshed
+                        .insert(region.clone(), crate::controller::now());
+                }
+                Err(e) => {
+                    tracing::warn!(region = %region, error = %e, "cannot list cloud instances")
+                }
+            }
+        }
+    }
+
+    pub fn view(&self, regions: &BTreeSet<String>) -> CloudView {
+        let st = self.state();
+        CloudView {
+            instances: st
+                .instances
+                .values()
+                .filter(|(_, i)| !i.state.is_gone())
+                .map(|(_, i)| i.clone())
+                .collect(),
+            launching: st.launching.clone(),
+            cooldowns: st.cooldowns.clone(),
+            complete: regions.iter().all(|r| st.refreshed.contains_key(r)),
+        }
+    }
+
+    fn catalog_row(&self, instance_type: &str, zone: &str) -> Option<&CatalogRow> {
+        let rows = || {
+            self.config
+                .catalog
+                .iter()
+                .filter(move |r| r.instance_type == instance_type)
+        };
+        rows().find(|r| r.zone == zone).or_else(|| rows().next())
+    }
+
+    /// GPUs and hourly price of an instance, from the catalog.
+    pub fn describe(&self, i: &CloudInstance) -> (u32, f64) {
+        match self.catalog_row(&i.instance_type, &i.zone) {
+            Some(r) => {
+                let price = match i.capacity_type {
+                    CapacityType::Spot => r.spot.unwrap_or(r.on_demand),
+                    CapacityType::OnDemand => r.on_demand,
+                };
+                (r.gpus, price)
+            }
+            None => (0, 0.0),
+        }
+    }
+
+    /// The offerings of the cloud pools, with capacity cool-downs applied.
+    pub fn offerings(
+        &self,
+        pools: &[Arc<ComputePool>],
+        view: &CloudView,
+        now: Time,
+    ) -> Vec<core::Offering> {
+        let mut out = Vec::new();
+        for p in pools {
+            let Some(aws) = &p.spec.aws else { continue };
+            let mut offers = core::catalog::offerings(
+                &self.config.catalog,
+                &p.name_any(),
+                &aws.region,
+                &aws.instance_types,
+            );
+            offers.retain(|o| {
+                aws.capacity_types.is_empty() || aws.capacity_types.contains(&o.capacity_type)
+            });
+            for o in &mut offers {
+                let key = (
+                    o.pool.clone(),
+                    o.instance_type.clone(),
+                    o.capacity_type,
+                    o.zone.clone(),
+                );
+                if let Some(until) = view.cooldowns.get(&key).filter(|t| **t > now) {
+                    o.unavailable_until = Some(*until);
+                }
+            }
+            out.extend(offers);
+        }
+        out
+    }
+
+    /// Launches one need unless it already has instances (looked up by tag first, so a
+    /// restarted operator adopts what it launched before). Returns what to tell the user.
+    pub async fn launch(
+        self: &Arc<Self>,
+        pool: &ComputePool,
+        launch: &core::Launch,
+        changed: &Notify,
+    ) -> Result<Vec<CloudInstance>, CloudError> {
+        let Some(aws) = &pool.spec.aws else {
+            return Err(CloudError::Refused {
+                code: "NotACloudPool".into(),
+                message: format!("ComputePool {} has no aws section", pool.name_any()),
+            });
+        };
+        let provider = self.provider(&aws.region).await;
+        let result = async {
+            let existing = provider
+                .instances_for_need(&self.config.cluster, &launch.need)
+                .await?;
+            if !existing.is_empty() {
+                tracing::info!(need = %launch.need, count = existing.len(), "need already has instances; adopting them");
+                return Ok(existing);
+            }
+            let image = match (&aws.ami_id, &aws.launch_template) {
+                (Some(ami), _) => Image::Ami(ami.clone()),
+                (None, Some(t)) => Image::LaunchTemplate {
+                    id: t.id.clone(),
+                    name: t.name.clone(),
+                    version: t.version.clone(),
+                },
+                (None, None) => {
+                    return Err(CloudError::Refused {
+                        code: "NoImage".into(),
+                        message: "the pool names neither amiId nor launchTemplate".into(),
+                    });
+                }
+            };
+            let zone = Some(launch.offering.zone.clone())
+                .filter(|z| z.starts_with(&aws.region))
+                .filter(|z| aws.availability_zones.is_empty() || aws.availability_zones.contains(z));
+            let request = LaunchRequest {
+                cluster: self.config.cluster.clone(),
+                pool: pool.name_any(),
+                job: launch.job.clone(),
+                queue: launch.queue.clone(),
+                need: launch.need.clone(),
+                instance_type: launch.offering.instance_type.clone(),
+                capacity_type: launch.offering.capacity_type,
+                zone,
+                count: launch.count.max(1),
+                image,
+                subnet_ids: aws.subnet_ids.clone(),
+                security_group_ids: aws.security_group_ids.clone(),
+                iam_instance_profile: aws.iam_instance_profile.clone(),
+                tags: aws.tags.clone(),
+                user_data: None,
+            };
+            provider.launch(&request).await
+        }
+        .await;
+        let now = crate::controller::now();
+        {
+            let mut st = self.state();
+            st.launching.remove(&launch.need);
+            match &result {
+                Ok(instances) => {
+                    for i in instances {
+                        st.instances
+                            .insert(i.id.clone(), (aws.region.clone(), i.clone()));
+                    }
+                }
+                Err(CloudError::Capacity { .. }) => {
+                    let o = &launch.offering;
+                    st.cooldowns.insert(
+                        (
+                            o.pool.clone(),
+                            o.instance_type.clone(),
+                            o.capacity_type,
+                            o.zone.clone(),
+                        ),
+                        now + core::Duration::from_secs(self.config.capacity_cooldown.as_secs()),
+                    );
+                }
+                Err(_) => {}
+            }
+        }
+        changed.notify_one();
+        result
+    }
+
+    /// Marks a need as launching; false if it already is.
+    pub fn start_launch(&self, need: &str, pool: &str) -> bool {
+        let mut st = self.state();
+        if st.launching.contains_key(need) {
+            return false;
+        }
+        st.launching.insert(need.to_string(), pool.to_string());
+        true
+    }
+
+    /// Marks an instance as being terminated; false if it already is.
+    pub fn start_terminate(&self, id: &str) -> bool {
+        self.state().terminating.insert(id.to_string())
+    }
+
+    /// Terminates instances of `region` and forgets them.
+    pub async fn terminate(&self, region: &str, ids: &[String]) -> Result<(), CloudError> {
+        let provider = self.provider(region).await;
+        let r = provider.terminate(ids).await;
+        let mut st = self.state();
+        match &r {
+            Ok(()) => {
+                for id in ids {
+                    st.instances.remove(id);
+                }
+            }
+            Err(_) => {
+                for id in ids {
+                    st.terminating.remove(id);
+                }
+            }
+        }
+        r
+    }
+
+    /// The region an instance was listed in.
+    pub fn region_of(&self, id: &str) -> Option<String> {
+        self.state().instances.get(id).map(|(r, _)| r.clone())
+    }
+}
+
+/// Polls the cloud pools' regions every `poll`, notifying `changed` after each listing.
+pub async fn poll(cloud: Arc<Cloud>, regions: impl Fn() -> BTreeSet<String>, changed: Arc<Notify>) {
+    loop {
+        let rs = regions();
+        if !rs.is_empty() {
+            cloud.refresh(&rs).await;
+            changed.notify_one();
+        }
+        tokio::time::sleep(cloud.config.poll).await;
+    }
+}

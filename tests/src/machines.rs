@@ -1,0 +1,125 @@
+//! What no test machine can do: boot. When an instance tagged for a cluster appears in moto,
+//! [`BootingMachines`] registers a GPU Node for it after a delay (as a machine would boot and
+//! its kubelet join), with the providerID, labels and GPUs the instance type implies; when the
+//! instance is terminated, the Node goes away with it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aws_sdk_ec2::types::{Filter, InstanceStateName};
+use tokio::task::JoinHandle;
+
+use crate::kubelet::{FakeKubelet, FakeNode};
+
+/// GPUs and model of the instance types tests use.
+pub fn gpus_of(instance_type: &str) -> (u32, &'static str) {
+    match instance_type {
+        "g6.xlarge" => (1, "L4"),
+        "g5.xlarge" | "g5.8xlarge" => (1, "A10G"),
+        "g6e.12xlarge" => (4, "L40S"),
+        "p5.4xlarge" => (1, "H100"),
+        "p5.48xlarge" => (8, "H100"),
+        "p4d.24xlarge" => (8, "A100"),
+        "p4de.24xlarge" => (8, "A100-80GB"),
+        "p3dn.24xlarge" => (8, "V100-32GB"),
+        _ => (0, "unknown"),
+    }
+}
+
+/// Plays the machines behind a cluster's instances.
+pub struct BootingMachines {
+    task: JoinHandle<()>,
+    /// Instance id -> node name, for nodes registered.
+    pub joined: Arc<Mutex<BTreeMap<String, String>>>,
+}
+
+impl BootingMachines {
+    /// Joins a Node `boot_delay` after each instance tagged `spillway.io/cluster=cluster`
+    /// appears (`None`: never, to test join timeouts).
+    pub fn start(
+        ec2: aws_sdk_ec2::Client,
+        kubelet: Arc<FakeKubelet>,
+        cluster: String,
+        boot_delay: Option<Duration>,
+    ) -> BootingMachines {
+        let joined: Arc<Mutex<BTreeMap<String, String>>> = Arc::default();
+        let j = joined.clone();
+        let task = tokio::spawn(async move {
+            let mut seen: HashMap<String, Instant> = HashMap::new();
+            loop {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let Ok(out) = ec2
+                    .describe_instances()
+                    .filters(
+                        Filter::builder()
+                            .name("tag:spillway.io/cluster")
+                            .values(&cluster)
+                            .build(),
+                    )
+                    .send()
+                    .await
+                else {
+                    continue;
+                };
+                for i in out.reservations().iter().flat_map(|r| r.instances()) {
+                    let Some(id) = i.instance_id().map(str::to_string) else {
+                        continue;
+                    };
+                    let state = i.state().and_then(|s| s.name()).cloned();
+                    let gone = matches!(
+                        state,
+                        Some(InstanceStateName::Terminated | InstanceStateName::ShuttingDown)
+                    );
+                    let node = j.lock().expect("joined").get(&id).cloned();
+                    if gone {
+                        if let Some(node) = node {
+                            let _ = kubelet.remove(&node).await;
+                            j.lock().expect("joined").remove(&id);
+                        }
+                        continue;
+                    }
+                    let first = *seen.entry(id.clone()).or_insert_with(Instant::now);
+                    let Some(delay) = boot_delay else { continue };
+                    if node.is_some() || first.elapsed() < delay {
+                        continue;
+                    }
+                    let tag = |k: &str| {
+                        i.tags()
+                            .iter()
+                            .find(|t| t.key() == Some(k))
+                            .and_then(|t| t.value())
+                            .unwrap_or_default()
+                            .to_string()
+                    };
+                    let itype = i
+                        .instance_type()
+                        .map(|t| t.as_str().to_string())
+                        .unwrap_or_default();
+                    let (gpus, model) = gpus_of(&itype);
+                    let zone = i
+                        .placement()
+                        .and_then(|p| p.availability_zone())
+                        .unwrap_or("us-east-1a")
+                        .to_string();
+                    let fake = FakeNode::gpu(&id, gpus)
+                        .model(model)
+                        .label("spillway.io/pool", &tag("spillway.io/pool"))
+                        .label("spillway.io/instance-id", &id)
+                        .label("node.kubernetes.io/instance-type", &itype)
+                        .provider_id(&format!("aws:///{zone}/{id}"));
+                    if kubelet.register(fake).await.is_ok() {
+                        j.lock().expect("joined").insert(id.clone(), id.clone());
+                    }
+                }
+            }
+        });
+        BootingMachines { task, joined }
+    }
+}
+
+impl Drop for BootingMachines {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

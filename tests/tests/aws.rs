@@ -1,0 +1,417 @@
+//! Bursting to EC2 end to end: moto's EC2 server, the real API server and scheduler, the fake
+//! kubelet, and the harness booting a Node for each instance.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_ec2::types::{Filter, InstanceStateName};
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+use spillway_api::job::JobPhase;
+use spillway_api::{ComputePool, Dataset, GpuJob, GpuQueue};
+use spillway_aws::{CallPolicy, CloudProvider, Ec2Provider};
+use spillway_k8s::cloud::{CloudConfig, DEFAULT_CATALOG, ProviderFactory};
+use spillway_tests::cluster::TestCluster;
+use spillway_tests::kubelet::{FakeKubelet, FakeNode, RUN_SECONDS};
+use spillway_tests::machines::BootingMachines;
+use spillway_tests::moto::MotoServer;
+use spillway_tests::operator::{RunningOperator, eventually, serial, test_settings};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+struct World {
+    client: Client,
+    ec2: aws_sdk_ec2::Client,
+    ns: String,
+    queue: String,
+    aws_pool: String,
+    cluster_tag: String,
+    kubelet: Arc<FakeKubelet>,
+    ami: String,
+}
+
+async fn create<K>(api: Api<K>, obj: serde_json::Value)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let o: K = serde_json::from_value(obj).expect("object JSON");
+    api.create(&PostParams::default(), &o)
+        .await
+        .expect("create");
+}
+
+impl World {
+    /// A queue that may burst after `max_wait`, a private pool of one busy 1-GPU node, and an
+    /// AWS pool of g6.xlarge (L4) and g5.8xlarge (A10G), on-demand, idle timeout 3 s.
+    async fn new(prefix: &str, queue_extra: serde_json::Value) -> World {
+        let cluster = TestCluster::shared().await;
+        let client = cluster.client().await.expect("client");
+        cluster
+            .install_crds(&client, &spillway_api::crds())
+            .await
+            .expect("crds");
+        let moto = MotoServer::shared().await;
+        let ec2 = moto.ec2_client().await;
+        let ami = ec2
+            .describe_images()
+            .send()
+            .await
+            .expect("images")
+            .images()
+            .iter()
+            .find_map(|i| i.image_id().map(str::to_string))
+            .expect("an AMI");
+        let ns = cluster.namespace(&client, prefix).await.expect("namespace");
+        let kubelet = Arc::new(FakeKubelet::start(client.clone()));
+        let w = World {
+            queue: ns.clone(),
+            aws_pool: format!("{ns}-aws"),
+            cluster_tag: ns.clone(),
+            client,
+            ec2,
+            ns,
+            kubelet,
+            ami,
+        };
+        let mut burst = json!({"enabled": true, "maxWait": "2s", "capacityTypes": ["on-demand"]});
+        for (k, v) in queue_extra.as_object().cloned().unwrap_or_default() {
+            burst[k] = v;
+        }
+        let mut spec = json!({"burst": burst});
+        if let Some(b) = queue_extra.get("budget") {
+            spec["budget"] = b.clone();
+            spec["burst"].as_object_mut().map(|m| m.remove("budget"));
+        }
+        create(
+            Api::<GpuQueue>::all(w.client.clone()),
+            json!({
+                "apiVersion": "spillway.io/v1alpha1", "kind": "GpuQueue",
+                "metadata": {"name": w.queue}, "spec": spec,
+            }),
+        )
+        .await;
+        let private = format!("{}-private", w.ns);
+        create(
+            Api::<ComputePool>::all(w.client.clone()),
+            json!({
+                "apiVersion": "spillway.io/v1alpha1", "kind": "ComputePool",
+                "metadata": {"name": private},
+                "spec": {"private": {"nodeSelector": {"spillway.test/pool": private}}},
+            }),
+        )
+        .await;
+        create(
+            Api::<ComputePool>::all(w.client.clone()),
+            json!({
+                "apiVersion": "spillway.io/v1alpha1", "kind": "ComputePool",
+                "metadata": {"name": w.aws_pool},
+                "spec": {"aws": {"region": "us-east-1", "amiId": w.ami,
+                                 "instanceTypes": ["g6.xlarge", "g5.8xlarge"],
+                                 "capacityTypes": ["on-demand"]},
+                         "idleTimeout": "3s"},
+            }),
+        )
+        .await;
+        w.kubelet
+            .register(
+                FakeNode::gpu(format!("{}-private-0", w.ns), 1)
+                    .label("spillway.test/pool", &private),
+            )
+            .await
+            .expect("private node");
+        w
+    }
+
+    fn cloud(&self) -> CloudConfig {
+        let moto_ec2 = self.ec2.clone();
+        let factory: ProviderFactory = Arc::new(move |_region: String| {
+            let ec2 = moto_ec2.clone();
+            Box::pin(async move {
+                let policy = CallPolicy {
+                    timeout: Duration::from_secs(10),
+                    throttle_retries: 3,
+                    backoff_base: Duration::from_millis(100),
+                };
+                Arc::new(Ec2Provider::new(ec2, policy)) as Arc<dyn CloudProvider>
+            })
+        });
+        CloudConfig {
+            cluster: self.cluster_tag.clone(),
+            factory,
+            catalog: spillway_core::catalog::parse(DEFAULT_CATALOG).expect("catalog"),
+            poll: Duration::from_millis(500),
+            join_timeout: Duration::from_secs(60),
+            gc_grace: Duration::from_secs(5),
+            capacity_cooldown: Duration::from_secs(30),
+        }
+    }
+
+    async fn operator(&self) -> RunningOperator {
+        let mut settings = test_settings("aws-test");
+        settings.cloud = Some(self.cloud());
+        RunningOperator::start_with(self.client.clone(), None, settings)
+            .await
+            .expect("operator")
+    }
+
+    fn jobs(&self) -> Api<GpuJob> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    async fn submit(&self, name: &str, extra: serde_json::Value, run_seconds: Option<u32>) {
+        let mut annotations = serde_json::Map::new();
+        if let Some(s) = run_seconds {
+            annotations.insert(RUN_SECONDS.into(), json!(s.to_string()));
+        }
+        let mut spec = json!({
+            "queue": self.queue, "gpusPerReplica": 1,
+            "template": {"metadata": {"annotations": annotations},
+                         "spec": {"containers": [{"name": "train", "image": "pytorch:2"}]}},
+        });
+        for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+            spec[k] = v;
+        }
+        create(
+            Api::<GpuJob>::namespaced(self.client.clone(), &self.ns),
+            json!({
+                "apiVersion": "spillway.io/v1alpha1", "kind": "GpuJob",
+                "metadata": {"name": name, "namespace": self.ns}, "spec": spec,
+            }),
+        )
+        .await;
+    }
+
+    async fn wait_phase(&self, name: &str, phase: JobPhase) -> GpuJob {
+        eventually(WAIT, &format!("job {name} to be {phase:?}"), || async {
+            let j = self.jobs().get(name).await.map_err(|e| e.to_string())?;
+            if j.status.as_ref().and_then(|s| s.phase) == Some(phase) {
+                Ok(j)
+            } else {
+                Err(format!("{:?}", j.status))
+            }
+        })
+        .await
+    }
+
+    /// (id, type, state) of the instances tagged for this test's cluster.
+    async fn instances(&self) -> Vec<(String, String, String, String)> {
+        let out = self
+            .ec2
+            .describe_instances()
+            .filters(
+                Filter::builder()
+                    .name("tag:spillway.io/cluster")
+                    .values(&self.cluster_tag)
+                    .build(),
+            )
+            .send()
+            .await
+            .expect("describe");
+        out.reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .map(|i| {
+                let need = i
+                    .tags()
+                    .iter()
+                    .find(|t| t.key() == Some("spillway.io/need"))
+                    .and_then(|t| t.value())
+                    .unwrap_or_default()
+                    .to_string();
+                (
+                    i.instance_id().unwrap_or_default().to_string(),
+                    i.instance_type()
+                        .map(|t| t.as_str().to_string())
+                        .unwrap_or_default(),
+                    i.state()
+                        .and_then(|s| s.name())
+                        .map(|s| s.as_str().to_string())
+                        .unwrap_or_default(),
+                    need,
+                )
+            })
+            .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_past_max_wait_bursts_to_the_cheapest_instance_and_scales_down() {
+    let _turn = serial().await;
+    let w = World::new("aws-burst", json!({})).await;
+    let _machines = BootingMachines::start(
+        w.ec2.clone(),
+        w.kubelet.clone(),
+        w.cluster_tag.clone(),
+        Some(Duration::from_secs(1)),
+    );
+    let op = w.operator().await;
+    w.submit("blocker", json!({}), None).await;
+    w.wait_phase("blocker", JobPhase::Running).await;
+    w.submit("burst", json!({}), Some(3)).await;
+
+    let job = w.wait_phase("burst", JobPhase::Running).await;
+    let st = job.status.clone().unwrap_or_default();
+    assert_eq!(
+        st.environment,
+        Some(spillway_api::Environment::Cloud),
+        "{st:?}"
+    );
+    assert_eq!(st.pool.as_deref(), Some(w.aws_pool.as_str()));
+    let instances = w.instances().await;
+    assert_eq!(
+        instances.len(),
+        1,
+        "one instance for the need: {instances:?}"
+    );
+    let (id, itype, _, need) = instances[0].clone();
+    assert_eq!(
+        itype, "g6.xlarge",
+        "the cheapest fitting type (L4 at $0.80/h vs A10G at $2.45/h)"
+    );
+    assert_eq!(need, format!("{}/burst#0", w.ns));
+    assert_eq!(st.nodes, vec![id.clone()], "its pod runs on the new node");
+
+    // It completes; the node goes idle and is terminated after the pool's idleTimeout (3 s).
+    let done = w.wait_phase("burst", JobPhase::Succeeded).await;
+    assert!(
+        done.status
+            .and_then(|s| s.cost)
+            .map(|c| c.accrued_usd)
+            .unwrap_or(0.0)
+            > 0.0
+    );
+    eventually(WAIT, "the idle instance to be terminated", || async {
+        let list = w.instances().await;
+        match list.iter().find(|i| i.0 == id) {
+            Some((_, _, state, _)) if state == "terminated" || state == "shutting-down" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    eventually(WAIT, "its node to be deleted", || async {
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(w.client.clone());
+        match nodes.get_opt(&id).await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(_) => Err("still there".into()),
+        }
+    })
+    .await;
+    let (_, metrics) = op.get("/metrics").await.expect("metrics");
+    assert!(
+        metrics.contains("spillway_cloud_calls_total{call=\"launch\",result=\"ok\"} 1"),
+        "{metrics}"
+    );
+    op.stop().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restricted_data_never_launches_and_orphans_are_collected() {
+    let _turn = serial().await;
+    let w = World::new("aws-restricted", json!({"maxWait": "1s"})).await;
+    let dataset = format!("{}-patients", w.ns);
+    create(
+        Api::<Dataset>::all(w.client.clone()),
+        json!({
+            "apiVersion": "spillway.io/v1alpha1", "kind": "Dataset",
+            "metadata": {"name": dataset},
+            "spec": {"classification": "Restricted", "locations": [{"environment": "private"}]},
+        }),
+    )
+    .await;
+    // An orphan: tagged for this cluster, wanted by no need. And an instance that is not
+    // Spillway's at all.
+    let run = |tags: Vec<(&str, String)>| {
+        let mut spec = aws_sdk_ec2::types::TagSpecification::builder()
+            .resource_type(aws_sdk_ec2::types::ResourceType::Instance);
+        for (k, v) in tags {
+            spec = spec.tags(aws_sdk_ec2::types::Tag::builder().key(k).value(v).build());
+        }
+        w.ec2
+            .run_instances()
+            .image_id(&w.ami)
+            .instance_type(aws_sdk_ec2::types::InstanceType::G6Xlarge)
+            .min_count(1)
+            .max_count(1)
+            .tag_specifications(spec.build())
+            .send()
+    };
+    let orphan = run(vec![
+        ("spillway.io/cluster", w.cluster_tag.clone()),
+        ("spillway.io/need", format!("{}/gone#0", w.ns)),
+        ("spillway.io/job", format!("{}/gone", w.ns)),
+        ("spillway.io/pool", w.aws_pool.clone()),
+    ])
+    .await
+    .expect("orphan")
+    .instances()[0]
+        .instance_id()
+        .unwrap_or_default()
+        .to_string();
+    let foreign = run(vec![("team", "web".to_string())])
+        .await
+        .expect("foreign")
+        .instances()[0]
+        .instance_id()
+        .unwrap_or_default()
+        .to_string();
+
+    let op = w.operator().await;
+    w.submit("blocker", json!({}), None).await;
+    w.wait_phase("blocker", JobPhase::Running).await;
+    w.submit("sensitive", json!({"datasets": [dataset]}), None)
+        .await;
+    let job = eventually(WAIT, "the RestrictedData decision", || async {
+        let j = w.jobs().get("sensitive").await.map_err(|e| e.to_string())?;
+        let d = j.status.as_ref().and_then(|s| s.decision.clone());
+        match d.as_ref().and_then(|d| d.reason.as_deref()) {
+            Some("RestrictedData") => Ok(j),
+            _ => Err(format!("{d:?}")),
+        }
+    })
+    .await;
+    assert_eq!(job.status.and_then(|s| s.phase), Some(JobPhase::Queued));
+
+    // The orphan goes once past its grace period (5 s); the foreign instance stays.
+    eventually(WAIT, "the orphan to be terminated", || async {
+        let list = w.instances().await;
+        match list.iter().find(|i| i.0 == orphan) {
+            Some((_, _, state, _)) if state == "terminated" || state == "shutting-down" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    // Well past maxWait: still no instance for the Restricted job.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mine: Vec<_> = w
+        .instances()
+        .await
+        .into_iter()
+        .filter(|i| i.3.contains("sensitive"))
+        .collect();
+    assert!(mine.is_empty(), "a Restricted job launched {mine:?}");
+    let foreign_state = w
+        .ec2
+        .describe_instances()
+        .instance_ids(&foreign)
+        .send()
+        .await
+        .expect("describe")
+        .reservations()[0]
+        .instances()[0]
+        .state()
+        .and_then(|s| s.name())
+        .cloned();
+    assert_eq!(
+        foreign_state,
+        Some(InstanceStateName::Running),
+        "never touch others' instances"
+    );
+    let list = w.jobs().list(&ListParams::default()).await.expect("jobs");
+    assert_eq!(list.items.len(), 2);
+    op.stop().await.expect("clean stop");
+}
