@@ -36,7 +36,7 @@ pub struct CloudConfig {
     pub join_timeout: Duration,
     /// An instance with no need that wants it and no node is terminated after this long.
     pub gc_grace: Duration,
-    /// An offering that answered a capacity error is skipped for this long.
+    /// An offering whose launch failed (capacity error or refusal) is skipped for this long.
     pub capacity_cooldown: Duration,
 }
 
@@ -287,7 +287,9 @@ impl Cloud {
                             .insert(i.id.clone(), (aws.region.clone(), i.clone()));
                     }
                 }
-                Err(CloudError::Capacity { .. }) => {
+                // Any failure cools the offering down, so a refused request (bad AMI, missing
+                // permission) is not repeated every cycle; the next cycle picks another one.
+                Err(_) => {
                     let o = &launch.offering;
                     st.cooldowns.insert(
                         (
@@ -299,7 +301,6 @@ impl Cloud {
                         now + core::Duration::from_secs(self.config.capacity_cooldown.as_secs()),
                     );
                 }
-                Err(_) => {}
             }
         }
         changed.notify_one();
