@@ -28,6 +28,13 @@ pub struct RunningOperator {
     task: JoinHandle<anyhow::Result<()>>,
 }
 
+impl Drop for RunningOperator {
+    /// A test that fails (panics) must not leave its operator acting on later tests' jobs.
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// Settings that make tests quick: a short debounce and resync.
 pub fn test_settings(instance: &str) -> Settings {
     Settings {
@@ -72,9 +79,9 @@ impl RunningOperator {
     }
 
     /// Stops it as SIGTERM would, and returns how its run ended.
-    pub async fn stop(self) -> anyhow::Result<()> {
+    pub async fn stop(mut self) -> anyhow::Result<()> {
         let _ = self.shutdown.send(true);
-        match tokio::time::timeout(Duration::from_secs(30), self.task).await {
+        match tokio::time::timeout(Duration::from_secs(30), &mut self.task).await {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => Err(anyhow::anyhow!("operator task panicked: {e}")),
             Err(_) => Err(anyhow::anyhow!("operator did not stop within 30 s")),
@@ -83,7 +90,7 @@ impl RunningOperator {
 
     /// Stops it abruptly, as a crash or `kill -9` would (no lease release, writes cut off).
     pub fn kill(self) {
-        self.task.abort();
+        // Dropping aborts the task.
     }
 
     /// Whether its run has ended (with its result), without stopping it.
@@ -131,5 +138,33 @@ where
             }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Removes what earlier operator tests of this process left: the Nodes they registered and the
+/// GpuJobs of their namespaces (`prefixes`). Operator tests take turns, so this is safe.
+pub async fn clean_up_earlier_tests(client: &kube::Client, prefixes: &[&str]) {
+    use k8s_openapi::api::core::v1::Node;
+    use kube::ResourceExt;
+    use kube::api::{Api, DeleteParams, ListParams};
+    let nodes: Api<Node> = Api::all(client.clone());
+    for selector in ["spillway.test/pool", "spillway.io/instance-id"] {
+        let _ = nodes
+            .delete_collection(
+                &DeleteParams::default().grace_period(0),
+                &ListParams::default().labels(selector),
+            )
+            .await;
+    }
+    let all: Api<spillway_api::GpuJob> = Api::all(client.clone());
+    if let Ok(list) = all.list(&ListParams::default()).await {
+        for j in list.items {
+            let ns = j.namespace().unwrap_or_default();
+            if prefixes.iter().any(|p| ns.starts_with(p)) {
+                let _ = Api::<spillway_api::GpuJob>::namespaced(client.clone(), &ns)
+                    .delete(&j.name_any(), &DeleteParams::background())
+                    .await;
+            }
+        }
     }
 }

@@ -66,6 +66,7 @@ impl World {
             .iter()
             .find_map(|i| i.image_id().map(str::to_string))
             .expect("an AMI");
+        spillway_tests::operator::clean_up_earlier_tests(&client, &["aws-"]).await;
         let ns = cluster.namespace(&client, prefix).await.expect("namespace");
         let kubelet = Arc::new(FakeKubelet::start(client.clone()));
         let w = World {
@@ -78,7 +79,9 @@ impl World {
             kubelet,
             ami,
         };
-        let mut burst = json!({"enabled": true, "maxWait": "2s", "capacityTypes": ["on-demand"]});
+        // Each test's queue bursts only to its own pool (every test's pools are in the cluster).
+        let mut burst = json!({"enabled": true, "maxWait": "2s", "capacityTypes": ["on-demand"],
+                               "pools": [w.aws_pool.clone()]});
         for (k, v) in queue_extra.as_object().cloned().unwrap_or_default() {
             burst[k] = v;
         }
@@ -413,5 +416,118 @@ async fn restricted_data_never_launches_and_orphans_are_collected() {
     );
     let list = w.jobs().list(&ListParams::default()).await.expect("jobs");
     assert_eq!(list.items.len(), 2);
+    op.stop().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_whose_budget_is_below_one_instance_never_launches() {
+    let _turn = serial().await;
+    let w = World::new("aws-budget", json!({"budget": {"hourlyUSD": 0.5}})).await;
+    let op = w.operator().await;
+    w.submit("blocker", json!({}), None).await;
+    w.wait_phase("blocker", JobPhase::Running).await;
+    w.submit("thrifty", json!({}), None).await;
+    eventually(WAIT, "the BudgetExhausted decision", || async {
+        let j = w.jobs().get("thrifty").await.map_err(|e| e.to_string())?;
+        let d = j.status.as_ref().and_then(|s| s.decision.clone());
+        match d.as_ref().and_then(|d| d.reason.as_deref()) {
+            Some("BudgetExhausted") => Ok(()),
+            _ => Err(format!("{d:?}")),
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        w.instances().await.is_empty(),
+        "no instance within a $0.50/h budget"
+    );
+    op.stop().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_after_run_instances_the_restarted_operator_uses_the_same_instance() {
+    let _turn = serial().await;
+    let w = World::new("aws-restart", json!({})).await;
+    // Machines take 6 s to boot, so the operator dies while the instance is pending.
+    let _machines = BootingMachines::start(
+        w.ec2.clone(),
+        w.kubelet.clone(),
+        w.cluster_tag.clone(),
+        Some(Duration::from_secs(6)),
+    );
+    let op = w.operator().await;
+    w.submit("blocker", json!({}), None).await;
+    w.wait_phase("blocker", JobPhase::Running).await;
+    w.submit("survivor", json!({}), None).await;
+    eventually(WAIT, "an instance for the need", || async {
+        let n = w.instances().await.len();
+        if n >= 1 { Ok(()) } else { Err(format!("{n}")) }
+    })
+    .await;
+    op.kill();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let op = w.operator().await;
+    let job = w.wait_phase("survivor", JobPhase::Running).await;
+    let instances = w.instances().await;
+    assert_eq!(
+        instances.len(),
+        1,
+        "exactly one instance for the need: {instances:?}"
+    );
+    assert_eq!(
+        job.status.unwrap_or_default().nodes,
+        vec![instances[0].0.clone()]
+    );
+    op.stop().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_terminated_behind_our_back_requeues_or_fails_its_job() {
+    let _turn = serial().await;
+    let w = World::new("aws-lost", json!({})).await;
+    let machines = BootingMachines::start(
+        w.ec2.clone(),
+        w.kubelet.clone(),
+        w.cluster_tag.clone(),
+        Some(Duration::from_secs(1)),
+    );
+    let op = w.operator().await;
+    w.submit("blocker", json!({}), None).await;
+    w.wait_phase("blocker", JobPhase::Running).await;
+    w.submit("fragile", json!({}), None).await;
+    w.submit("sturdy", json!({"restartable": true}), None).await;
+    let fragile = w.wait_phase("fragile", JobPhase::Running).await;
+    let sturdy = w.wait_phase("sturdy", JobPhase::Running).await;
+    let node_of = |j: &GpuJob| j.status.clone().unwrap_or_default().nodes[0].clone();
+    for id in [node_of(&fragile), node_of(&sturdy)] {
+        w.ec2
+            .terminate_instances()
+            .instance_ids(id)
+            .send()
+            .await
+            .expect("terminate behind the operator's back");
+    }
+    let failed = w.wait_phase("fragile", JobPhase::Failed).await;
+    let cond = failed
+        .status
+        .unwrap_or_default()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Failed")
+        .expect("Failed condition");
+    assert_eq!(cond.reason, "ReplicaLost", "{cond:?}");
+    // The restartable one is requeued and runs again, on a new instance.
+    let again = eventually(WAIT, "sturdy to run again", || async {
+        let j = w.jobs().get("sturdy").await.map_err(|e| e.to_string())?;
+        let st = j.status.clone().unwrap_or_default();
+        if st.restarts == Some(1) && st.phase == Some(JobPhase::Running) {
+            Ok(j)
+        } else {
+            Err(format!("{st:?}"))
+        }
+    })
+    .await;
+    assert_ne!(node_of(&again), node_of(&sturdy));
+    drop(machines);
     op.stop().await.expect("clean stop");
 }

@@ -3,9 +3,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use spillway_api::job::JobPhase;
@@ -40,30 +40,8 @@ impl World {
     async fn new(prefix: &str) -> World {
         let (cluster, client) = setup().await;
         // Private GPUs are shared by every queue: earlier tests' nodes (whose fake kubelets
-        // are gone) would take this test's jobs. Tests take turns, so remove them first.
-        let nodes: Api<Node> = Api::all(client.clone());
-        nodes
-            .delete_collection(
-                &DeleteParams::default().grace_period(0),
-                &ListParams::default().labels("spillway.test/pool"),
-            )
-            .await
-            .expect("remove earlier tests' nodes");
-        // Their jobs too: pending ones would compete for this test's GPUs.
-        let all_jobs: Api<GpuJob> = Api::all(client.clone());
-        for j in all_jobs
-            .list(&ListParams::default())
-            .await
-            .expect("list jobs")
-            .items
-        {
-            let ns = j.namespace().unwrap_or_default();
-            if ns.starts_with("op-") {
-                let _ = Api::<GpuJob>::namespaced(client.clone(), &ns)
-                    .delete(&j.name_any(), &DeleteParams::background())
-                    .await;
-            }
-        }
+        // are gone) would take this test's jobs, and their pending jobs would compete.
+        spillway_tests::operator::clean_up_earlier_tests(&client, &["op-"]).await;
         let ns = cluster.namespace(&client, prefix).await.expect("namespace");
         let world = World {
             kubelet: FakeKubelet::start(client.clone()),

@@ -534,6 +534,12 @@ impl Controller {
             pods: self.caches.pods.state(),
             namespaces: self.caches.namespaces.state(),
             needs: HashMap::new(),
+            finished: self
+                .written
+                .iter()
+                .filter(|(_, st)| matches!(st.phase, Some(JobPhase::Succeeded | JobPhase::Failed)))
+                .map(|(id, _)| id.clone())
+                .collect(),
         };
         let mut inputs = inputs;
         let regions = cloud_regions(&inputs.pools);

@@ -30,6 +30,9 @@ pub struct Inputs {
     /// Cloud needs with instances launched or launching, by need key, with their pool: a
     /// pending job whose need is here is provisioning.
     pub needs: HashMap<String, String>,
+    /// Jobs the controller has just marked Succeeded or Failed (its write may not be visible
+    /// in the cache yet): nothing more to decide for them.
+    pub finished: std::collections::HashSet<String>,
 }
 
 /// A start the controller has decided and is writing (its pods may not be visible yet).
@@ -511,6 +514,11 @@ pub fn build(
         }
     }
     let pool_of = |node: &str| node_pool.get(node).cloned();
+    let node_names: std::collections::HashSet<&str> = inputs
+        .nodes
+        .iter()
+        .filter_map(|n| n.metadata.name.as_deref())
+        .collect();
     for job in &inputs.jobs {
         let ns = job.namespace().unwrap_or_default();
         let name = job.name_any();
@@ -548,7 +556,24 @@ pub fn build(
             }),
         };
         let replicas = job.spec.replicas.max(1) as u32;
-        let mut lifecycle = lifecycle(job, replicas, &pods, assumed.get(&id), &pool_of, now);
+        let mut lifecycle = if inputs.finished.contains(&id) {
+            Lifecycle::Done
+        } else {
+            lifecycle(job, replicas, &pods, assumed.get(&id), &pool_of, now)
+        };
+        // A replica whose node is gone (machine lost, spot instance reclaimed) is lost, even
+        // before the pod garbage collector removes its pod.
+        if let Lifecycle::Running { .. } = lifecycle
+            && let Some(gone) = pods
+                .iter()
+                .filter(|p| pod_active(p))
+                .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+                .find(|n| !node_names.contains(n.as_str()))
+        {
+            lifecycle = Lifecycle::Broken {
+                message: format!("Node {gone} of one of its replicas is gone."),
+            };
+        }
         if lifecycle == Lifecycle::Pending
             && let Some(pool) = inputs.needs.get(&format!("{id}#{attempt}"))
         {

@@ -392,6 +392,7 @@ async fn explain_job(
         pods: list_all::<Pod>(&client).await?,
         namespaces: list_all::<Namespace>(&client).await?,
         needs: Default::default(),
+        finished: Default::default(),
     };
     let policies: Vec<BurstPolicy> = list_all::<BurstPolicy>(&client)
         .await?
