@@ -9,6 +9,7 @@
 //!   then Succeeded or Failed, as kwok does.
 //! - [`operator::RunningOperator`]: the operator itself, run as a task of the test.
 //! - [`machines::BootingMachines`]: instances in moto become Nodes after a boot delay.
+//! - [`faults::FaultProxy`]: a proxy in front of moto that answers chosen EC2 actions with errors.
 //! - [`moto::MotoServer`]: moto's EC2-compatible HTTP server, which the real AWS SDK talks to.
 //!
 //! Binaries come from `KUBEBUILDER_ASSETS` (the envtest convention) or from the cache that
@@ -16,6 +17,7 @@
 //! cache. `scripts/test.sh` installs both before running the tests.
 
 pub mod cluster;
+pub mod faults;
 pub mod kubelet;
 pub mod machines;
 pub mod moto;

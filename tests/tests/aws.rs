@@ -13,6 +13,7 @@ use spillway_api::{ComputePool, Dataset, GpuJob, GpuQueue};
 use spillway_aws::{CallPolicy, CloudProvider, Ec2Provider};
 use spillway_k8s::cloud::{CloudConfig, DEFAULT_CATALOG, ProviderFactory};
 use spillway_tests::cluster::TestCluster;
+use spillway_tests::faults::FaultProxy;
 use spillway_tests::kubelet::{FakeKubelet, FakeNode, RUN_SECONDS};
 use spillway_tests::machines::BootingMachines;
 use spillway_tests::moto::MotoServer;
@@ -131,7 +132,11 @@ impl World {
     }
 
     fn cloud(&self) -> CloudConfig {
-        let moto_ec2 = self.ec2.clone();
+        self.cloud_with(self.ec2.clone())
+    }
+
+    fn cloud_with(&self, ec2: aws_sdk_ec2::Client) -> CloudConfig {
+        let moto_ec2 = ec2;
         let factory: ProviderFactory = Arc::new(move |_region: String| {
             let ec2 = moto_ec2.clone();
             Box::pin(async move {
@@ -157,6 +162,17 @@ impl World {
     async fn operator(&self) -> RunningOperator {
         let mut settings = test_settings("aws-test");
         settings.cloud = Some(self.cloud());
+        RunningOperator::start_with(self.client.clone(), None, settings)
+            .await
+            .expect("operator")
+    }
+
+    /// An operator whose EC2 calls go through `proxy` (the SDK's standard retries: 3 attempts).
+    async fn operator_via(&self, proxy: &FaultProxy) -> RunningOperator {
+        let moto = MotoServer::shared().await;
+        let ec2 = aws_sdk_ec2::Client::new(&moto.sdk_config(Some(&proxy.endpoint)).await);
+        let mut settings = test_settings("aws-test");
+        settings.cloud = Some(self.cloud_with(ec2));
         RunningOperator::start_with(self.client.clone(), None, settings)
             .await
             .expect("operator")
@@ -529,5 +545,86 @@ async fn an_instance_terminated_behind_our_back_requeues_or_fails_its_job() {
     .await;
     assert_ne!(node_of(&again), node_of(&sturdy));
     drop(machines);
+    op.stop().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capacity_error_on_the_cheapest_offering_launches_the_next_one() {
+    let _turn = serial().await;
+    let w = World::new("aws-capacity", json!({})).await;
+    let moto = MotoServer::shared().await;
+    let proxy = FaultProxy::start(&moto.endpoint).await.expect("proxy");
+    // More failures than the SDK's attempts (3): the operator sees the error.
+    proxy.fail(
+        "RunInstances",
+        Some("InstanceType=g6.xlarge"),
+        500,
+        "InsufficientInstanceCapacity",
+        10,
+    );
+    let _machines = BootingMachines::start(
+        w.ec2.clone(),
+        w.kubelet.clone(),
+        w.cluster_tag.clone(),
+        Some(Duration::from_secs(1)),
+    );
+    let op = w.operator_via(&proxy).await;
+    w.submit("blocker", json!({}), None).await;
+    w.wait_phase("blocker", JobPhase::Running).await;
+    w.submit("flexible", json!({}), None).await;
+    let job = w.wait_phase("flexible", JobPhase::Running).await;
+    let instances = w.instances().await;
+    assert_eq!(instances.len(), 1, "{instances:?}");
+    assert_eq!(instances[0].1, "g5.8xlarge", "the next cheapest offering");
+    assert_eq!(
+        job.status.unwrap_or_default().nodes,
+        vec![instances[0].0.clone()]
+    );
+    let (calls, failed) = proxy.calls("RunInstances");
+    assert!(
+        failed >= 3 && calls == failed + 1,
+        "{calls} RunInstances, {failed} failed"
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(w.client.clone(), &w.ns);
+    let list = events.list(&ListParams::default()).await.expect("events");
+    assert!(
+        list.items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("LaunchFailed")
+                && e.note
+                    .as_deref()
+                    .is_some_and(|n| n.contains("InsufficientInstanceCapacity"))),
+        "a LaunchFailed Warning Event"
+    );
+    op.stop().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttling_storm_backs_off_and_launches_once() {
+    let _turn = serial().await;
+    let w = World::new("aws-throttle", json!({})).await;
+    let moto = MotoServer::shared().await;
+    let proxy = FaultProxy::start(&moto.endpoint).await.expect("proxy");
+    proxy.fail("RunInstances", None, 400, "RequestLimitExceeded", 5);
+    proxy.fail("DescribeInstances", None, 400, "RequestLimitExceeded", 5);
+    let _machines = BootingMachines::start(
+        w.ec2.clone(),
+        w.kubelet.clone(),
+        w.cluster_tag.clone(),
+        Some(Duration::from_secs(1)),
+    );
+    let op = w.operator_via(&proxy).await;
+    w.submit("blocker", json!({}), None).await;
+    w.wait_phase("blocker", JobPhase::Running).await;
+    w.submit("patient", json!({}), None).await;
+    w.wait_phase("patient", JobPhase::Running).await;
+    let instances = w.instances().await;
+    assert_eq!(instances.len(), 1, "no duplicate launch: {instances:?}");
+    let (calls, failed) = proxy.calls("RunInstances");
+    assert_eq!(
+        (calls, failed),
+        (6, 5),
+        "five throttled attempts, then one that went through"
+    );
     op.stop().await.expect("clean stop");
 }

@@ -57,6 +57,9 @@ pub const DEFAULT_CATALOG: &str = include_str!("../../../examples/catalog-aws-us
 
 type OfferingKey = (String, String, CapacityType, String);
 
+/// The zone of a cool-down that applies to every zone of an offering.
+const ANY_ZONE: &str = "*";
+
 #[derive(Debug, Default)]
 struct State {
     /// Live instances by id, with their region.
@@ -207,7 +210,13 @@ impl Cloud {
                     o.capacity_type,
                     o.zone.clone(),
                 );
-                if let Some(until) = view.cooldowns.get(&key).filter(|t| **t > now) {
+                let any = (key.0.clone(), key.1.clone(), key.2, ANY_ZONE.to_string());
+                let until = [view.cooldowns.get(&key), view.cooldowns.get(&any)]
+                    .into_iter()
+                    .flatten()
+                    .filter(|t| **t > now)
+                    .max();
+                if let Some(until) = until {
                     o.unavailable_until = Some(*until);
                 }
             }
@@ -231,6 +240,13 @@ impl Cloud {
             });
         };
         let provider = self.provider(&aws.region).await;
+        // Catalog zones are often zone ids (`use1-az1`), which RunInstances cannot take: only
+        // a zone name of the pool's region pins the launch. Unpinned, a failure says nothing
+        // about one zone, so it cools every zone of the offering down.
+        let zone = Some(launch.offering.zone.clone())
+            .filter(|z| z.starts_with(&aws.region))
+            .filter(|z| aws.availability_zones.is_empty() || aws.availability_zones.contains(z))
+            .filter(|_| aws.subnet_ids.is_empty());
         let result = async {
             let existing = provider
                 .instances_for_need(&self.config.cluster, &launch.need)
@@ -253,9 +269,6 @@ impl Cloud {
                     });
                 }
             };
-            let zone = Some(launch.offering.zone.clone())
-                .filter(|z| z.starts_with(&aws.region))
-                .filter(|z| aws.availability_zones.is_empty() || aws.availability_zones.contains(z));
             let request = LaunchRequest {
                 cluster: self.config.cluster.clone(),
                 pool: pool.name_any(),
@@ -264,7 +277,7 @@ impl Cloud {
                 need: launch.need.clone(),
                 instance_type: launch.offering.instance_type.clone(),
                 capacity_type: launch.offering.capacity_type,
-                zone,
+                zone: zone.clone(),
                 count: launch.count.max(1),
                 image,
                 subnet_ids: aws.subnet_ids.clone(),
@@ -291,12 +304,13 @@ impl Cloud {
                 // permission) is not repeated every cycle; the next cycle picks another one.
                 Err(_) => {
                     let o = &launch.offering;
+                    let cooled_zone = zone.clone().unwrap_or_else(|| ANY_ZONE.to_string());
                     st.cooldowns.insert(
                         (
                             o.pool.clone(),
                             o.instance_type.clone(),
                             o.capacity_type,
-                            o.zone.clone(),
+                            cooled_zone,
                         ),
                         now + core::Duration::from_secs(self.config.capacity_cooldown.as_secs()),
                     );

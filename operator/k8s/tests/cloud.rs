@@ -164,18 +164,12 @@ async fn a_failed_launch_cools_the_offering_down() {
     let view: CloudView = c.view(&regions);
     let now = spillway_k8s::controller::now();
     let offers = c.offerings(&[pool("on-demand")], &view, now);
-    let cooled: Vec<_> = offers.iter().filter(|o| o.zone == "use1-az1").collect();
-    assert!(!cooled.is_empty());
-    assert!(
-        cooled
-            .iter()
-            .all(|o| o.unavailable_until.is_some_and(|t| t > now))
-    );
+    // The launch could not be pinned to a zone, so every zone of g6.xlarge on-demand cools.
+    assert!(offers.len() > 1);
     assert!(
         offers
             .iter()
-            .filter(|o| o.zone != "use1-az1")
-            .all(|o| o.unavailable_until.is_none())
+            .all(|o| o.unavailable_until.is_some_and(|t| t > now))
     );
     assert!(
         offers
