@@ -294,6 +294,25 @@ async fn waits_past_max_wait_bursts_to_the_cheapest_instance_and_scales_down() {
     );
     assert_eq!(need, format!("{}/burst#0", w.ns));
     assert_eq!(st.nodes, vec![id.clone()], "its pod runs on the new node");
+    // Spend: the queue's rate and the pool's instances in status, the counter in metrics.
+    eventually(WAIT, "queue and pool spend", || async {
+        let q = Api::<GpuQueue>::all(w.client.clone())
+            .get(&w.queue)
+            .await
+            .map_err(|e| e.to_string())?;
+        let p = Api::<ComputePool>::all(w.client.clone())
+            .get(&w.aws_pool)
+            .await
+            .map_err(|e| e.to_string())?;
+        let rate = q.status.and_then(|s| s.spend).map(|s| s.hourly_usd);
+        let pool = p.status.map(|s| (s.instances, s.hourly_usd));
+        if rate == Some(0.8048) && pool == Some((Some(1), Some(0.8048))) {
+            Ok(())
+        } else {
+            Err(format!("{rate:?} {pool:?}"))
+        }
+    })
+    .await;
 
     // It completes; the node goes idle and is terminated after the pool's idleTimeout (3 s).
     let done = w.wait_phase("burst", JobPhase::Succeeded).await;
@@ -626,5 +645,66 @@ async fn a_throttling_storm_backs_off_and_launches_once() {
         (6, 5),
         "five throttled attempts, then one that went through"
     );
+    op.stop().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_provisioning_job_releases_its_instances_first() {
+    let _turn = serial().await;
+    let w = World::new("aws-delete", json!({})).await;
+    // Machines never boot, and garbage collection waits long: only the finalizer can act.
+    let mut settings = test_settings("aws-test");
+    settings.cloud = Some(CloudConfig {
+        gc_grace: Duration::from_secs(600),
+        ..w.cloud()
+    });
+    let op = RunningOperator::start_with(w.client.clone(), None, settings)
+        .await
+        .expect("operator");
+    w.submit("blocker", json!({}), None).await;
+    w.wait_phase("blocker", JobPhase::Running).await;
+    w.submit("doomed", json!({}), None).await;
+    let job = w.wait_phase("doomed", JobPhase::Provisioning).await;
+    eventually(WAIT, "the instance and the finalizer", || async {
+        let j = w.jobs().get("doomed").await.map_err(|e| e.to_string())?;
+        let fin = j.metadata.finalizers.clone().unwrap_or_default();
+        let n = w.instances().await.len();
+        if n == 1 && fin.contains(&"spillway.io/cloud-resources".to_string()) {
+            Ok(())
+        } else {
+            Err(format!("{n} instances, finalizers {fin:?}"))
+        }
+    })
+    .await;
+    assert_eq!(
+        job.status.and_then(|s| s.environment),
+        Some(spillway_api::Environment::Cloud)
+    );
+    w.jobs()
+        .delete("doomed", &kube::api::DeleteParams::default())
+        .await
+        .expect("delete");
+    eventually(
+        WAIT,
+        "the instance to be terminated and the job gone",
+        || async {
+            let list = w.instances().await;
+            let terminated = list
+                .iter()
+                .all(|i| i.2 == "terminated" || i.2 == "shutting-down");
+            let gone = w
+                .jobs()
+                .get_opt("doomed")
+                .await
+                .map_err(|e| e.to_string())?
+                .is_none();
+            if terminated && gone {
+                Ok(())
+            } else {
+                Err(format!("{list:?}, job gone: {gone}"))
+            }
+        },
+    )
+    .await;
     op.stop().await.expect("clean stop");
 }

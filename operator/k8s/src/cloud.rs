@@ -331,6 +331,11 @@ impl Cloud {
         true
     }
 
+    /// Forgets a launch that will not happen.
+    pub fn cancel_launch(&self, need: &str) {
+        self.state().launching.remove(need);
+    }
+
     /// Marks an instance as being terminated; false if it already is.
     pub fn start_terminate(&self, id: &str) -> bool {
         self.state().terminating.insert(id.to_string())

@@ -320,6 +320,15 @@ pub struct Controller {
     wait_observed: HashSet<String>,
     policies: Option<Policies>,
     cloud: Option<Arc<Cloud>>,
+    /// Deleted jobs whose cloud finalizer is being removed.
+    releasing: HashSet<String>,
+    /// Spend accounted up to when, per live instance.
+    spend_marks: HashMap<String, Time>,
+    /// Cloud spend this month per queue: (month `YYYY-MM`, USD).
+    queue_month: HashMap<String, (String, f64)>,
+    /// Current cloud spend rate per queue and per pool, USD/h (this turn).
+    queue_hourly: HashMap<String, f64>,
+    pool_cloud: HashMap<String, (i64, f64)>,
     /// Cloud nodes seen idle, since when.
     idle_since: HashMap<String, Time>,
     changed: Arc<Notify>,
@@ -365,6 +374,11 @@ impl Controller {
             policies: None,
             job_copies: HashMap::new(),
             cloud,
+            spend_marks: HashMap::new(),
+            releasing: HashSet::new(),
+            queue_month: HashMap::new(),
+            queue_hourly: HashMap::new(),
+            pool_cloud: HashMap::new(),
             idle_since: HashMap::new(),
             changed,
             dir_policies: Vec::new(),
@@ -602,6 +616,7 @@ impl Controller {
         }
 
         self.add_cloud_facts(&mut built, &inputs, &cloud_view, now);
+        self.account_spend(&mut built, &inputs, now);
         let plan = core::decide(&built.snapshot, engine.as_ref(), now);
         self.metrics.set_policy_errors(engine.runtime_errors());
         let pools: HashMap<String, Arc<ComputePool>> = inputs
@@ -647,7 +662,8 @@ impl Controller {
             self.wait_observed.insert(view.id.clone());
         }
 
-        self.launch_and_terminate(&plan, &pools);
+        self.launch_and_terminate(&plan, &pools, &built);
+        self.release_deleted_jobs(&built, &inputs, &cloud_view);
         self.collect_garbage(&built, &inputs, &cloud_view, now);
 
         // Jobs: status, Events, cleanup.
@@ -767,11 +783,58 @@ impl Controller {
         self.idle_since.retain(|k, _| idle.contains(k));
     }
 
+    /// Accrues each live instance's price since the last turn into its queue's month and the
+    /// spend counter; gives the core each queue's month-to-date spend (for monthly budgets).
+    fn account_spend(&mut self, built: &mut world::Built, inputs: &Inputs, now: Time) {
+        let month = month_of(now);
+        for q in &inputs.queues {
+            let name = q.name_any();
+            let entry = self.queue_month.entry(name).or_insert_with(|| {
+                let spent = q
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.spend.as_ref())
+                    .map(|s| s.this_month_usd)
+                    .unwrap_or(0.0);
+                (month.clone(), spent)
+            });
+            if entry.0 != month {
+                *entry = (month.clone(), 0.0);
+            }
+        }
+        self.queue_hourly.clear();
+        self.pool_cloud.clear();
+        let mut live = HashSet::new();
+        for i in &built.snapshot.instances {
+            live.insert(i.id.clone());
+            let last = self.spend_marks.insert(i.id.clone(), now).unwrap_or(now);
+            let usd = i.hourly_price * now.since(last).as_secs_f64().max(0.0) / 3600.0;
+            if usd > 0.0 {
+                self.metrics
+                    .spend(&i.queue, &i.pool, i.capacity_type.as_str(), usd);
+                if let Some(m) = self.queue_month.get_mut(&i.queue) {
+                    m.1 += usd;
+                }
+            }
+            *self.queue_hourly.entry(i.queue.clone()).or_default() += i.hourly_price;
+            let p = self.pool_cloud.entry(i.pool.clone()).or_default();
+            p.0 += 1;
+            p.1 += i.hourly_price;
+        }
+        self.spend_marks.retain(|id, _| live.contains(id));
+        for q in &mut built.snapshot.queues {
+            if let Some((_, usd)) = self.queue_month.get(&q.name) {
+                q.spent_this_month_usd = *usd;
+            }
+        }
+    }
+
     /// Carries out the plan's launches and scale-down terminations in the background.
     fn launch_and_terminate(
         &mut self,
         plan: &core::Plan,
         pools: &HashMap<String, Arc<ComputePool>>,
+        built: &world::Built,
     ) {
         let Some(cloud) = self.cloud.clone() else {
             return;
@@ -783,6 +846,10 @@ impl Controller {
             if !cloud.start_launch(&l.need, &l.offering.pool) {
                 continue;
             }
+            let Some(job) = built.jobs.get(&l.job).map(|v| v.job.clone()) else {
+                cloud.cancel_launch(&l.need);
+                continue;
+            };
             let (cloud, changed, tx, metrics, l) = (
                 cloud.clone(),
                 self.changed.clone(),
@@ -790,9 +857,19 @@ impl Controller {
                 self.metrics.clone(),
                 l.clone(),
             );
+            let client = self.client.clone();
             tracing::info!(job = %l.job, need = %l.need, instance_type = %l.offering.instance_type,
                 capacity = %l.offering.capacity_type.as_str(), count = l.count, "launching");
             tokio::spawn(async move {
+                // No instance without the finalizer that releases it when the job is deleted.
+                if let Err(e) = add_cloud_finalizer(&client, &job).await {
+                    cloud.cancel_launch(&l.need);
+                    let _ = tx.send(Failed::Launch {
+                        job: l.job.clone(),
+                        error: format!("cannot add the {} finalizer: {e}", labels::CLOUD_FINALIZER),
+                    });
+                    return;
+                }
                 let r = cloud.launch(&pool, &l, &changed).await;
                 metrics.cloud_call("launch", r.is_ok());
                 match r {
@@ -822,6 +899,62 @@ impl Controller {
                 "idle past the pool's idleTimeout",
             );
         }
+    }
+
+    /// Deleted jobs holding the cloud finalizer: terminate their instances (those whose node
+    /// runs nothing else), then remove the finalizer so the deletion completes.
+    fn release_deleted_jobs(&mut self, built: &world::Built, inputs: &Inputs, view: &CloudView) {
+        for v in built.jobs.values() {
+            let meta = &v.job.metadata;
+            let ours = meta
+                .finalizers
+                .iter()
+                .flatten()
+                .any(|f| f == labels::CLOUD_FINALIZER);
+            if meta.deletion_timestamp.is_none() || !ours {
+                continue;
+            }
+            let mine: Vec<&spillway_aws::CloudInstance> =
+                view.instances.iter().filter(|i| i.job == v.id).collect();
+            let ns = v.job.namespace().unwrap_or_default();
+            let name = v.job.name_any();
+            for i in &mine {
+                let node = built
+                    .snapshot
+                    .nodes
+                    .iter()
+                    .find(|n| n.instance_id.as_deref() == Some(i.id.as_str()))
+                    .map(|n| n.name.clone());
+                let shared = node.as_ref().is_some_and(|n| {
+                    inputs.pods.iter().any(|p| {
+                        world::pod_active(p)
+                            && world::pod_node(p).as_deref() == Some(n.as_str())
+                            && !(p.namespace().as_deref() == Some(ns.as_str())
+                                && p.labels().get(labels::JOB_LABEL) == Some(&name))
+                    })
+                });
+                if !shared {
+                    self.retire(Some(i.id.clone()), node, "its GpuJob was deleted");
+                }
+            }
+            let launching = view
+                .launching
+                .keys()
+                .any(|need| need.rsplit_once('#').map(|(j, _)| j) == Some(v.id.as_str()));
+            if mine.is_empty() && !launching && self.releasing.insert(v.id.clone()) {
+                let (client, job, metrics) =
+                    (self.client.clone(), v.job.clone(), self.metrics.clone());
+                tokio::spawn(async move {
+                    let r = remove_cloud_finalizer(&client, &job).await;
+                    metrics.api_write("finalizer", r.is_ok());
+                    if let Err(e) = r {
+                        tracing::warn!(job = %job.name_any(), error = %e, "cannot remove the cloud finalizer");
+                    }
+                });
+            }
+        }
+        let live: HashSet<String> = built.jobs.keys().cloned().collect();
+        self.releasing.retain(|id| live.contains(id));
     }
 
     /// Terminates an instance (if any) and deletes its Node (if any), in the background.
@@ -1307,16 +1440,30 @@ impl Controller {
             let current = q.status.clone().unwrap_or_default();
             st.gpus_in_use
                 .get_or_insert_with(GpusByEnvironment::default);
-            st.spend = Some(current.spend.clone().unwrap_or(QueueSpend {
-                this_month_usd: 0.0,
-                hourly_usd: 0.0,
-            }));
             st.conditions = current.conditions.clone();
             let base = self
                 .queue_written
                 .get(&name)
                 .cloned()
                 .unwrap_or(current.clone());
+            let hourly = round_cents(self.queue_hourly.get(&name).copied().unwrap_or(0.0));
+            let month = self.queue_month.get(&name).map(|m| m.1).unwrap_or(0.0);
+            let base_spend = base.spend.clone().unwrap_or(QueueSpend {
+                this_month_usd: 0.0,
+                hourly_usd: 0.0,
+            });
+            // Month-to-date spend moves every turn; it is rewritten when the rate changes or
+            // it moved by five minutes' worth (or a cent).
+            let stale =
+                (month - base_spend.this_month_usd).abs() >= (hourly * 300.0 / 3600.0).max(0.01);
+            st.spend = Some(QueueSpend {
+                this_month_usd: if stale || base_spend.hourly_usd != hourly {
+                    round_cents(month)
+                } else {
+                    base_spend.this_month_usd
+                },
+                hourly_usd: hourly,
+            });
             if st == base {
                 if st == current {
                     self.queue_written.remove(&name);
@@ -1345,20 +1492,27 @@ impl Controller {
             pool_gpus.insert((name.clone(), "capacity".into()), capacity as u64);
             pool_gpus.insert((name.clone(), "allocated".into()), allocated as u64);
             let current = p.status.clone().unwrap_or_default();
-            let st = ComputePoolStatus {
-                nodes: Some(PoolNodes {
-                    total: nodes.len() as i64,
-                    ready: nodes.iter().filter(|n| n.schedulable).count() as i64,
-                    idle: nodes.iter().filter(|n| n.free_gpus >= n.gpus).count() as i64,
-                }),
-                gpus: Some(PoolGpus {
-                    capacity: capacity as i64,
-                    allocated: allocated as i64,
-                }),
-                instances: current.instances,
-                hourly_usd: current.hourly_usd,
-                conditions: current.conditions.clone(),
-            };
+            let st =
+                ComputePoolStatus {
+                    nodes: Some(PoolNodes {
+                        total: nodes.len() as i64,
+                        ready: nodes.iter().filter(|n| n.schedulable).count() as i64,
+                        idle: nodes.iter().filter(|n| n.free_gpus >= n.gpus).count() as i64,
+                    }),
+                    gpus: Some(PoolGpus {
+                        capacity: capacity as i64,
+                        allocated: allocated as i64,
+                    }),
+                    instances: p
+                        .spec
+                        .aws
+                        .as_ref()
+                        .map(|_| self.pool_cloud.get(&name).map(|c| c.0).unwrap_or(0)),
+                    hourly_usd: p.spec.aws.as_ref().map(|_| {
+                        round_cents(self.pool_cloud.get(&name).map(|c| c.1).unwrap_or(0.0))
+                    }),
+                    conditions: current.conditions.clone(),
+                };
             let base = self
                 .pool_written
                 .get(&name)
@@ -1406,6 +1560,62 @@ impl Controller {
             }
         });
     }
+}
+
+async fn add_cloud_finalizer(client: &Client, job: &GpuJob) -> Result<(), kube::Error> {
+    let mut finalizers = job.metadata.finalizers.clone().unwrap_or_default();
+    if finalizers.iter().any(|f| f == labels::CLOUD_FINALIZER) {
+        return Ok(());
+    }
+    finalizers.push(labels::CLOUD_FINALIZER.to_string());
+    let api: Api<GpuJob> = Api::namespaced(client.clone(), &job.namespace().unwrap_or_default());
+    // The resourceVersion makes it conditional: a concurrent change makes it fail, not lose one.
+    let patch = serde_json::json!({"metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": job.metadata.resource_version,
+    }});
+    api.patch(
+        &job.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map(|_| ())
+}
+
+async fn remove_cloud_finalizer(client: &Client, job: &GpuJob) -> Result<(), kube::Error> {
+    let api: Api<GpuJob> = Api::namespaced(client.clone(), &job.namespace().unwrap_or_default());
+    let fresh = api.get(&job.name_any()).await?;
+    let finalizers: Vec<String> = fresh
+        .metadata
+        .finalizers
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|f| f != labels::CLOUD_FINALIZER)
+        .collect();
+    let patch = serde_json::json!({"metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": fresh.metadata.resource_version,
+    }});
+    api.patch(
+        &job.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map(|_| ())
+}
+
+fn round_cents(v: f64) -> f64 {
+    (v * 10_000.0).round() / 10_000.0
+}
+
+/// `YYYY-MM` of a time, in UTC.
+fn month_of(t: Time) -> String {
+    k8s_openapi::jiff::Timestamp::from_millisecond(t.as_millis())
+        .map(|ts| ts.strftime("%Y-%m").to_string())
+        .unwrap_or_default()
 }
 
 /// What a cloud job costs per hour: its share of each instance it runs on.

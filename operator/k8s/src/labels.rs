@@ -22,3 +22,5 @@ pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 pub const FIELD_MANAGER: &str = "spillway";
 /// The controller name in Events.
 pub const CONTROLLER: &str = "spillway.io/operator";
+/// On GpuJobs with cloud instances: released (terminated) before the job is deleted.
+pub const CLOUD_FINALIZER: &str = "spillway.io/cloud-resources";

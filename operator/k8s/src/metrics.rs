@@ -53,6 +53,7 @@ struct Inner {
     policy_errors: BTreeMap<Labels, u64>,
     cloud_calls: BTreeMap<Labels, u64>,
     garbage: BTreeMap<Labels, u64>,
+    spend: BTreeMap<Labels, f64>,
 }
 
 /// The operator's metrics, shared by the controller and the HTTP server.
@@ -125,6 +126,18 @@ impl Metrics {
                     ("result", if ok { "ok" } else { "error" }.into()),
                 ])
                 .or_default() += 1;
+        });
+    }
+
+    pub fn spend(&self, queue: &str, pool: &str, capacity_type: &str, usd: f64) {
+        self.with(|m| {
+            *m.spend
+                .entry(vec![
+                    ("queue", queue.into()),
+                    ("pool", pool.into()),
+                    ("capacity_type", capacity_type.into()),
+                ])
+                .or_default() += usd;
         });
     }
 
@@ -215,6 +228,13 @@ impl Metrics {
                 "counter",
                 "Cloud launches and terminations, by call and result.",
                 &m.cloud_calls,
+            );
+            family(
+                &mut out,
+                "spillway_spend_usd_total",
+                "counter",
+                "Cloud spend accrued while this operator ran, USD, by queue, pool and capacity type.",
+                &m.spend,
             );
             family(
                 &mut out,

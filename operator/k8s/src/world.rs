@@ -556,11 +556,12 @@ pub fn build(
             }),
         };
         let replicas = job.spec.replicas.max(1) as u32;
-        let mut lifecycle = if inputs.finished.contains(&id) {
-            Lifecycle::Done
-        } else {
-            lifecycle(job, replicas, &pods, assumed.get(&id), &pool_of, now)
-        };
+        let mut lifecycle =
+            if inputs.finished.contains(&id) || job.metadata.deletion_timestamp.is_some() {
+                Lifecycle::Done
+            } else {
+                lifecycle(job, replicas, &pods, assumed.get(&id), &pool_of, now)
+            };
         // A replica whose node is gone (machine lost, spot instance reclaimed) is lost, even
         // before the pod garbage collector removes its pod.
         if let Lifecycle::Running { .. } = lifecycle
