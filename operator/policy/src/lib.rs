@@ -18,6 +18,7 @@
 
 pub mod lint;
 pub mod testing;
+pub mod variables;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -566,3 +567,72 @@ const _: fn() = || {
     fn shareable<T: Send + Sync>() {}
     shareable::<PolicyEngine>();
 };
+
+#[cfg(test)]
+mod variable_tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    fn keys(v: serde_json::Value) -> BTreeSet<String> {
+        v.as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn listed(name: &str) -> BTreeSet<String> {
+        variables::variable(name)
+            .map(|v| v.fields.iter().map(|f| f.name.to_string()).collect())
+            .unwrap_or_default()
+    }
+
+    /// The values the engine builds have exactly the fields `variables::VARIABLES` lists (all
+    /// optional ones present here).
+    #[test]
+    fn the_variable_list_matches_what_rules_see() {
+        let labels = BTreeMap::new();
+        let job = JobView {
+            name: "n",
+            namespace: "ns",
+            queue: "q",
+            priority: 0,
+            replicas: 1,
+            gpus_per_replica: 1,
+            total_gpus: 1,
+            gpu_models: vec![],
+            datasets: vec![],
+            restartable: false,
+            placement: "Auto",
+            estimated_runtime_seconds: Some(1.0),
+            max_runtime_seconds: Some(1.0),
+            max_hourly_cost: Some(1.0),
+            labels: &labels,
+        };
+        let queue = QueueView {
+            name: "q",
+            pending_jobs: 0,
+            running_jobs: 0,
+            private_gpus_in_use: 0,
+            cloud_gpus_in_use: 0,
+            hourly_usd: 0.0,
+            spent_this_month_usd: 0.0,
+            budget_left_hourly_usd: Some(1.0),
+            budget_left_monthly_usd: Some(1.0),
+        };
+        let offering = OfferingView {
+            instance_type: "t",
+            gpu_model: "m",
+            gpus: 1,
+            capacity_type: "spot",
+            region: "r",
+            zone: "z",
+            hourly_price: 1.0,
+        };
+        assert_eq!(keys(serde_json::to_value(&job).unwrap()), listed("job"));
+        assert_eq!(keys(serde_json::to_value(&queue).unwrap()), listed("queue"));
+        assert_eq!(
+            keys(serde_json::to_value(&offering).unwrap()),
+            listed("offering")
+        );
+    }
+}

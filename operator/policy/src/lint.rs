@@ -100,7 +100,7 @@ pub fn lint_str(file: &Path, text: &str) -> Vec<Diagnostic> {
                 let Some(src) = src.as_deref().filter(|s| !s.trim().is_empty()) else {
                     continue;
                 };
-                if let Err(e) = check_expression(src) {
+                if let Err(e) = check_expression(src, field) {
                     let (line, col) = locate_value(doc.text, doc.first_line, &rule.name, field);
                     let (dl, dc) = e.position;
                     let line = line + dl.saturating_sub(1);
@@ -153,7 +153,7 @@ struct ExprError {
     message: String,
 }
 
-fn check_expression(src: &str) -> Result<(), ExprError> {
+fn check_expression(src: &str, field: &str) -> Result<(), ExprError> {
     if src.len() > crate::MAX_EXPRESSION_LEN {
         return Err(ExprError {
             position: (1, 0),
@@ -167,7 +167,7 @@ fn check_expression(src: &str) -> Result<(), ExprError> {
         });
     }
     match cel::Program::compile(src) {
-        Ok(_) => Ok(()),
+        Ok(program) => check_names(src, field, &program),
         Err(errors) => {
             let first = errors.errors.first();
             // CEL positions are 1-based; keep a 0-based column.
@@ -183,6 +183,168 @@ fn check_expression(src: &str) -> Result<(), ExprError> {
             })
         }
     }
+}
+
+/// Blanks out string literals (keeping lengths and newlines), so names inside them are not
+/// taken for variables.
+fn mask_strings(src: &str) -> Vec<char> {
+    let mut out: Vec<char> = src.chars().collect();
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for c in out.iter_mut() {
+        match quote {
+            Some(q) => {
+                let this = *c;
+                if !escaped && this == q {
+                    quote = None;
+                } else if this != '\n' {
+                    *c = ' ';
+                }
+                escaped = !escaped && this == '\\';
+            }
+            None if *c == '"' || *c == '\'' => quote = Some(*c),
+            None => {}
+        }
+    }
+    out
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// (line, 0-based column) of char index `i` in `chars`.
+fn position(chars: &[char], i: usize) -> (usize, usize) {
+    let before = &chars[..i];
+    let line = 1 + before.iter().filter(|c| **c == '\n').count();
+    let col = before.iter().rev().take_while(|c| **c != '\n').count();
+    (line, col)
+}
+
+/// Root identifiers at their positions: a name not preceded by `.` or a name character.
+fn roots(chars: &[char]) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        if (chars[i].is_ascii_alphabetic() || chars[i] == '_')
+            && (i == 0 || (!is_ident(chars[i - 1]) && chars[i - 1] != '.'))
+        {
+            let start = i;
+            while i < chars.len() && is_ident(chars[i]) {
+                i += 1;
+            }
+            out.push((start, chars[start..i].iter().collect()));
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Names bound by macros (`list.exists(d, ...)`, `all`, `map`, `filter`, `exists_one`).
+fn macro_bound(chars: &[char]) -> Vec<String> {
+    let text: String = chars.iter().collect();
+    let mut out = Vec::new();
+    for m in [".exists(", ".all(", ".map(", ".filter(", ".exists_one("] {
+        for (at, _) in text.match_indices(m) {
+            let rest = &text[at + m.len()..];
+            let name: String = rest
+                .trim_start()
+                .chars()
+                .take_while(|c| is_ident(*c))
+                .collect();
+            if !name.is_empty()
+                && rest.trim_start()[name.len()..]
+                    .trim_start()
+                    .starts_with(',')
+            {
+                out.push(name);
+            }
+        }
+    }
+    out
+}
+
+/// Unknown variables, variables read where they are not set, and unknown fields of the map
+/// variables, at their positions in the expression.
+fn check_names(src: &str, field: &str, program: &cel::Program) -> Result<(), ExprError> {
+    use crate::variables::{VARIABLES, variable};
+    let chars = mask_strings(src);
+    let bound = macro_bound(&chars);
+    let roots = roots(&chars);
+    let known: Vec<&str> = VARIABLES.iter().map(|v| v.name).collect();
+    let references = program.references();
+    for name in references.variables() {
+        if bound.iter().any(|b| b == name) {
+            continue;
+        }
+        let at = roots
+            .iter()
+            .find(|(_, n)| n == name)
+            .map(|(i, _)| position(&chars, *i))
+            .unwrap_or((1, 0));
+        match variable(name) {
+            None => {
+                let hint = closest(name, &known)
+                    .map(|c| format!("; did you mean `{c}`?"))
+                    .unwrap_or_default();
+                return Err(ExprError {
+                    position: at,
+                    message: format!(
+                        "unknown variable `{name}`{hint} (variables: {})",
+                        known.join(", ")
+                    ),
+                });
+            }
+            Some(v) if v.only_in.is_some_and(|only| only != field) => {
+                return Err(ExprError {
+                    position: at,
+                    message: format!(
+                        "`{name}` is only set in `{}`, not in `{field}`",
+                        v.only_in.unwrap_or_default()
+                    ),
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    // `job.x`, `queue.x`, `offering.x`: x must be a field of the variable.
+    for (i, name) in &roots {
+        let Some(v) = variable(name).filter(|v| !v.fields.is_empty()) else {
+            continue;
+        };
+        if bound.iter().any(|b| b == name) {
+            continue;
+        }
+        let mut j = i + name.chars().count();
+        while j < chars.len() && chars[j].is_whitespace() {
+            j += 1;
+        }
+        if chars.get(j) != Some(&'.') {
+            continue;
+        }
+        j += 1;
+        while j < chars.len() && chars[j].is_whitespace() {
+            j += 1;
+        }
+        let start = j;
+        while j < chars.len() && is_ident(chars[j]) {
+            j += 1;
+        }
+        let member: String = chars[start..j].iter().collect();
+        if member.is_empty() || v.fields.iter().any(|f| f.name == member) {
+            continue;
+        }
+        let fields: Vec<&str> = v.fields.iter().map(|f| f.name).collect();
+        let hint = closest(&member, &fields)
+            .map(|c| format!("; did you mean `{c}`?"))
+            .unwrap_or_default();
+        return Err(ExprError {
+            position: position(&chars, start),
+            message: format!("`{name}` has no field `{member}`{hint}"),
+        });
+    }
+    Ok(())
 }
 
 /// For a validation message about `spec.rules[i].field`, the line and column of that field

@@ -147,3 +147,35 @@ fn absurdly_deep_expression() {
         "nests deeper",
     );
 }
+
+#[test]
+fn unknown_variable_with_a_suggestion() {
+    expect_one(
+        "  - name: a\n    when: jbo.totalGpus > 8\n    forbid: cloud\n",
+        "8:11: error",
+        "unknown variable `jbo`; did you mean `job`?",
+    );
+}
+
+#[test]
+fn unknown_field_of_a_variable() {
+    // The column points at the field, past a macro's own variable and a string literal.
+    expect_one(
+        "  - name: a\n    when: 'job.datasets.exists(d, d.classification == \"job.x\") && queue.pendingJob > 4'\n    forbid: cloud\n",
+        "8:73: error",
+        "`queue` has no field `pendingJob`; did you mean `pendingJobs`?",
+    );
+}
+
+#[test]
+fn offering_is_only_set_in_offering_filters() {
+    expect_one(
+        "  - name: a\n    when: offering.gpus > 1\n    forbid: cloud\n",
+        "8:11: error",
+        "`offering` is only set in `offeringFilter`",
+    );
+    assert_eq!(
+        lint("  - name: a\n    offeringFilter: offering.gpus > 1 && job.totalGpus > 0\n"),
+        Vec::<String>::new()
+    );
+}

@@ -8,7 +8,10 @@ use spillway_policy::lint::{self, Severity};
 
 #[derive(Subcommand, Debug)]
 pub enum PolicyCommand {
-    /// Check policy files: YAML, field names and types, CEL syntax, shadowed rules. Prints
+    /// Print the CEL variables rules can read, with their fields and types (Markdown).
+    Variables,
+    /// Check policy files: YAML, field names and types, CEL syntax, unknown variables and
+    /// fields, shadowed rules. Prints
     /// `file:line:col: error|warning: text`; exit status 1 on errors.
     Lint {
         /// Files, or directories whose .yaml/.yml files are checked.
@@ -44,6 +47,10 @@ fn yaml_files(path: &Path) -> Vec<PathBuf> {
 
 pub fn run(cmd: PolicyCommand) -> ExitCode {
     match cmd {
+        PolicyCommand::Variables => {
+            print!("{}", spillway_policy::variables::markdown());
+            ExitCode::SUCCESS
+        }
         PolicyCommand::Lint { paths } => {
             let (mut errors, mut warnings) = (0, 0);
             for path in &paths {
