@@ -30,6 +30,8 @@ struct World {
     cluster_tag: String,
     kubelet: Arc<FakeKubelet>,
     ami: String,
+    api_server: String,
+    ca_pem: String,
 }
 
 async fn create<K>(api: Api<K>, obj: serde_json::Value)
@@ -79,6 +81,8 @@ impl World {
             ns,
             kubelet,
             ami,
+            api_server: cluster.server_url.clone(),
+            ca_pem: std::fs::read_to_string(&cluster.ca_file).expect("CA"),
         };
         // Each test's queue bursts only to its own pool (every test's pools are in the cluster).
         let mut burst = json!({"enabled": true, "maxWait": "2s", "capacityTypes": ["on-demand"],
@@ -156,6 +160,10 @@ impl World {
             join_timeout: Duration::from_secs(60),
             gc_grace: Duration::from_secs(5),
             capacity_cooldown: Duration::from_secs(30),
+            join: Some(spillway_k8s::bootstrap::JoinConfig {
+                api_server: self.api_server.clone(),
+                ca_pem: self.ca_pem.clone(),
+            }),
         }
     }
 
@@ -294,6 +302,48 @@ async fn waits_past_max_wait_bursts_to_the_cheapest_instance_and_scales_down() {
     );
     assert_eq!(need, format!("{}/burst#0", w.ns));
     assert_eq!(st.nodes, vec![id.clone()], "its pod runs on the new node");
+    // The machine got user data that joins it with a bootstrap token made for the launch,
+    // and the token is deleted once the node has joined.
+    let attr = w
+        .ec2
+        .describe_instance_attribute()
+        .instance_id(&id)
+        .attribute(aws_sdk_ec2::types::InstanceAttributeName::UserData)
+        .send()
+        .await
+        .expect("user data");
+    let user_data = decode_base64(attr.user_data().and_then(|u| u.value()).unwrap_or_default());
+    assert!(
+        user_data.contains(&format!("server: '{}'", w.api_server)),
+        "{user_data}"
+    );
+    assert!(
+        user_data.contains(&format!("spillway.io/pool={}", w.aws_pool)),
+        "{user_data}"
+    );
+    let token_id = user_data
+        .split("token: '")
+        .nth(1)
+        .and_then(|t| t.split('.').next())
+        .expect("a token in the user data")
+        .to_string();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(w.client.clone(), "kube-system");
+    eventually(
+        WAIT,
+        "the bootstrap token to be deleted after the join",
+        || async {
+            match secrets
+                .get_opt(&format!("bootstrap-token-{token_id}"))
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                None => Ok(()),
+                Some(_) => Err("still there".into()),
+            }
+        },
+    )
+    .await;
     // Spend: the queue's rate and the pool's instances in status, the counter in metrics.
     eventually(WAIT, "queue and pool spend", || async {
         let q = Api::<GpuQueue>::all(w.client.clone())
@@ -605,16 +655,30 @@ async fn a_capacity_error_on_the_cheapest_offering_launches_the_next_one() {
         "{calls} RunInstances, {failed} failed"
     );
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(w.client.clone(), &w.ns);
-    let list = events.list(&ListParams::default()).await.expect("events");
-    assert!(
-        list.items
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("LaunchFailed")
+    eventually(WAIT, "a LaunchFailed Warning Event", || async {
+        let list = events
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let found = list.items.iter().any(|e| {
+            e.reason.as_deref() == Some("LaunchFailed")
                 && e.note
                     .as_deref()
-                    .is_some_and(|n| n.contains("InsufficientInstanceCapacity"))),
-        "a LaunchFailed Warning Event"
-    );
+                    .is_some_and(|n| n.contains("InsufficientInstanceCapacity"))
+        });
+        if found {
+            Ok(())
+        } else {
+            Err(format!(
+                "{:?}",
+                list.items
+                    .iter()
+                    .map(|e| e.reason.clone())
+                    .collect::<Vec<_>>()
+            ))
+        }
+    })
+    .await;
     op.stop().await.expect("clean stop");
 }
 
@@ -707,4 +771,22 @@ async fn deleting_a_provisioning_job_releases_its_instances_first() {
     )
     .await;
     op.stop().await.expect("clean stop");
+}
+
+fn decode_base64(text: &str) -> String {
+    const A: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut bits = 0u32;
+    let mut n = 0;
+    let mut out = Vec::new();
+    for c in text.chars().filter(|c| *c != '=' && !c.is_whitespace()) {
+        let Some(v) = A.find(c) else { continue };
+        bits = (bits << 6) | v as u32;
+        n += 6;
+        if n >= 8 {
+            n -= 8;
+            out.push((bits >> n) as u8);
+            bits &= (1 << n) - 1;
+        }
+    }
+    String::from_utf8_lossy(&out).to_string()
 }

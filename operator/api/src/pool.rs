@@ -120,6 +120,13 @@ pub struct AwsPool {
     /// Extra tags on every instance (Spillway adds its own `spillway.io/*` tags).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,
+    /// User data template that joins an instance to the cluster. `{{apiServer}}`,
+    /// `{{caData}}` (the cluster CA, base64 PEM), `{{token}}` (a bootstrap token made for the
+    /// launch), `{{nodeLabels}}`, `{{nodeTaints}}` (kubelet flag syntax), `{{pool}}` and
+    /// `{{cluster}}` are replaced. Without it, pools with `amiId` get Spillway's kubelet
+    /// bootstrap script and pools with `launchTemplate` keep the template's own user data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_data: Option<String>,
 }
 
 /// A reference to an EC2 launch template, by id or by name.

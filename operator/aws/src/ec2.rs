@@ -167,7 +167,7 @@ fn to_cloud_instance(i: &aws_sdk_ec2::types::Instance) -> Option<CloudInstance> 
 }
 
 /// Base64 (standard alphabet, padded), for user data.
-fn base64(data: &[u8]) -> String {
+pub fn base64(data: &[u8]) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {

@@ -19,7 +19,7 @@ use spillway_core::{CapacityType, Time};
 
 mod ec2;
 
-pub use ec2::Ec2Provider;
+pub use ec2::{Ec2Provider, base64};
 
 /// Tag keys.
 pub mod tags {

@@ -38,6 +38,8 @@ pub struct CloudConfig {
     pub gc_grace: Duration,
     /// An offering whose launch failed (capacity error or refusal) is skipped for this long.
     pub capacity_cooldown: Duration,
+    /// Where joining machines find the API server; `None` launches without user data.
+    pub join: Option<crate::bootstrap::JoinConfig>,
 }
 
 impl std::fmt::Debug for CloudConfig {
@@ -170,6 +172,13 @@ impl Cloud {
         rows().find(|r| r.zone == zone).or_else(|| rows().next())
     }
 
+    /// The GPU model of an instance type, from the catalog.
+    pub fn gpu_model(&self, instance_type: &str) -> String {
+        self.catalog_row(instance_type, "")
+            .map(|r| r.gpu_model.as_str().to_string())
+            .unwrap_or_default()
+    }
+
     /// GPUs and hourly price of an instance, from the catalog.
     pub fn describe(&self, i: &CloudInstance) -> (u32, f64) {
         match self.catalog_row(&i.instance_type, &i.zone) {
@@ -231,6 +240,7 @@ impl Cloud {
         self: &Arc<Self>,
         pool: &ComputePool,
         launch: &core::Launch,
+        user_data: Option<String>,
         changed: &Notify,
     ) -> Result<Vec<CloudInstance>, CloudError> {
         let Some(aws) = &pool.spec.aws else {
@@ -284,7 +294,7 @@ impl Cloud {
                 security_group_ids: aws.security_group_ids.clone(),
                 iam_instance_profile: aws.iam_instance_profile.clone(),
                 tags: aws.tags.clone(),
-                user_data: None,
+                user_data,
             };
             provider.launch(&request).await
         }

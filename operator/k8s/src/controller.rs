@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::DeserializeGuard;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
@@ -320,6 +320,8 @@ pub struct Controller {
     wait_observed: HashSet<String>,
     policies: Option<Policies>,
     cloud: Option<Arc<Cloud>>,
+    /// When bootstrap tokens were last swept.
+    last_sweep: Option<Instant>,
     /// Deleted jobs whose cloud finalizer is being removed.
     releasing: HashSet<String>,
     /// Spend accounted up to when, per live instance.
@@ -376,6 +378,7 @@ impl Controller {
             cloud,
             spend_marks: HashMap::new(),
             releasing: HashSet::new(),
+            last_sweep: None,
             queue_month: HashMap::new(),
             queue_hourly: HashMap::new(),
             pool_cloud: HashMap::new(),
@@ -665,6 +668,7 @@ impl Controller {
         self.launch_and_terminate(&plan, &pools, &built);
         self.release_deleted_jobs(&built, &inputs, &cloud_view);
         self.collect_garbage(&built, &inputs, &cloud_view, now);
+        self.maybe_sweep_tokens(&built, &cloud_view, now);
 
         // Jobs: status, Events, cleanup.
         let mut wake: Option<Time> = plan.next_wake;
@@ -829,6 +833,41 @@ impl Controller {
         }
     }
 
+    /// Every resync period, deletes the bootstrap tokens that are done.
+    fn maybe_sweep_tokens(&mut self, built: &world::Built, view: &CloudView, now: Time) {
+        let Some(cloud) = &self.cloud else { return };
+        if cloud.config.join.is_none()
+            || self
+                .last_sweep
+                .is_some_and(|t| t.elapsed() < self.settings.resync)
+        {
+            return;
+        }
+        self.last_sweep = Some(Instant::now());
+        let joined_ids: HashSet<&str> = built
+            .snapshot
+            .nodes
+            .iter()
+            .filter_map(|n| n.instance_id.as_deref())
+            .collect();
+        let mut by_need: HashMap<&str, (usize, usize)> = HashMap::new();
+        for i in &view.instances {
+            let e = by_need.entry(i.need.as_str()).or_default();
+            e.0 += 1;
+            if joined_ids.contains(i.id.as_str()) {
+                e.1 += 1;
+            }
+        }
+        let joined: HashSet<String> = by_need
+            .iter()
+            .filter(|(_, (n, j))| n == j)
+            .map(|(need, _)| need.to_string())
+            .collect();
+        let mut alive: HashSet<String> = by_need.keys().map(|n| n.to_string()).collect();
+        alive.extend(view.launching.keys().cloned());
+        tokio::spawn(sweep_tokens(self.client.clone(), joined, alive, now));
+    }
+
     /// Carries out the plan's launches and scale-down terminations in the background.
     fn launch_and_terminate(
         &mut self,
@@ -870,7 +909,18 @@ impl Controller {
                     });
                     return;
                 }
-                let r = cloud.launch(&pool, &l, &changed).await;
+                let user_data = match join_material(&client, &cloud, &pool, &l).await {
+                    Ok(u) => u,
+                    Err(e) => {
+                        cloud.cancel_launch(&l.need);
+                        let _ = tx.send(Failed::Launch {
+                            job: l.job.clone(),
+                            error: format!("cannot create the bootstrap token: {e}"),
+                        });
+                        return;
+                    }
+                };
+                let r = cloud.launch(&pool, &l, user_data, &changed).await;
                 metrics.cloud_call("launch", r.is_ok());
                 match r {
                     Ok(list) => {
@@ -1562,25 +1612,117 @@ impl Controller {
     }
 }
 
-async fn add_cloud_finalizer(client: &Client, job: &GpuJob) -> Result<(), kube::Error> {
-    let mut finalizers = job.metadata.finalizers.clone().unwrap_or_default();
-    if finalizers.iter().any(|f| f == labels::CLOUD_FINALIZER) {
-        return Ok(());
+/// A bootstrap token for the launch (a Secret expiring at the join timeout) and the rendered
+/// user data, when the pool gets user data and the join address is known.
+async fn join_material(
+    client: &Client,
+    cloud: &Cloud,
+    pool: &ComputePool,
+    launch: &core::Launch,
+) -> Result<Option<String>, kube::Error> {
+    let Some(join) = &cloud.config.join else {
+        return Ok(None);
+    };
+    if !crate::bootstrap::needs_token(pool) {
+        return Ok(None);
     }
-    finalizers.push(labels::CLOUD_FINALIZER.to_string());
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), "kube-system");
+    let expires = now() + core::Duration::from_secs(cloud.config.join_timeout.as_secs());
+    let token = loop {
+        let token =
+            crate::bootstrap::Token::generate().map_err(|e| kube::Error::Service(Box::new(e)))?;
+        let secret = crate::bootstrap::token_secret(&token, &launch.need, expires);
+        match secrets.create(&PostParams::default(), &secret).await {
+            Ok(_) => break token,
+            // A token id already taken: draw another.
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => return Err(e),
+        }
+    };
+    Ok(crate::bootstrap::user_data(
+        pool,
+        join,
+        &token,
+        &cloud.config.cluster,
+        &cloud.gpu_model(&launch.offering.instance_type),
+    ))
+}
+
+/// Deletes Spillway's bootstrap tokens that are done: expired, or made for a need whose
+/// instances have all joined, or for a need with no instance left (after two minutes).
+async fn sweep_tokens(client: Client, joined: HashSet<String>, alive: HashSet<String>, now: Time) {
+    use crate::bootstrap::{NEED_ANNOTATION, TOKEN_LABEL};
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client, "kube-system");
+    let Ok(list) = secrets
+        .list(&ListParams::default().labels(&format!("{TOKEN_LABEL}=true")))
+        .await
+    else {
+        return;
+    };
+    for s in list.items {
+        let need = s
+            .annotations()
+            .get(NEED_ANNOTATION)
+            .cloned()
+            .unwrap_or_default();
+        let expired = s
+            .data
+            .as_ref()
+            .and_then(|d| d.get("expiration"))
+            .and_then(|e| String::from_utf8(e.0.clone()).ok())
+            .and_then(|e| e.parse::<k8s_openapi::jiff::Timestamp>().ok())
+            .is_some_and(|t| t.as_millisecond() <= now.as_millis());
+        let age = s
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| {
+                now.since(Time::from_millis(t.0.as_millisecond()))
+                    .as_secs_f64()
+            })
+            .unwrap_or(0.0);
+        let done = joined.contains(&need) || (!alive.contains(&need) && age > 120.0);
+        if expired || done {
+            let _ = secrets
+                .delete(&s.name_any(), &DeleteParams::default())
+                .await;
+        }
+    }
+}
+
+async fn add_cloud_finalizer(client: &Client, job: &GpuJob) -> Result<(), kube::Error> {
     let api: Api<GpuJob> = Api::namespaced(client.clone(), &job.namespace().unwrap_or_default());
-    // The resourceVersion makes it conditional: a concurrent change makes it fail, not lose one.
-    let patch = serde_json::json!({"metadata": {
-        "finalizers": finalizers,
-        "resourceVersion": job.metadata.resource_version,
-    }});
-    api.patch(
-        &job.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map(|_| ())
+    let mut current = job.clone();
+    let mut attempt = 0;
+    loop {
+        let mut finalizers = current.metadata.finalizers.clone().unwrap_or_default();
+        if finalizers.iter().any(|f| f == labels::CLOUD_FINALIZER) {
+            return Ok(());
+        }
+        finalizers.push(labels::CLOUD_FINALIZER.to_string());
+        // The resourceVersion makes it conditional: a concurrent change (our own status writes
+        // included) makes it fail, not lose a finalizer; then it is read again and retried.
+        let patch = serde_json::json!({"metadata": {
+            "finalizers": finalizers,
+            "resourceVersion": current.metadata.resource_version,
+        }});
+        match api
+            .patch(
+                &job.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 && attempt < 5 => {
+                attempt += 1;
+                current = api.get(&job.name_any()).await?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 async fn remove_cloud_finalizer(client: &Client, job: &GpuJob) -> Result<(), kube::Error> {

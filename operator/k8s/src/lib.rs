@@ -8,6 +8,7 @@
 //! - Nothing here decides where a job runs: that is the core's job. This crate observes,
 //!   assumes, and writes.
 
+pub mod bootstrap;
 pub mod cloud;
 pub mod controller;
 pub mod http;

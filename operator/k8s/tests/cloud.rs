@@ -84,6 +84,7 @@ fn cloud(fake: Arc<Fake>) -> Arc<Cloud> {
         join_timeout: Duration::from_secs(60),
         gc_grace: Duration::from_secs(60),
         capacity_cooldown: Duration::from_secs(300),
+        join: None,
     })
 }
 
@@ -124,7 +125,7 @@ async fn a_need_with_instances_is_adopted_not_launched_again() {
     });
     let c = cloud(fake.clone());
     let got = c
-        .launch(&pool("on-demand"), &launch("ns/j#0"), &Notify::new())
+        .launch(&pool("on-demand"), &launch("ns/j#0"), None, &Notify::new())
         .await
         .unwrap();
     assert_eq!(got[0].id, "i-old");
@@ -150,7 +151,7 @@ async fn a_failed_launch_cools_the_offering_down() {
     });
     let c = cloud(fake.clone());
     let err = c
-        .launch(&pool("on-demand"), &launch("ns/j#0"), &Notify::new())
+        .launch(&pool("on-demand"), &launch("ns/j#0"), None, &Notify::new())
         .await
         .unwrap_err();
     assert!(matches!(err, CloudError::Capacity { .. }));

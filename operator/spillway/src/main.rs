@@ -77,16 +77,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// A Kubernetes client from `--kubeconfig`/`--context`, else the standard places.
-pub async fn kube_client(
+/// A Kubernetes client configuration from `--kubeconfig`/`--context`, else the standard places.
+pub async fn kube_config(
     kubeconfig: Option<&std::path::Path>,
     context: Option<&str>,
-) -> anyhow::Result<kube::Client> {
+) -> anyhow::Result<kube::Config> {
     let options = kube::config::KubeConfigOptions {
         context: context.map(str::to_string),
         ..Default::default()
     };
-    let config = match kubeconfig {
+    Ok(match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
@@ -96,8 +96,17 @@ pub async fn kube_client(
         None => kube::Config::infer().await.context(
             "no kubeconfig found (pass --kubeconfig, set KUBECONFIG, or run in a cluster)",
         )?,
-    };
-    Ok(kube::Client::try_from(config)?)
+    })
+}
+
+/// A Kubernetes client from `--kubeconfig`/`--context`, else the standard places.
+pub async fn kube_client(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<&str>,
+) -> anyhow::Result<kube::Client> {
+    Ok(kube::Client::try_from(
+        kube_config(kubeconfig, context).await?,
+    )?)
 }
 
 fn crds(out: Option<PathBuf>) -> anyhow::Result<()> {

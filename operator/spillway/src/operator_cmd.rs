@@ -54,6 +54,12 @@ pub struct OperatorArgs {
     /// its need planned again.
     #[arg(long, value_name = "SECONDS", default_value_t = 600)]
     pub join_timeout: u64,
+    /// The API server URL launched machines join through (default: the kubeconfig's server).
+    #[arg(long, value_name = "URL")]
+    pub join_api_server: Option<String>,
+    /// The cluster CA (PEM) launched machines trust (default: the kubeconfig's CA).
+    #[arg(long, value_name = "FILE")]
+    pub join_ca_file: Option<PathBuf>,
     /// A full decision cycle at least this often, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     pub resync: u64,
@@ -65,8 +71,10 @@ pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let client =
-            crate::kube_client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+        let kube_config =
+            crate::kube_config(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+        let join = join_config(&args, &kube_config)?;
+        let client = kube::Client::try_from(kube_config)?;
         let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
             let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .map(|h| h.trim().to_string())
@@ -112,6 +120,7 @@ pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
             join_timeout: Duration::from_secs(args.join_timeout.max(1)),
             gc_grace: Duration::from_secs(120),
             capacity_cooldown: Duration::from_secs(300),
+            join,
         };
         let config = OperatorConfig {
             metrics_addr: args.metrics_addr,
@@ -133,6 +142,42 @@ pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
         spillway_k8s::run(client, config, Arc::new(Metrics::default()), shutdown_rx).await?;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Where launched machines find the API server: flags, else the kubeconfig.
+fn join_config(
+    args: &OperatorArgs,
+    config: &kube::Config,
+) -> anyhow::Result<Option<spillway_k8s::bootstrap::JoinConfig>> {
+    let api_server = args.join_api_server.clone().unwrap_or_else(|| {
+        config
+            .cluster_url
+            .to_string()
+            .trim_end_matches('/')
+            .to_string()
+    });
+    let ca_pem = match &args.join_ca_file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("{}: cannot read: {e}", path.display()))?,
+        ),
+        None => config
+            .root_cert
+            .as_ref()
+            .map(|ders| spillway_k8s::bootstrap::pem(ders)),
+    };
+    match ca_pem {
+        Some(ca_pem) => Ok(Some(spillway_k8s::bootstrap::JoinConfig {
+            api_server,
+            ca_pem,
+        })),
+        None => {
+            tracing::warn!(
+                "no cluster CA known (pass --join-ca-file): AMI pools launch without bootstrap user data"
+            );
+            Ok(None)
+        }
+    }
 }
 
 async fn wait_for_signal() {
