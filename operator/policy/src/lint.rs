@@ -308,6 +308,15 @@ fn check_names(src: &str, field: &str, program: &cel::Program) -> Result<(), Exp
             Some(_) => {}
         }
     }
+    // Scalar variables compared with a literal of another type.
+    for (i, name) in &roots {
+        if let Some(v) = variable(name).filter(|v| v.fields.is_empty())
+            && !bound.iter().any(|b| b == name)
+            && let Some(e) = type_clash(&chars, i + name.chars().count(), v.ty, name)
+        {
+            return Err(e);
+        }
+    }
     // `job.x`, `queue.x`, `offering.x`: x must be a field of the variable.
     for (i, name) in &roots {
         let Some(v) = variable(name).filter(|v| !v.fields.is_empty()) else {
@@ -332,7 +341,13 @@ fn check_names(src: &str, field: &str, program: &cel::Program) -> Result<(), Exp
             j += 1;
         }
         let member: String = chars[start..j].iter().collect();
-        if member.is_empty() || v.fields.iter().any(|f| f.name == member) {
+        if member.is_empty() {
+            continue;
+        }
+        if let Some(f) = v.fields.iter().find(|f| f.name == member) {
+            if let Some(e) = type_clash(&chars, j, f.ty, &format!("{name}.{member}")) {
+                return Err(e);
+            }
             continue;
         }
         let fields: Vec<&str> = v.fields.iter().map(|f| f.name).collect();
@@ -345,6 +360,52 @@ fn check_names(src: &str, field: &str, program: &cel::Program) -> Result<(), Exp
         });
     }
     Ok(())
+}
+
+/// A comparison of `what` (of CEL type `ty`) with a literal of another kind, starting at char
+/// `j` (just after `what`): `job.totalGpus > "8"`, `job.restartable == 1`, `waited > "10m"`.
+fn type_clash(chars: &[char], mut j: usize, ty: &str, what: &str) -> Option<ExprError> {
+    let skip = |j: &mut usize| {
+        while *j < chars.len() && chars[*j].is_whitespace() {
+            *j += 1;
+        }
+    };
+    skip(&mut j);
+    let rest: String = chars[j..chars.len().min(j + 2)].iter().collect();
+    let op_len = if ["==", "!=", "<=", ">="].contains(&rest.as_str()) {
+        2
+    } else if rest.starts_with('<') || rest.starts_with('>') {
+        1
+    } else {
+        return None;
+    };
+    j += op_len;
+    skip(&mut j);
+    let at = j;
+    let c = *chars.get(j)?;
+    let literal = if c == '"' || c == '\'' {
+        "string"
+    } else if c.is_ascii_digit()
+        || (c == '-' && chars.get(j + 1).is_some_and(|d| d.is_ascii_digit()))
+    {
+        "number"
+    } else {
+        let word: String = chars[j..].iter().take_while(|c| is_ident(**c)).collect();
+        match word.as_str() {
+            "true" | "false" => "bool",
+            _ => return None,
+        }
+    };
+    let field_kind = match ty {
+        "int" | "double" => "number",
+        "string" => "string",
+        "bool" => "bool",
+        _ => return None,
+    };
+    (field_kind != literal).then(|| ExprError {
+        position: position(chars, at),
+        message: format!("`{what}` is {ty} but is compared with a {literal} literal"),
+    })
 }
 
 /// For a validation message about `spec.rules[i].field`, the line and column of that field

@@ -179,3 +179,23 @@ fn offering_is_only_set_in_offering_filters() {
         Vec::<String>::new()
     );
 }
+
+#[test]
+fn comparisons_of_mismatched_types() {
+    expect_one(
+        "  - name: a\n    when: 'job.totalGpus > \"8\"'\n    forbid: cloud\n",
+        "8:28: error",
+        "`job.totalGpus` is int but is compared with a string literal",
+    );
+    expect_one(
+        "  - name: a\n    when: waited >= true\n    forbid: cloud\n",
+        "8:21: error",
+        "`waited` is double but is compared with a bool literal",
+    );
+    assert_eq!(
+        lint(
+            "  - name: a\n    when: 'job.totalGpus > 8 && waited >= 60.0 && job.placement == \"Auto\" && job.restartable == true'\n    forbid: cloud\n"
+        ),
+        Vec::<String>::new()
+    );
+}
