@@ -454,20 +454,13 @@ impl Controller {
                         .cloned()
                 });
                 if let Some(j) = found {
-                    let recorder = self.recorder.clone();
-                    let metrics = self.metrics.clone();
-                    let reference = j.object_ref(&());
-                    tokio::spawn(async move {
-                        let ev = Event {
-                            type_: EventType::Warning,
-                            reason: "LaunchFailed".into(),
-                            note: Some(truncate(&error, 1000)),
-                            action: "Launch".into(),
-                            secondary: None,
-                        };
-                        let r = recorder.publish(&ev, &reference).await;
-                        metrics.api_write("event", r.is_ok());
-                    });
+                    self.publish_to(
+                        j.object_ref(&()),
+                        true,
+                        "LaunchFailed".into(),
+                        "Launch".into(),
+                        error,
+                    );
                 }
             }
             Failed::Status { key, error } => {
@@ -1225,29 +1218,7 @@ impl Controller {
             ));
         }
         for (warning, reason, action, note) in events {
-            let recorder = self.recorder.clone();
-            let reference = view.job.object_ref(&());
-            let metrics = self.metrics.clone();
-            let writes = self.writes.clone();
-            tokio::spawn(async move {
-                let _permit = writes.acquire_owned().await;
-                let ev = Event {
-                    type_: if warning {
-                        EventType::Warning
-                    } else {
-                        EventType::Normal
-                    },
-                    reason,
-                    note: Some(truncate(&note, 1000)),
-                    action,
-                    secondary: None,
-                };
-                let r = recorder.publish(&ev, &reference).await;
-                metrics.api_write("event", r.is_ok());
-                if let Err(e) = r {
-                    tracing::debug!(error = %e, "could not publish an Event");
-                }
-            });
+            self.publish_to(view.job.object_ref(&()), warning, reason, action, note);
         }
     }
 
@@ -1413,11 +1384,29 @@ impl Controller {
     }
 
     fn publish(&self, view: &JobView, warning: bool, reason: &str, action: &str, note: String) {
+        self.publish_to(
+            view.job.object_ref(&()),
+            warning,
+            reason.to_string(),
+            action.to_string(),
+            note,
+        );
+    }
+
+    /// Publishes an Event about `reference` in the background (as one of the writes in flight).
+    fn publish_to(
+        &self,
+        reference: k8s_openapi::api::core::v1::ObjectReference,
+        warning: bool,
+        reason: String,
+        action: String,
+        note: String,
+    ) {
         let recorder = self.recorder.clone();
-        let reference = view.job.object_ref(&());
-        let (reason, action) = (reason.to_string(), action.to_string());
         let metrics = self.metrics.clone();
+        let writes = self.writes.clone();
         tokio::spawn(async move {
+            let _permit = writes.acquire_owned().await;
             let ev = Event {
                 type_: if warning {
                     EventType::Warning
@@ -1431,6 +1420,9 @@ impl Controller {
             };
             let r = recorder.publish(&ev, &reference).await;
             metrics.api_write("event", r.is_ok());
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "could not publish an Event");
+            }
         });
     }
 

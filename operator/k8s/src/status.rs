@@ -93,6 +93,21 @@ fn merge_decision(current: Option<&DecisionStatus>, new: DecisionStatus) -> Deci
     }
 }
 
+/// A decision's reason and sentence, for a condition; the fallback when there is none.
+fn reason_and_message(
+    decision: Option<&DecisionStatus>,
+    reason: &str,
+    message: &str,
+) -> (String, String) {
+    match decision {
+        Some(d) => (
+            d.reason.clone().unwrap_or_default(),
+            d.message.clone().unwrap_or_default(),
+        ),
+        None => (reason.to_string(), message.to_string()),
+    }
+}
+
 /// What the controller knows about a job's placement cost.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CostRate {
@@ -169,16 +184,8 @@ pub fn desired(
                 .decision
                 .as_ref()
                 .is_some_and(|d| d.outcome.as_deref() == Some(Outcome::Reject.as_str()));
-            let (reason, message) = s
-                .decision
-                .as_ref()
-                .map(|d| {
-                    (
-                        d.reason.clone().unwrap_or_default(),
-                        d.message.clone().unwrap_or_default(),
-                    )
-                })
-                .unwrap_or_else(|| ("Queued".into(), "Waiting for a decision.".into()));
+            let (reason, message) =
+                reason_and_message(s.decision.as_ref(), "Queued", "Waiting for a decision.");
             if rejected {
                 set_condition(
                     &mut s.conditions,
@@ -239,16 +246,8 @@ pub fn desired(
                 s.decision = Some(decision_status(d, Some(waited), now));
             }
             remove_condition(&mut s.conditions, "Invalid");
-            let (reason, message) = s
-                .decision
-                .as_ref()
-                .map(|d| {
-                    (
-                        d.reason.clone().unwrap_or_default(),
-                        d.message.clone().unwrap_or_default(),
-                    )
-                })
-                .unwrap_or_else(|| ("Placed".into(), "The job was placed.".into()));
+            let (reason, message) =
+                reason_and_message(s.decision.as_ref(), "Placed", "The job was placed.");
             set_condition(
                 &mut s.conditions,
                 "Admitted",
