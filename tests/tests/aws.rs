@@ -790,3 +790,53 @@ fn decode_base64(text: &str) -> String {
     }
     String::from_utf8_lossy(&out).to_string()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_that_never_joins_is_replaced() {
+    let _turn = serial().await;
+    let w = World::new("aws-join", json!({})).await;
+    // No machine ever boots; the join timeout is 4 s.
+    let mut settings = test_settings("aws-test");
+    settings.cloud = Some(CloudConfig {
+        join_timeout: Duration::from_secs(4),
+        ..w.cloud()
+    });
+    let op = RunningOperator::start_with(w.client.clone(), None, settings)
+        .await
+        .expect("operator");
+    w.submit("blocker", json!({}), None).await;
+    w.wait_phase("blocker", JobPhase::Running).await;
+    w.submit("stuck", json!({}), None).await;
+    let first = eventually(WAIT, "a first instance", || async {
+        let list = w.instances().await;
+        list.first()
+            .map(|i| i.0.clone())
+            .ok_or_else(|| "none yet".to_string())
+    })
+    .await;
+    // It is terminated after the join timeout and the need is planned again, under attempt 1.
+    eventually(
+        WAIT,
+        "a replacement for the instance that never joined",
+        || async {
+            let list = w.instances().await;
+            let old_gone = list
+                .iter()
+                .any(|i| i.0 == first && (i.2 == "terminated" || i.2 == "shutting-down"));
+            let replacement = list
+                .iter()
+                .any(|i| i.3 == format!("{}/stuck#1", w.ns) && i.2 != "terminated");
+            if old_gone && replacement {
+                Ok(())
+            } else {
+                Err(format!("{list:?}"))
+            }
+        },
+    )
+    .await;
+    let job = w.jobs().get("stuck").await.expect("job");
+    let st = job.status.unwrap_or_default();
+    assert_eq!(st.restarts, Some(1), "{st:?}");
+    assert_eq!(st.phase, Some(JobPhase::Provisioning), "{st:?}");
+    op.stop().await.expect("clean stop");
+}
