@@ -39,7 +39,7 @@ use tokio::sync::{Notify, Semaphore, mpsc, watch};
 
 use crate::cloud::{Cloud, CloudView};
 use crate::metrics::Metrics;
-use crate::status::{self, CostRate};
+use crate::status::{self, CostRate, round_cents};
 use crate::world::{self, Assumed, Inputs, JobView, Lifecycle};
 use crate::{http::Health, labels, pods};
 
@@ -1015,7 +1015,12 @@ impl Controller {
         let metrics = self.metrics.clone();
         tokio::spawn(async move {
             if let Some(id) = instance {
-                let region = cloud.region_of(&id).unwrap_or_default();
+                // Only instances the poller listed are retired, so their region is known; an
+                // unknown one is left for the next listing rather than asked of region "".
+                let Some(region) = cloud.region_of(&id) else {
+                    tracing::warn!(instance = %id, "not listed yet; terminating at a later turn");
+                    return;
+                };
                 let r = cloud.terminate(&region, std::slice::from_ref(&id)).await;
                 metrics.cloud_call("terminate", r.is_ok());
                 if let Err(e) = r {
@@ -1506,13 +1511,9 @@ impl Controller {
                 },
                 hourly_usd: hourly,
             });
-            if st == base {
-                if st == current {
-                    self.queue_written.remove(&name);
-                }
+            if !changed(&mut self.queue_written, &name, &st, &base, &current) {
                 continue;
             }
-            self.queue_written.insert(name.clone(), st.clone());
             let body = serde_json::json!({
                 "apiVersion": "spillway.io/v1alpha1", "kind": "GpuQueue",
                 "metadata": {"name": name}, "status": st,
@@ -1560,13 +1561,9 @@ impl Controller {
                 .get(&name)
                 .cloned()
                 .unwrap_or(current.clone());
-            if st == base {
-                if st == current {
-                    self.pool_written.remove(&name);
-                }
+            if !changed(&mut self.pool_written, &name, &st, &base, &current) {
                 continue;
             }
-            self.pool_written.insert(name.clone(), st.clone());
             let body = serde_json::json!({
                 "apiVersion": "spillway.io/v1alpha1", "kind": "ComputePool",
                 "metadata": {"name": name}, "status": st,
@@ -1741,15 +1738,31 @@ async fn remove_cloud_finalizer(client: &Client, job: &GpuJob) -> Result<(), kub
     .map(|_| ())
 }
 
-fn round_cents(v: f64) -> f64 {
-    (v * 10_000.0).round() / 10_000.0
-}
-
 /// `YYYY-MM` of a time, in UTC.
 fn month_of(t: Time) -> String {
     k8s_openapi::jiff::Timestamp::from_millisecond(t.as_millis())
         .map(|ts| ts.strftime("%Y-%m").to_string())
         .unwrap_or_default()
+}
+
+/// Whether a cluster-scoped object's status `st` must be written, given what was last written
+/// (`base`) and what the cache shows (`current`); records it as written when so, and forgets
+/// the record once the cache has caught up.
+fn changed<S: Clone + PartialEq>(
+    written: &mut HashMap<String, S>,
+    name: &str,
+    st: &S,
+    base: &S,
+    current: &S,
+) -> bool {
+    if st == base {
+        if st == current {
+            written.remove(name);
+        }
+        return false;
+    }
+    written.insert(name.to_string(), st.clone());
+    true
 }
 
 /// What a cloud job costs per hour: its share of each instance it runs on.

@@ -77,7 +77,8 @@ pub fn decision_status(d: &core::Decision, wait: Option<i64>, now: Time) -> Deci
     }
 }
 
-fn round_cents(v: f64) -> f64 {
+/// USD rounded to a hundredth of a cent, as status shows it.
+pub(crate) fn round_cents(v: f64) -> f64 {
     (v * 10_000.0).round() / 10_000.0
 }
 
