@@ -10,7 +10,11 @@ if [[ ! -x "$tool" ]]; then
   tmp="$(mktemp -d)"
   trap 'rm -rf "$tmp"' EXIT
   # apt-get download writes into the current directory; the _apt sandbox may not reach it.
-  (cd "$tmp" && apt-get download -q prometheus >&2 2> >(grep -v "unsandboxed" >&2))
+  # On a fresh machine the package lists may be empty: update them once and retry.
+  if ! (cd "$tmp" && apt-get download -q prometheus >&2 2> >(grep -v "unsandboxed" >&2)); then
+    if [[ $(id -u) -eq 0 ]]; then apt-get update -qq >&2; else sudo apt-get update -qq >&2; fi
+    (cd "$tmp" && apt-get download -q prometheus >&2 2> >(grep -v "unsandboxed" >&2))
+  fi
   mkdir -p "$dir"
   dpkg-deb -x "$tmp"/prometheus_*.deb "$dir"
 fi
