@@ -135,3 +135,69 @@ async fn unknown_instance_types_are_refused_as_on_ec2() {
     let code = aws_sdk_ec2::error::ProvideErrorMetadata::code(&err).map(str::to_string);
     assert!(code.is_some(), "a typed EC2 error code, got {err:?}");
 }
+
+/// `DescribeInstanceTypes` and `DescribeSpotPriceHistory` through [`Ec2Provider`]: moto
+/// reports g5.xlarge's one A10G with its memory, leaves unknown names out (the filter, unlike
+/// the InstanceTypes parameter, does not fail the call), and answers placeholder spot prices,
+/// which the catalog overlay does not believe.
+#[tokio::test]
+async fn instance_type_facts_and_spot_prices_through_the_provider() {
+    use spillway_cloud::CloudProvider;
+    let moto = MotoServer::shared().await;
+    let provider = spillway_aws::Ec2Provider::new(moto.ec2_client().await, Default::default());
+    let types = vec![
+        "g5.xlarge".to_string(),
+        "p4d.24xlarge".to_string(),
+        "p9.nonexistent".to_string(),
+    ];
+    let mut facts = provider
+        .instance_types(&types)
+        .await
+        .unwrap_or_else(|e| panic!("DescribeInstanceTypes: {e}\n{}", moto.log_tail()));
+    facts.sort_by(|a, b| a.instance_type.cmp(&b.instance_type));
+    let g5 = facts
+        .iter()
+        .find(|t| t.instance_type == "g5.xlarge")
+        .expect("g5.xlarge described");
+    assert_eq!((g5.gpus, g5.gpu_model.as_str()), (1, "A10G"));
+    assert!(g5.gpu_memory_mib >= 20_000, "A10G memory: {g5:?}");
+    let p4d = facts
+        .iter()
+        .find(|t| t.instance_type == "p4d.24xlarge")
+        .expect("p4d.24xlarge described");
+    assert_eq!((p4d.gpus, p4d.gpu_model.as_str()), (8, "A100"));
+    assert!(
+        facts.iter().all(|t| t.instance_type != "p9.nonexistent"),
+        "unknown types are left out"
+    );
+
+    let prices = provider
+        .spot_prices(&types[..1])
+        .await
+        .unwrap_or_else(|e| panic!("DescribeSpotPriceHistory: {e}\n{}", moto.log_tail()));
+    assert!(!prices.is_empty(), "moto prices g5.xlarge in some zones");
+    assert!(prices.iter().all(|p| p.instance_type == "g5.xlarge"));
+    assert!(
+        prices.iter().all(|p| p.zone.starts_with("us-east-1")),
+        "{prices:?}"
+    );
+    // moto's price is a placeholder: the overlay keeps the catalog's spot price.
+    let rows = spillway_core::catalog::parse(spillway_k8s::cloud::DEFAULT_CATALOG).unwrap();
+    let offers = spillway_core::catalog::offerings(&rows, "aws", "us-east-1", &types[..1]);
+    let region = spillway_cloud::facts::RegionFacts {
+        types: facts
+            .iter()
+            .map(|t| (t.instance_type.clone(), t.clone()))
+            .collect(),
+        spot: prices,
+    };
+    let applied = spillway_cloud::facts::apply(offers.clone(), &region, &[]);
+    let spot = |v: &[spillway_core::Offering]| -> Vec<(String, f64)> {
+        v.iter()
+            .filter(|o| o.capacity_type == spillway_core::CapacityType::Spot)
+            .map(|o| (o.zone.clone(), o.hourly_price))
+            .collect()
+    };
+    assert_eq!(spot(&applied), spot(&offers));
+    assert!(applied.iter().all(|o| o.gpu_memory_gib >= 20.0));
+}

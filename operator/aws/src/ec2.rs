@@ -10,13 +10,11 @@ use aws_sdk_ec2::types::{
     InstanceType, LaunchTemplateSpecification, MarketType, Placement, ResourceType, Tag,
     TagSpecification,
 };
-use futures::future::BoxFuture;
-use spillway_core::{CapacityType, Time};
-
-use crate::{
-    CallPolicy, CloudError, CloudInstance, CloudProvider, Image, InstanceState, LaunchRequest,
-    backoff, tags,
+use spillway_cloud::{
+    BoxFuture, CallPolicy, CloudError, CloudInstance, CloudProvider, Image, InstanceState,
+    InstanceTypeInfo, LaunchRequest, SpotPrice, backoff, tags,
 };
+use spillway_core::{CapacityType, Time};
 
 /// EC2 in one region.
 #[derive(Clone, Debug)]
@@ -317,6 +315,129 @@ impl CloudProvider for Ec2Provider {
             }
         })
     }
+
+    fn instance_types<'a>(
+        &'a self,
+        types: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<InstanceTypeInfo>, CloudError>> {
+        Box::pin(async move {
+            let mut out = Vec::new();
+            // The `instance-type` filter (unlike the InstanceTypes parameter) leaves unknown
+            // names out instead of failing the whole call.
+            for chunk in types.chunks(100) {
+                let filter = Filter::builder()
+                    .name("instance-type")
+                    .set_values(Some(chunk.to_vec()))
+                    .build();
+                let mut token: Option<String> = None;
+                loop {
+                    let page = self
+                        .call("DescribeInstanceTypes", || {
+                            let req = self
+                                .client
+                                .describe_instance_types()
+                                .filters(filter.clone())
+                                .set_next_token(token.clone());
+                            async move { req.send().await.map_err(sdk_error) }
+                        })
+                        .await?;
+                    out.extend(page.instance_types().iter().filter_map(to_type_info));
+                    token = page.next_token().map(str::to_string);
+                    if token.is_none() {
+                        break;
+                    }
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn spot_prices<'a>(
+        &'a self,
+        types: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<SpotPrice>, CloudError>> {
+        Box::pin(async move {
+            let mut out: Vec<SpotPrice> = Vec::new();
+            if types.is_empty() {
+                return Ok(out);
+            }
+            // A start time of now asks for the price in force now, per type and zone.
+            let now = aws_sdk_ec2::primitives::DateTime::from(std::time::SystemTime::now());
+            let mut token: Option<String> = None;
+            loop {
+                let page = self
+                    .call("DescribeSpotPriceHistory", || {
+                        let req = self
+                            .client
+                            .describe_spot_price_history()
+                            .set_instance_types(Some(
+                                types.iter().map(|t| InstanceType::from(t.as_str())).collect(),
+                            ))
+                            .product_descriptions("Linux/UNIX")
+                            .start_time(now)
+                            .set_next_token(token.clone());
+                        async move { req.send().await.map_err(sdk_error) }
+                    })
+                    .await?;
+                for p in page.spot_price_history() {
+                    let (Some(t), Some(zone), Some(price)) = (
+                        p.instance_type(),
+                        p.availability_zone(),
+                        p.spot_price().and_then(|s| s.parse::<f64>().ok()),
+                    ) else {
+                        continue;
+                    };
+                    let at = p
+                        .timestamp()
+                        .and_then(|t| t.to_millis().ok())
+                        .map(Time::from_millis)
+                        .unwrap_or(Time::from_millis(0));
+                    let price = SpotPrice {
+                        instance_type: t.as_str().to_string(),
+                        zone: zone.to_string(),
+                        hourly_price: price,
+                        at,
+                    };
+                    // Keep the newest price of each type and zone.
+                    match out
+                        .iter_mut()
+                        .find(|o| o.instance_type == price.instance_type && o.zone == price.zone)
+                    {
+                        Some(o) if o.at < price.at => *o = price,
+                        Some(_) => {}
+                        None => out.push(price),
+                    }
+                }
+                token = page.next_token().filter(|t| !t.is_empty()).map(str::to_string);
+                if token.is_none() {
+                    return Ok(out);
+                }
+            }
+        })
+    }
+}
+
+/// One DescribeInstanceTypes answer, as facts.
+fn to_type_info(t: &aws_sdk_ec2::types::InstanceTypeInfo) -> Option<InstanceTypeInfo> {
+    let name = t.instance_type()?.as_str().to_string();
+    let gpus = t.gpu_info().map(|g| g.gpus()).unwrap_or_default();
+    let first = gpus.first();
+    Some(InstanceTypeInfo {
+        instance_type: name,
+        gpus: gpus
+            .iter()
+            .map(|g| g.count().unwrap_or(0).max(0) as u32)
+            .sum(),
+        gpu_model: first
+            .and_then(|g| g.name())
+            .unwrap_or_default()
+            .to_string(),
+        gpu_memory_mib: first
+            .and_then(|g| g.memory_info())
+            .and_then(|m| m.size_in_mib())
+            .unwrap_or(0)
+            .max(0) as u64,
+    })
 }
 
 #[cfg(test)]

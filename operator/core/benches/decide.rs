@@ -51,6 +51,8 @@ fn snapshot(pending: usize, nodes: usize, spread_s: i64) -> Snapshot {
             zone: format!("us-east-1{}", ["a", "b", "c"][i % 3]),
             hourly_price: 1.0 + (i % 37) as f64,
             unavailable_until: None,
+            gpu_memory_gib: 0.0,
+            recent_interruptions: 0,
         })
         .collect();
     s.jobs = (0..pending)

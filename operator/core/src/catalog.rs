@@ -164,6 +164,8 @@ pub fn offerings(
                 zone: r.zone.clone(),
                 hourly_price: price,
                 unavailable_until: None,
+                gpu_memory_gib: r.gpu_model.memory_gib().unwrap_or(0.0),
+                recent_interruptions: 0,
             })
         };
         push(CapacityType::OnDemand, r.on_demand);

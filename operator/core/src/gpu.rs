@@ -76,7 +76,47 @@ impl GpuModel {
     pub fn is_known(&self) -> bool {
         KNOWN.iter().any(|(name, _)| *name == self.0)
     }
+
+    /// A cloud provider's GPU name with the memory of one GPU (EC2's `DescribeInstanceTypes`
+    /// says `A100` with 81920 MiB for a p4de): the memory tells the 80 GB variants apart.
+    pub fn from_provider(name: &str, memory_mib: u64) -> GpuModel {
+        let m = GpuModel::normalize(name);
+        let gib = memory_mib as f64 / 1024.0;
+        match m.as_str() {
+            "A100" if gib >= 70.0 => GpuModel("A100-80GB".into()),
+            "V100" if gib >= 30.0 => GpuModel("V100-32GB".into()),
+            _ => m,
+        }
+    }
+
+    /// Memory of one GPU of this model, GiB, from Spillway's built-in table (the fallback when
+    /// the provider does not say).
+    pub fn memory_gib(&self) -> Option<f64> {
+        MEMORY_GIB
+            .iter()
+            .find(|(name, _)| *name == self.0)
+            .map(|(_, gib)| *gib)
+    }
 }
+
+/// Memory of one GPU per known model, GiB.
+const MEMORY_GIB: &[(&str, f64)] = &[
+    ("H200", 141.0),
+    ("H100", 80.0),
+    ("A100-80GB", 80.0),
+    ("A100", 40.0),
+    ("L40S", 48.0),
+    ("L40", 48.0),
+    ("L4", 24.0),
+    ("A10G", 24.0),
+    ("A10", 24.0),
+    ("T4", 16.0),
+    ("V100-32GB", 32.0),
+    ("V100", 16.0),
+    ("P100", 16.0),
+    ("K80", 12.0),
+    ("M60", 8.0),
+];
 
 /// `spelling` occurs in `s` as a whole token: at the start, followed by the end or a separator.
 fn token_match(s: &str, spelling: &str) -> bool {
@@ -155,6 +195,22 @@ mod tests {
         ];
         for (raw, want) in cases {
             assert_eq!(GpuModel::normalize(raw).as_str(), want, "{raw}");
+        }
+    }
+
+    #[test]
+    fn provider_names_with_memory_pick_the_variant() {
+        assert_eq!(GpuModel::from_provider("A100", 81920).as_str(), "A100-80GB");
+        assert_eq!(GpuModel::from_provider("A100", 40960).as_str(), "A100");
+        assert_eq!(GpuModel::from_provider("V100", 32768).as_str(), "V100-32GB");
+        assert_eq!(GpuModel::from_provider("A10G", 24576).as_str(), "A10G");
+        assert_eq!(GpuModel::from_provider("A10G", 0).memory_gib(), Some(24.0));
+        assert_eq!(GpuModel::normalize("MI300X").memory_gib(), None);
+        for (name, _) in KNOWN {
+            assert!(
+                GpuModel::normalize(name).memory_gib().is_some(),
+                "{name} has no memory in the table"
+            );
         }
     }
 

@@ -21,6 +21,7 @@ pub mod gpu;
 pub mod model;
 pub mod plan;
 pub mod policy;
+pub mod spot;
 pub mod time;
 pub mod types;
 

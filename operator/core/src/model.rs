@@ -174,6 +174,10 @@ pub struct Offering {
     pub hourly_price: f64,
     /// After a capacity error, skipped until then.
     pub unavailable_until: Option<Time>,
+    /// Memory of one GPU, GiB (0 when unknown).
+    pub gpu_memory_gib: f64,
+    /// Spot interruptions of this offering remembered within [`crate::spot::WINDOW`].
+    pub recent_interruptions: u32,
 }
 
 /// A Dataset.

@@ -41,6 +41,8 @@ pub fn offering(
         zone: "us-east-1a".into(),
         hourly_price: price,
         unavailable_until: None,
+        gpu_memory_gib: 0.0,
+        recent_interruptions: 0,
     }
 }
 

@@ -1,19 +1,23 @@
 //! The cloud side of the loop: what instances exist (polled by tag), which offerings a cloud
-//! pool has (the price catalog, minus offerings cooling down after a capacity error), and the
-//! launches, terminations and garbage collection the loop asks for.
+//! pool has (the price catalog with the provider's instance-type facts and spot prices laid
+//! over it, minus offerings cooling down after a capacity error, with each spot offering's
+//! recent interruptions), and the launches, terminations and garbage collection the loop asks
+//! for.
 //!
 //! Nothing here decides: the core plans launches and scale-down; this module carries them out
 //! and keeps the facts the next snapshot needs.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use kube::ResourceExt;
 use spillway_api::ComputePool;
-use spillway_aws::{CloudError, CloudInstance, CloudProvider, Image, LaunchRequest};
+use spillway_cloud::facts::{self, RegionFacts};
+use spillway_cloud::{CloudError, CloudInstance, CloudProvider, Image, LaunchRequest};
 use spillway_core::catalog::CatalogRow;
+use spillway_core::spot::SpotHistory;
 use spillway_core::{self as core, CapacityType, Time};
 use tokio::sync::Notify;
 
@@ -62,6 +66,19 @@ type OfferingKey = (String, String, CapacityType, String);
 /// The zone of a cool-down that applies to every zone of an offering.
 const ANY_ZONE: &str = "*";
 
+/// How often instance-type facts and spot prices are read again (spot prices move slowly;
+/// EC2 publishes a new one at most every few minutes).
+const FACTS_EVERY: core::Duration = core::Duration::from_secs(600);
+
+/// What the provider said of one region's instance types, and when.
+#[derive(Debug, Default)]
+struct Facts {
+    /// The instance types asked about.
+    asked: BTreeSet<String>,
+    at: Option<Time>,
+    facts: RegionFacts,
+}
+
 #[derive(Debug, Default)]
 struct State {
     /// Live instances by id, with their region.
@@ -72,6 +89,8 @@ struct State {
     launching: HashMap<String, String>,
     cooldowns: HashMap<OfferingKey, Time>,
     terminating: HashSet<String>,
+    facts: HashMap<String, Facts>,
+    spot: SpotHistory,
 }
 
 /// The operator's view of the cloud, shared by the loop and the poller.
@@ -89,6 +108,9 @@ pub struct CloudView {
     pub cooldowns: HashMap<OfferingKey, Time>,
     /// Every region of a cloud pool has been listed at least once.
     pub complete: bool,
+    /// Instance-type facts and spot prices per region.
+    pub facts: HashMap<String, RegionFacts>,
+    pub spot: SpotHistory,
 }
 
 impl Cloud {
@@ -124,24 +146,112 @@ impl Cloud {
             .clone()
     }
 
-    /// Lists the instances of `regions`, replacing what was known of them.
-    pub async fn refresh(&self, regions: &BTreeSet<String>) {
-        for region in regions {
-            let provider = self.provider(region).await;
+    /// The instance types of the catalog each region's pools may launch.
+    pub fn wanted_types(&self, pools: &[Arc<ComputePool>]) -> BTreeMap<String, BTreeSet<String>> {
+        let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for p in pools {
+            let Some(aws) = &p.spec.aws else { continue };
+            let types = out.entry(aws.region.clone()).or_default();
+            for o in core::catalog::offerings(
+                &self.config.catalog,
+                &p.name_any(),
+                &aws.region,
+                &aws.instance_types,
+            ) {
+                types.insert(o.instance_type);
+            }
+        }
+        out
+    }
+
+    /// Lists the instances of the pools' regions, replacing what was known of them, and reads
+    /// instance-type facts and spot prices again when they are old or new types are wanted.
+    /// Returns the spot instances that went away without Spillway terminating them
+    /// (interruptions), which are also remembered per offering.
+    pub async fn refresh(&self, pools: &[Arc<ComputePool>]) -> Vec<CloudInstance> {
+        let mut interrupted = Vec::new();
+        for (region, types) in self.wanted_types(pools) {
+            let provider = self.provider(&region).await;
+            let now = crate::controller::now();
             match provider.instances(&self.config.cluster).await {
                 Ok(list) => {
                     let mut st = self.state();
-                    st.instances.retain(|_, (r, _)| r != region);
+                    let listed: HashMap<&str, &CloudInstance> =
+                        list.iter().map(|i| (i.id.as_str(), i)).collect();
+                    let lost: Vec<CloudInstance> = st
+                        .instances
+                        .values()
+                        .filter(|(r, i)| {
+                            *r == region
+                                && i.capacity_type == CapacityType::Spot
+                                && !i.state.is_gone()
+                                && !st.terminating.contains(&i.id)
+                                && listed.get(i.id.as_str()).is_none_or(|n| n.state.is_gone())
+                        })
+                        .map(|(_, i)| i.clone())
+                        .collect();
+                    for i in &lost {
+                        tracing::warn!(instance = %i.id, pool = %i.pool, instance_type = %i.instance_type, zone = %i.zone, "spot instance interrupted");
+                        st.spot
+                            .record(&i.pool, &i.instance_type, &i.zone, now);
+                    }
+                    st.spot.forget(now);
+                    interrupted.extend(lost);
+                    st.instances.retain(|_, (r, _)| *r != region);
                     for i in list {
                         st.instances.insert(i.id.clone(), (region.clone(), i));
                     }
                     let live: HashSet<String> = st.instances.keys().cloned().collect();
                     st.terminating.retain(|id| live.contains(id));
-                    st.refreshed
-                        .insert(region.clone(), crate::controller::now());
+                    st.refreshed.insert(region.clone(), now);
                 }
                 Err(e) => {
                     tracing::warn!(region = %region, error = %e, "cannot list cloud instances")
+                }
+            }
+            let stale = {
+                let st = self.state();
+                st.facts.get(&region).is_none_or(|f| {
+                    f.asked != types || f.at.is_none_or(|at| now.since(at) >= FACTS_EVERY)
+                })
+            };
+            if stale && !types.is_empty() {
+                self.refresh_facts(&region, types, provider.as_ref(), now)
+                    .await;
+            }
+        }
+        interrupted
+    }
+
+    /// Reads instance-type facts and spot prices of one region. A failed call keeps what was
+    /// known (or the catalog alone) and is tried again at the next listing.
+    async fn refresh_facts(
+        &self,
+        region: &str,
+        types: BTreeSet<String>,
+        provider: &dyn CloudProvider,
+        now: Time,
+    ) {
+        let list: Vec<String> = types.iter().cloned().collect();
+        let described = provider.instance_types(&list).await;
+        let priced = provider.spot_prices(&list).await;
+        let mut st = self.state();
+        let entry = st.facts.entry(region.to_string()).or_default();
+        match (described, priced) {
+            (Ok(described), Ok(priced)) => {
+                entry.facts = RegionFacts {
+                    types: described
+                        .into_iter()
+                        .map(|t| (t.instance_type.clone(), t))
+                        .collect(),
+                    spot: priced,
+                };
+                entry.asked = types;
+                entry.at = Some(now);
+            }
+            (d, p) => {
+                for e in [d.err(), p.err()].into_iter().flatten() {
+                    tracing::warn!(region, error = %e, "cannot read instance types or spot prices; using the catalog");
                 }
             }
         }
@@ -159,6 +269,12 @@ impl Cloud {
             launching: st.launching.clone(),
             cooldowns: st.cooldowns.clone(),
             complete: regions.iter().all(|r| st.refreshed.contains_key(r)),
+            facts: st
+                .facts
+                .iter()
+                .map(|(r, f)| (r.clone(), f.facts.clone()))
+                .collect(),
+            spot: st.spot.clone(),
         }
     }
 
@@ -172,25 +288,55 @@ impl Cloud {
         rows().find(|r| r.zone == zone).or_else(|| rows().next())
     }
 
-    /// The GPU model of an instance type, from the catalog.
+    /// The GPU model of an instance type: the provider's word, else the catalog's.
     pub fn gpu_model(&self, instance_type: &str) -> String {
-        self.catalog_row(instance_type, "")
-            .map(|r| r.gpu_model.as_str().to_string())
-            .unwrap_or_default()
+        let st = self.state();
+        let provider = st
+            .facts
+            .values()
+            .find_map(|f| f.facts.types.get(instance_type))
+            .filter(|t| t.gpus > 0);
+        match provider {
+            Some(t) => core::GpuModel::from_provider(&t.gpu_model, t.gpu_memory_mib)
+                .as_str()
+                .to_string(),
+            None => self
+                .catalog_row(instance_type, "")
+                .map(|r| r.gpu_model.as_str().to_string())
+                .unwrap_or_default(),
+        }
     }
 
-    /// GPUs and hourly price of an instance, from the catalog.
-    pub fn describe(&self, i: &CloudInstance) -> (u32, f64) {
-        match self.catalog_row(&i.instance_type, &i.zone) {
-            Some(r) => {
-                let price = match i.capacity_type {
-                    CapacityType::Spot => r.spot.unwrap_or(r.on_demand),
-                    CapacityType::OnDemand => r.on_demand,
-                };
-                (r.gpus, price)
-            }
-            None => (0, 0.0),
-        }
+    /// GPUs and hourly price of an instance: the provider's GPU count and its zone's spot
+    /// price when known and plausible, else the catalog's.
+    pub fn describe(&self, i: &CloudInstance, view: &CloudView) -> (u32, f64) {
+        let Some(r) = self.catalog_row(&i.instance_type, &i.zone) else {
+            return (0, 0.0);
+        };
+        let region = view.facts.values().find(|f| {
+            f.types.contains_key(&i.instance_type)
+                || f.spot.iter().any(|p| p.instance_type == i.instance_type)
+        });
+        let gpus = region
+            .and_then(|f| f.types.get(&i.instance_type))
+            .map(|t| t.gpus)
+            .filter(|g| *g > 0)
+            .unwrap_or(r.gpus);
+        let price = match i.capacity_type {
+            CapacityType::Spot => region
+                .and_then(|f| {
+                    f.spot.iter().find(|p| {
+                        p.instance_type == i.instance_type
+                            && p.zone == i.zone
+                            && facts::plausible_spot(p.hourly_price, r.on_demand)
+                    })
+                })
+                .map(|p| p.hourly_price)
+                .or(r.spot)
+                .unwrap_or(r.on_demand),
+            CapacityType::OnDemand => r.on_demand,
+        };
+        (gpus, price)
     }
 
     /// The offerings of the cloud pools, with capacity cool-downs applied.
@@ -203,12 +349,16 @@ impl Cloud {
         let mut out = Vec::new();
         for p in pools {
             let Some(aws) = &p.spec.aws else { continue };
-            let mut offers = core::catalog::offerings(
+            let offers = core::catalog::offerings(
                 &self.config.catalog,
                 &p.name_any(),
                 &aws.region,
                 &aws.instance_types,
             );
+            let mut offers = match view.facts.get(&aws.region) {
+                Some(f) => facts::apply(offers, f, &aws.availability_zones),
+                None => offers,
+            };
             offers.retain(|o| {
                 aws.capacity_types.is_empty() || aws.capacity_types.contains(&o.capacity_type)
             });
@@ -229,6 +379,7 @@ impl Cloud {
                     o.unavailable_until = Some(*until);
                 }
             }
+            view.spot.apply(&mut offers, now);
             out.extend(offers);
         }
         out
@@ -378,11 +529,18 @@ impl Cloud {
 }
 
 /// Polls the cloud pools' regions every `poll`, notifying `changed` after each listing.
-pub async fn poll(cloud: Arc<Cloud>, regions: impl Fn() -> BTreeSet<String>, changed: Arc<Notify>) {
+pub async fn poll(
+    cloud: Arc<Cloud>,
+    pools: impl Fn() -> Vec<Arc<ComputePool>>,
+    metrics: Arc<crate::metrics::Metrics>,
+    changed: Arc<Notify>,
+) {
     loop {
-        let rs = regions();
-        if !rs.is_empty() {
-            cloud.refresh(&rs).await;
+        let ps = pools();
+        if ps.iter().any(|p| p.spec.aws.is_some()) {
+            for i in cloud.refresh(&ps).await {
+                metrics.spot_interrupted(&i.pool, &i.instance_type);
+            }
             changed.notify_one();
         }
         tokio::time::sleep(cloud.config.poll).await;

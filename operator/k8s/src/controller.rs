@@ -400,7 +400,8 @@ impl Controller {
             let pools = self.caches.pools.clone();
             AbortOnDrop(tokio::spawn(crate::cloud::poll(
                 cloud,
-                move || cloud_regions(&valid(&pools)),
+                move || valid(&pools),
+                self.metrics.clone(),
                 changed.clone(),
             )))
         });
@@ -754,7 +755,7 @@ impl Controller {
             .filter_map(|n| Some((n.instance_id.clone()?, n.name.clone())))
             .collect();
         for i in &view.instances {
-            let (gpus, price) = cloud.describe(i);
+            let (gpus, price) = cloud.describe(i, view);
             built.snapshot.instances.push(core::Instance {
                 id: i.id.clone(),
                 pool: i.pool.clone(),
@@ -957,7 +958,7 @@ impl Controller {
             if meta.deletion_timestamp.is_none() || !ours {
                 continue;
             }
-            let mine: Vec<&spillway_aws::CloudInstance> =
+            let mine: Vec<&spillway_cloud::CloudInstance> =
                 view.instances.iter().filter(|i| i.job == v.id).collect();
             let ns = v.job.namespace().unwrap_or_default();
             let name = v.job.name_any();

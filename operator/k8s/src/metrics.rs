@@ -53,6 +53,7 @@ struct Inner {
     policy_errors: BTreeMap<Labels, u64>,
     cloud_calls: BTreeMap<Labels, u64>,
     garbage: BTreeMap<Labels, u64>,
+    spot_interruptions: BTreeMap<Labels, u64>,
     spend: BTreeMap<Labels, f64>,
 }
 
@@ -138,6 +139,17 @@ impl Metrics {
                     ("capacity_type", capacity_type.into()),
                 ])
                 .or_default() += usd;
+        });
+    }
+
+    pub fn spot_interrupted(&self, pool: &str, instance_type: &str) {
+        self.with(|m| {
+            *m.spot_interruptions
+                .entry(vec![
+                    ("pool", pool.into()),
+                    ("instance_type", instance_type.into()),
+                ])
+                .or_default() += 1
         });
     }
 
@@ -242,6 +254,13 @@ impl Metrics {
                 "counter",
                 "Orphaned instances terminated and Nodes of vanished instances deleted, by kind.",
                 &m.garbage,
+            );
+            family(
+                &mut out,
+                "spillway_spot_interruptions_total",
+                "counter",
+                "Spot instances that went away without Spillway terminating them, by pool and instance type.",
+                &m.spot_interruptions,
             );
             header(
                 &mut out,

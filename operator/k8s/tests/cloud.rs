@@ -1,21 +1,27 @@
 //! The cloud side's failure paths, with an in-memory provider (the real EC2 path is tested
 //! against moto in tests/tests/aws.rs).
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use spillway_api::ComputePool;
-use spillway_aws::{CloudError, CloudInstance, CloudProvider, InstanceState, LaunchRequest};
+use spillway_cloud::{
+    BoxFuture, CloudError, CloudInstance, CloudProvider, InstanceState, InstanceTypeInfo,
+    LaunchRequest, SpotPrice,
+};
 use spillway_core::{CapacityType, Launch, OfferingChoice, Time};
 use spillway_k8s::cloud::{Cloud, CloudConfig, CloudView, DEFAULT_CATALOG, ProviderFactory};
 use tokio::sync::Notify;
 
 #[derive(Default)]
 struct Fake {
-    existing: Vec<CloudInstance>,
+    existing: Mutex<Vec<CloudInstance>>,
     fail_with: Option<CloudError>,
     launches: Mutex<Vec<LaunchRequest>>,
+    types: Vec<InstanceTypeInfo>,
+    spot: Vec<SpotPrice>,
+    fact_calls: AtomicU32,
 }
 
 fn instance(id: &str, need: &str) -> CloudInstance {
@@ -38,7 +44,7 @@ impl CloudProvider for Fake {
         &'a self,
         _: &'a str,
     ) -> BoxFuture<'a, Result<Vec<CloudInstance>, CloudError>> {
-        Box::pin(async move { Ok(self.existing.clone()) })
+        Box::pin(async move { Ok(self.existing.lock().unwrap().clone()) })
     }
     fn instances_for_need<'a>(
         &'a self,
@@ -48,6 +54,8 @@ impl CloudProvider for Fake {
         Box::pin(async move {
             Ok(self
                 .existing
+                .lock()
+                .unwrap()
                 .iter()
                 .filter(|i| i.need == need)
                 .cloned()
@@ -68,6 +76,33 @@ impl CloudProvider for Fake {
     }
     fn terminate<'a>(&'a self, _: &'a [String]) -> BoxFuture<'a, Result<(), CloudError>> {
         Box::pin(async { Ok(()) })
+    }
+    fn instance_types<'a>(
+        &'a self,
+        types: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<InstanceTypeInfo>, CloudError>> {
+        Box::pin(async move {
+            self.fact_calls.fetch_add(1, Ordering::SeqCst);
+            Ok(self
+                .types
+                .iter()
+                .filter(|t| types.contains(&t.instance_type))
+                .cloned()
+                .collect())
+        })
+    }
+    fn spot_prices<'a>(
+        &'a self,
+        types: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<SpotPrice>, CloudError>> {
+        Box::pin(async move {
+            Ok(self
+                .spot
+                .iter()
+                .filter(|p| types.contains(&p.instance_type))
+                .cloned()
+                .collect())
+        })
     }
 }
 
@@ -120,7 +155,7 @@ fn launch(need: &str) -> Launch {
 #[tokio::test]
 async fn a_need_with_instances_is_adopted_not_launched_again() {
     let fake = Arc::new(Fake {
-        existing: vec![instance("i-old", "ns/j#0")],
+        existing: Mutex::new(vec![instance("i-old", "ns/j#0")]),
         ..Fake::default()
     });
     let c = cloud(fake.clone());
@@ -156,7 +191,7 @@ async fn a_failed_launch_cools_the_offering_down() {
         .unwrap_err();
     assert!(matches!(err, CloudError::Capacity { .. }));
     let r = &fake.launches.lock().unwrap()[0];
-    assert_eq!(r.client_token(), spillway_aws::client_token("c", "ns/j#0"));
+    assert_eq!(r.client_token(), spillway_cloud::client_token("c", "ns/j#0"));
     assert_eq!(
         r.zone, None,
         "a zone id from the catalog is not a placement zone name"
@@ -177,5 +212,69 @@ async fn a_failed_launch_cools_the_offering_down() {
             .iter()
             .all(|o| o.capacity_type == CapacityType::OnDemand),
         "pool capacity types"
+    );
+}
+
+#[tokio::test]
+async fn provider_facts_and_spot_interruptions_shape_the_offerings() {
+    let mut spot = instance("i-spot", "ns/j#0");
+    spot.capacity_type = CapacityType::Spot;
+    let price = |zone: &str, p: f64| SpotPrice {
+        instance_type: "g6.xlarge".into(),
+        zone: zone.into(),
+        hourly_price: p,
+        at: Time::from_millis(0),
+    };
+    let fake = Arc::new(Fake {
+        existing: Mutex::new(vec![spot.clone()]),
+        types: vec![InstanceTypeInfo {
+            instance_type: "g6.xlarge".into(),
+            gpus: 1,
+            gpu_model: "L4".into(),
+            gpu_memory_mib: 22888,
+        }],
+        // moto's placeholder price in us-east-1b is not believed.
+        spot: vec![price("us-east-1a", 0.35), price("us-east-1b", 0.00001)],
+        ..Fake::default()
+    });
+    let c = cloud(fake.clone());
+    let pools = [pool("spot")];
+    assert!(c.refresh(&pools).await.is_empty());
+    let regions = ["us-east-1".to_string()].into_iter().collect();
+    let now = spillway_k8s::controller::now();
+    let offers = c.offerings(&pools, &c.view(&regions), now);
+    let got: Vec<(&str, f64, u32)> = offers
+        .iter()
+        .map(|o| (o.zone.as_str(), o.hourly_price, o.recent_interruptions))
+        .collect();
+    assert_eq!(got, vec![("us-east-1a", 0.35, 0)]);
+    assert_eq!(offers[0].gpu_memory_gib, 22888.0 / 1024.0);
+    assert_eq!(c.describe(&spot, &c.view(&regions)), (1, 0.35));
+
+    // The spot instance vanishes without Spillway terminating it: an interruption.
+    fake.existing.lock().unwrap().clear();
+    let lost = c.refresh(&pools).await;
+    assert_eq!(
+        lost.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(),
+        ["i-spot"]
+    );
+    let offers = c.offerings(&pools, &c.view(&regions), now);
+    assert_eq!(offers[0].recent_interruptions, 1);
+
+    // One Spillway terminates is not.
+    let mut mine = instance("i-mine", "ns/j#1");
+    mine.capacity_type = CapacityType::Spot;
+    fake.existing.lock().unwrap().push(mine);
+    assert!(c.refresh(&pools).await.is_empty());
+    assert!(c.start_terminate("i-mine"));
+    c.terminate("us-east-1", &["i-mine".to_string()])
+        .await
+        .unwrap();
+    fake.existing.lock().unwrap().clear();
+    assert!(c.refresh(&pools).await.is_empty());
+    assert_eq!(
+        fake.fact_calls.load(Ordering::SeqCst),
+        1,
+        "facts are read once per FACTS_EVERY, not at every listing"
     );
 }

@@ -394,6 +394,9 @@ struct OfferingView<'a> {
     region: &'a str,
     zone: &'a str,
     hourly_price: f64,
+    #[serde(rename = "gpuMemoryGiB")]
+    gpu_memory_gib: f64,
+    recent_interruptions: u64,
 }
 
 fn vars(ctx: &PolicyContext<'_>, offering: Option<&Offering>) -> Option<Vars> {
@@ -452,6 +455,8 @@ fn vars(ctx: &PolicyContext<'_>, offering: Option<&Offering>) -> Option<Vars> {
                 region: &o.region,
                 zone: &o.zone,
                 hourly_price: o.hourly_price,
+                gpu_memory_gib: o.gpu_memory_gib,
+                recent_interruptions: u64::from(o.recent_interruptions),
             })
             .ok()?,
         ),
@@ -627,6 +632,8 @@ mod variable_tests {
             region: "r",
             zone: "z",
             hourly_price: 1.0,
+            gpu_memory_gib: 24.0,
+            recent_interruptions: 0,
         };
         assert_eq!(keys(serde_json::to_value(&job).unwrap()), listed("job"));
         assert_eq!(keys(serde_json::to_value(&queue).unwrap()), listed("queue"));

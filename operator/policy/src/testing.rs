@@ -68,6 +68,11 @@ struct OfferingSpec {
     #[serde(default)]
     zone: Option<String>,
     hourly_price: f64,
+    /// Memory of one GPU; the built-in table's value for the model when left out.
+    #[serde(rename = "gpuMemoryGiB", default)]
+    gpu_memory_gib: Option<f64>,
+    #[serde(default)]
+    recent_interruptions: u32,
 }
 
 fn on_demand() -> CapacityType {
@@ -228,6 +233,11 @@ pub fn situation_snapshot(
             zone: o.zone.clone().unwrap_or_else(|| format!("{}a", o.region)),
             hourly_price: o.hourly_price,
             unavailable_until: None,
+            gpu_memory_gib: o
+                .gpu_memory_gib
+                .or_else(|| GpuModel::normalize(&o.gpu_model).memory_gib())
+                .unwrap_or(0.0),
+            recent_interruptions: o.recent_interruptions,
         });
     }
     let state = situation.queue_state.unwrap_or_default();

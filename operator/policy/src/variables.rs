@@ -147,6 +147,16 @@ pub const VARIABLES: &[Variable] = &[
             f("region", "string", "region"),
             f("zone", "string", "zone"),
             f("hourlyPrice", "double", "USD per hour for one instance"),
+            f(
+                "gpuMemoryGiB",
+                "double",
+                "memory of one GPU, GiB (EC2's DescribeInstanceTypes, else Spillway's table; 0 if unknown)",
+            ),
+            f(
+                "recentInterruptions",
+                "int",
+                "spot interruptions of this offering in the last 24 hours (0 for on-demand)",
+            ),
         ],
     },
 ];

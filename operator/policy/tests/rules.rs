@@ -35,6 +35,8 @@ fn offering(
         zone: format!("{region}a"),
         hourly_price: price,
         unavailable_until: None,
+        gpu_memory_gib: 0.0,
+        recent_interruptions: 0,
     }
 }
 

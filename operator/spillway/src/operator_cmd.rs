@@ -109,7 +109,7 @@ pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
         let factory: spillway_k8s::cloud::ProviderFactory = Arc::new(|region: String| {
             Box::pin(async move {
                 let p = spillway_aws::Ec2Provider::from_env(&region, Default::default()).await;
-                Arc::new(p) as Arc<dyn spillway_aws::CloudProvider>
+                Arc::new(p) as Arc<dyn spillway_cloud::CloudProvider>
             })
         });
         let cloud = spillway_k8s::cloud::CloudConfig {

@@ -1,0 +1,311 @@
+//! Spillway's cloud contract: the [`CloudProvider`] trait through which instances are
+//! launched, listed and terminated, and instance-type facts and spot prices are read. The
+//! operator implements it on EC2 (`spillway-aws`); the simulator implements it on its virtual
+//! clock (`spillway-sim`), so both drive the cloud through the same calls and see the same
+//! errors.
+//!
+//! Invariants:
+//! - Every instance Spillway launches carries the tags `spillway.io/cluster`,
+//!   `spillway.io/pool`, `spillway.io/job`, `spillway.io/queue` and `spillway.io/need`; Spillway
+//!   lists, and so ever terminates, only instances with its cluster tag.
+//! - A launch carries a `ClientToken` derived from the cluster and the need, and callers look the
+//!   need up by its tag first, so no need is launched twice (moto ignores ClientToken; real EC2
+//!   honours it for the window before the tags are visible).
+//! - Errors are data: capacity errors, throttling and bad requests are told apart
+//!   ([`CloudError`]), so the caller can cool an offering down, back off, or give up.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use spillway_core::{CapacityType, Time};
+
+pub mod facts;
+
+/// A boxed, sendable future (the same type as `futures::future::BoxFuture`).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Tag keys.
+pub mod tags {
+    pub const CLUSTER: &str = "spillway.io/cluster";
+    pub const POOL: &str = "spillway.io/pool";
+    pub const JOB: &str = "spillway.io/job";
+    pub const QUEUE: &str = "spillway.io/queue";
+    pub const NEED: &str = "spillway.io/need";
+    pub const CAPACITY_TYPE: &str = "spillway.io/capacity-type";
+}
+
+/// The machine image to boot.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Image {
+    Ami(String),
+    LaunchTemplate {
+        id: Option<String>,
+        name: Option<String>,
+        version: Option<String>,
+    },
+}
+
+/// One launch: `count` instances of one offering for one need.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaunchRequest {
+    pub cluster: String,
+    pub pool: String,
+    pub job: String,
+    pub queue: String,
+    pub need: String,
+    pub instance_type: String,
+    pub capacity_type: CapacityType,
+    /// An availability-zone name to place the instances in, when the offering names one.
+    pub zone: Option<String>,
+    pub count: u32,
+    pub image: Image,
+    pub subnet_ids: Vec<String>,
+    pub security_group_ids: Vec<String>,
+    pub iam_instance_profile: Option<String>,
+    /// Extra tags (the pool's `tags`).
+    pub tags: BTreeMap<String, String>,
+    /// Rendered user data (plain text; base64-encoded by the provider).
+    pub user_data: Option<String>,
+}
+
+impl LaunchRequest {
+    /// The idempotency token for this need: stable across retries and restarts, at most 64
+    /// characters as EC2 requires.
+    pub fn client_token(&self) -> String {
+        client_token(&self.cluster, &self.need)
+    }
+}
+
+/// `spillway-` and an FNV-1a hash of cluster and need, hex: 25 characters.
+pub fn client_token(cluster: &str, need: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in cluster.bytes().chain([0u8]).chain(need.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("spillway-{h:016x}")
+}
+
+/// An instance's lifecycle state, as EC2 reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InstanceState {
+    Pending,
+    Running,
+    ShuttingDown,
+    Terminated,
+    Stopping,
+    Stopped,
+}
+
+impl InstanceState {
+    /// Gone or going: it will never run a job again.
+    pub fn is_gone(self) -> bool {
+        matches!(
+            self,
+            InstanceState::ShuttingDown
+                | InstanceState::Terminated
+                | InstanceState::Stopping
+                | InstanceState::Stopped
+        )
+    }
+}
+
+/// An instance with Spillway's cluster tag.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CloudInstance {
+    pub id: String,
+    pub pool: String,
+    pub job: String,
+    pub queue: String,
+    pub need: String,
+    pub instance_type: String,
+    pub capacity_type: CapacityType,
+    pub zone: String,
+    pub state: InstanceState,
+    pub launched_at: Time,
+}
+
+/// Why a cloud call failed.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum CloudError {
+    /// No capacity for this offering now (`InsufficientInstanceCapacity`,
+    /// `InstanceLimitExceeded`, `Unsupported`, `SpotMaxPriceTooLow`, ...): try another one.
+    #[error("no capacity: {code}: {message}")]
+    Capacity { code: String, message: String },
+    /// Throttled (`RequestLimitExceeded`): back off and retry.
+    #[error("throttled: {code}: {message}")]
+    Throttled { code: String, message: String },
+    /// The request is wrong (bad AMI, unknown instance type, missing permission): retrying the
+    /// same request will not help.
+    #[error("request refused: {code}: {message}")]
+    Refused { code: String, message: String },
+    /// Anything else (network, timeout, server error): retry later.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl CloudError {
+    /// Classifies an EC2 error code.
+    pub fn from_code(code: &str, message: &str) -> CloudError {
+        let (code, message) = (code.to_string(), message.to_string());
+        match code.as_str() {
+            "InsufficientInstanceCapacity"
+            | "InsufficientCapacity"
+            | "InstanceLimitExceeded"
+            | "Unsupported"
+            | "SpotMaxPriceTooLow"
+            | "MaxSpotInstanceCountExceeded"
+            | "InsufficientHostCapacity"
+            | "VcpuLimitExceeded" => CloudError::Capacity { code, message },
+            "RequestLimitExceeded" | "Throttling" | "ThrottlingException" => {
+                CloudError::Throttled { code, message }
+            }
+            c if c.starts_with("Invalid")
+                || c.starts_with("Missing")
+                || c == "UnauthorizedOperation"
+                || c == "AuthFailure"
+                || c == "OptInRequired" =>
+            {
+                CloudError::Refused { code, message }
+            }
+            _ => CloudError::Other(format!("{code}: {message}")),
+        }
+    }
+}
+
+/// What the provider says of one instance type's GPUs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InstanceTypeInfo {
+    pub instance_type: String,
+    /// GPUs per instance (0 when the type has none or the provider does not say).
+    pub gpus: u32,
+    /// The GPU's name as the provider spells it (`A10G`, `A100`, `H100`).
+    pub gpu_model: String,
+    /// Memory of one GPU, MiB.
+    pub gpu_memory_mib: u64,
+}
+
+/// One recent spot price of an instance type in one zone.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpotPrice {
+    pub instance_type: String,
+    /// Availability-zone name (`us-east-1a`).
+    pub zone: String,
+    /// USD per hour for one instance.
+    pub hourly_price: f64,
+    pub at: Time,
+}
+
+/// Launch, list and terminate instances, and read instance-type facts and spot prices. The
+/// operator holds one per region; the simulator one for its whole replay.
+pub trait CloudProvider: Send + Sync {
+    /// Instances tagged with `cluster` (any state but terminated).
+    fn instances<'a>(
+        &'a self,
+        cluster: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<CloudInstance>, CloudError>>;
+    /// Instances tagged with `cluster` and `need` (any state but terminated).
+    fn instances_for_need<'a>(
+        &'a self,
+        cluster: &'a str,
+        need: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<CloudInstance>, CloudError>>;
+    /// Launches the instances of one request, all or none.
+    fn launch<'a>(
+        &'a self,
+        request: &'a LaunchRequest,
+    ) -> BoxFuture<'a, Result<Vec<CloudInstance>, CloudError>>;
+    /// Terminates instances (already gone ones are fine).
+    fn terminate<'a>(&'a self, ids: &'a [String]) -> BoxFuture<'a, Result<(), CloudError>>;
+    /// GPU facts of these instance types; types the provider does not know are left out.
+    fn instance_types<'a>(
+        &'a self,
+        types: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<InstanceTypeInfo>, CloudError>>;
+    /// The latest spot price of these instance types in each zone that sells them (Linux).
+    fn spot_prices<'a>(
+        &'a self,
+        types: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<SpotPrice>, CloudError>>;
+}
+
+/// Timeout of each call, and retries of throttled calls.
+#[derive(Clone, Debug)]
+pub struct CallPolicy {
+    pub timeout: Duration,
+    pub throttle_retries: u32,
+    pub backoff_base: Duration,
+}
+
+impl Default for CallPolicy {
+    fn default() -> Self {
+        CallPolicy {
+            timeout: Duration::from_secs(30),
+            throttle_retries: 5,
+            backoff_base: Duration::from_millis(500),
+        }
+    }
+}
+
+/// Full-jitter exponential backoff: a random wait in `[0, base * 2^attempt]` (capped at 30 s).
+pub fn backoff(base: Duration, attempt: u32) -> Duration {
+    let cap = base
+        .saturating_mul(1u32 << attempt.min(16))
+        .min(Duration::from_secs(30));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    // A cheap, good-enough spread: the clock's nanoseconds, mixed.
+    let mut x = u64::from(nanos) ^ 0x9E37_79B9_7F4A_7C15;
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    let frac = (x >> 11) as f64 / (1u64 << 53) as f64;
+    cap.mul_f64(frac)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_tokens_are_stable_short_and_distinct() {
+        let a = client_token("prod", "ns/job#0");
+        assert_eq!(a, client_token("prod", "ns/job#0"));
+        assert_ne!(a, client_token("prod", "ns/job#1"));
+        assert_ne!(a, client_token("staging", "ns/job#0"));
+        assert!(a.len() <= 64);
+    }
+
+    #[test]
+    fn error_codes_are_classified() {
+        assert!(matches!(
+            CloudError::from_code("InsufficientInstanceCapacity", "x"),
+            CloudError::Capacity { .. }
+        ));
+        assert!(matches!(
+            CloudError::from_code("RequestLimitExceeded", "x"),
+            CloudError::Throttled { .. }
+        ));
+        assert!(matches!(
+            CloudError::from_code("InvalidAMIID.NotFound", "x"),
+            CloudError::Refused { .. }
+        ));
+        assert!(matches!(
+            CloudError::from_code("InternalError", "x"),
+            CloudError::Other(_)
+        ));
+    }
+
+    #[test]
+    fn backoff_stays_within_its_cap() {
+        for attempt in 0..20 {
+            let d = backoff(Duration::from_millis(100), attempt);
+            assert!(d <= Duration::from_secs(30));
+            assert!(d <= Duration::from_millis(100) * (1 << attempt.min(16)));
+        }
+    }
+}
