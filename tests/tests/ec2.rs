@@ -146,6 +146,7 @@ async fn instance_type_facts_and_spot_prices_through_the_provider() {
     let moto = MotoServer::shared().await;
     let provider = spillway_aws::Ec2Provider::new(moto.ec2_client().await, Default::default());
     let types = vec![
+        "g6.xlarge".to_string(),
         "g5.xlarge".to_string(),
         "p4d.24xlarge".to_string(),
         "p9.nonexistent".to_string(),
@@ -175,8 +176,8 @@ async fn instance_type_facts_and_spot_prices_through_the_provider() {
         .spot_prices(&types[..1])
         .await
         .unwrap_or_else(|e| panic!("DescribeSpotPriceHistory: {e}\n{}", moto.log_tail()));
-    assert!(!prices.is_empty(), "moto prices g5.xlarge in some zones");
-    assert!(prices.iter().all(|p| p.instance_type == "g5.xlarge"));
+    assert!(!prices.is_empty(), "moto prices g6.xlarge in some zones");
+    assert!(prices.iter().all(|p| p.instance_type == "g6.xlarge"));
     assert!(
         prices.iter().all(|p| p.zone.starts_with("us-east-1")),
         "{prices:?}"
@@ -198,6 +199,8 @@ async fn instance_type_facts_and_spot_prices_through_the_provider() {
             .map(|o| (o.zone.clone(), o.hourly_price))
             .collect()
     };
+    assert!(!spot(&offers).is_empty(), "the catalog prices g6.xlarge spot");
     assert_eq!(spot(&applied), spot(&offers));
     assert!(applied.iter().all(|o| o.gpu_memory_gib >= 20.0));
+    assert!(applied.iter().all(|o| o.gpu_model.as_str() == "L4"));
 }
