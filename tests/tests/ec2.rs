@@ -199,7 +199,10 @@ async fn instance_type_facts_and_spot_prices_through_the_provider() {
             .map(|o| (o.zone.clone(), o.hourly_price))
             .collect()
     };
-    assert!(!spot(&offers).is_empty(), "the catalog prices g6.xlarge spot");
+    assert!(
+        !spot(&offers).is_empty(),
+        "the catalog prices g6.xlarge spot"
+    );
     assert_eq!(spot(&applied), spot(&offers));
     assert!(applied.iter().all(|o| o.gpu_memory_gib >= 20.0));
     assert!(applied.iter().all(|o| o.gpu_model.as_str() == "L4"));

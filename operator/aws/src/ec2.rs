@@ -371,7 +371,10 @@ impl CloudProvider for Ec2Provider {
                             .client
                             .describe_spot_price_history()
                             .set_instance_types(Some(
-                                types.iter().map(|t| InstanceType::from(t.as_str())).collect(),
+                                types
+                                    .iter()
+                                    .map(|t| InstanceType::from(t.as_str()))
+                                    .collect(),
                             ))
                             .product_descriptions("Linux/UNIX")
                             .start_time(now)
@@ -408,7 +411,10 @@ impl CloudProvider for Ec2Provider {
                         None => out.push(price),
                     }
                 }
-                token = page.next_token().filter(|t| !t.is_empty()).map(str::to_string);
+                token = page
+                    .next_token()
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_string);
                 if token.is_none() {
                     return Ok(out);
                 }
@@ -428,10 +434,7 @@ fn to_type_info(t: &aws_sdk_ec2::types::InstanceTypeInfo) -> Option<InstanceType
             .iter()
             .map(|g| g.count().unwrap_or(0).max(0) as u32)
             .sum(),
-        gpu_model: first
-            .and_then(|g| g.name())
-            .unwrap_or_default()
-            .to_string(),
+        gpu_model: first.and_then(|g| g.name()).unwrap_or_default().to_string(),
         gpu_memory_mib: first
             .and_then(|g| g.memory_info())
             .and_then(|m| m.size_in_mib())

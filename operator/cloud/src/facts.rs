@@ -46,9 +46,7 @@ pub fn apply(offers: Vec<Offering>, facts: &RegionFacts, zones: &[String]) -> Ve
                 o.gpu_model.memory_gib().unwrap_or(o.gpu_memory_gib)
             };
         }
-        if o.capacity_type == CapacityType::OnDemand
-            && !replaced_spot.contains(&o.instance_type)
-        {
+        if o.capacity_type == CapacityType::OnDemand && !replaced_spot.contains(&o.instance_type) {
             let prices: Vec<&SpotPrice> = facts
                 .spot
                 .iter()
@@ -125,7 +123,10 @@ mod tests {
             },
         );
         let out = apply(catalog(), &facts, &[]);
-        let p4de = out.iter().find(|o| o.instance_type == "p4de.24xlarge").unwrap();
+        let p4de = out
+            .iter()
+            .find(|o| o.instance_type == "p4de.24xlarge")
+            .unwrap();
         assert_eq!(p4de.gpu_model.as_str(), "A100-80GB");
         assert_eq!(p4de.gpu_memory_gib, 80.0);
     }

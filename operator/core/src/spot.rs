@@ -46,10 +46,7 @@ impl SpotHistory {
     /// zone counts that zone's; an unpinned one (its zone is not a zone of its region, as
     /// catalog zone ids are not) counts every zone's.
     pub fn count(&self, o: &Offering, now: Time) -> u32 {
-        let Some(q) = self
-            .events
-            .get(&(o.pool.clone(), o.instance_type.clone()))
-        else {
+        let Some(q) = self.events.get(&(o.pool.clone(), o.instance_type.clone())) else {
             return 0;
         };
         let pinned = !o.region.is_empty() && o.zone.starts_with(&o.region);
@@ -114,7 +111,10 @@ mod tests {
         ];
         h.apply(&mut offers, now);
         assert_eq!(offers[0].recent_interruptions, 1);
-        assert_eq!(offers[1].recent_interruptions, 0, "on-demand is not counted");
+        assert_eq!(
+            offers[1].recent_interruptions, 0,
+            "on-demand is not counted"
+        );
     }
 
     #[test]
@@ -123,7 +123,10 @@ mod tests {
         let t0 = Time::from_millis(1_000_000_000);
         h.record("aws", "g5.xlarge", "us-east-1a", t0);
         let later = t0 + WINDOW + Duration::from_secs(1);
-        assert_eq!(h.count(&offering("us-east-1a", CapacityType::Spot), later), 0);
+        assert_eq!(
+            h.count(&offering("us-east-1a", CapacityType::Spot), later),
+            0
+        );
         assert_eq!(h.iter(t0).count(), 1);
         h.forget(later);
         assert_eq!(h.iter(t0).count(), 0);

@@ -192,8 +192,7 @@ impl Cloud {
                         .collect();
                     for i in &lost {
                         tracing::warn!(instance = %i.id, pool = %i.pool, instance_type = %i.instance_type, zone = %i.zone, "spot instance interrupted");
-                        st.spot
-                            .record(&i.pool, &i.instance_type, &i.zone, now);
+                        st.spot.record(&i.pool, &i.instance_type, &i.zone, now);
                     }
                     st.spot.forget(now);
                     interrupted.extend(lost);

@@ -191,7 +191,10 @@ async fn a_failed_launch_cools_the_offering_down() {
         .unwrap_err();
     assert!(matches!(err, CloudError::Capacity { .. }));
     let r = &fake.launches.lock().unwrap()[0];
-    assert_eq!(r.client_token(), spillway_cloud::client_token("c", "ns/j#0"));
+    assert_eq!(
+        r.client_token(),
+        spillway_cloud::client_token("c", "ns/j#0")
+    );
     assert_eq!(
         r.zone, None,
         "a zone id from the catalog is not a placement zone name"

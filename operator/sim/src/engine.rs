@@ -1,26 +1,33 @@
 //! The discrete-event engine: a virtual clock, a simulated private cluster and a simulated
 //! cloud, driven by the same `spillway_core::decide` the operator calls.
 //!
-//! Events are job arrivals, job completions, instances becoming nodes, spot interruptions and
-//! wake-ups that `decide` asks for (wait thresholds, idle timeouts). All events at one instant
-//! are applied first, then `decide` runs once and its plan is applied.
+//! Events are job arrivals, job completions, changes of the cloud (a machine finished booting,
+//! a spot instance was reclaimed) and wake-ups that `decide` asks for (wait thresholds, idle
+//! timeouts). All events at one instant are applied first, then `decide` runs once and its plan
+//! is applied.
 //!
-//! Cloud model: an instance becomes a node `boot_delay` after launch; it is billed per second
-//! from launch to termination with a 60 s minimum; a launch fails with a capacity error with
-//! probability `capacity_error_rate`, which makes that offering unavailable for
-//! `capacity_cooldown`; a spot instance is interrupted after an exponentially distributed time
-//! with rate `spot_interruptions_per_hour`. Restartable jobs resume elsewhere with the work they
-//! had left (they checkpoint); others start over.
+//! The cloud is a [`SimCloud`]: the engine launches, looks up and terminates instances through
+//! the `CloudProvider` trait the operator drives EC2 with. A running instance joins as a node;
+//! it is billed per second from launch to termination with a 60 s minimum; a failed launch makes
+//! that offering unavailable for `capacity_cooldown` (as in the operator); a reclaimed spot
+//! instance stops its jobs and is remembered against its offering
+//! (`offering.recentInterruptions`). Restartable jobs resume elsewhere with the work they had
+//! left (they checkpoint); others start over.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
+use spillway_cloud::{CloudInstance, CloudProvider, Image, InstanceState, LaunchRequest};
+use spillway_core::spot::SpotHistory;
 use spillway_core::{
-    CapacityType, Duration, GpuModel, Instance, Job, JobState, Node, Offering, Plan, Policy,
-    Snapshot, Time,
+    Duration, GpuModel, Instance, Job, JobState, Node, Offering, Plan, Policy, Snapshot, Time,
 };
 
+use crate::cloud::{CloudModel, SimCloud, now_or_error};
 use crate::trace::TraceJob;
+
+/// The `spillway.io/cluster` tag of the simulator's instances.
+const CLUSTER: &str = "simulate";
 
 /// Everything a replay needs besides the trace.
 #[derive(Clone, Debug)]
@@ -81,29 +88,7 @@ enum Event {
         job: usize,
         attempt: u32,
     },
-    /// Instance (index into `instances`) joins as a node.
-    Ready {
-        instance: usize,
-    },
-    /// Spot instance is reclaimed.
-    Interrupt {
-        instance: usize,
-    },
     Wake,
-}
-
-/// SplitMix64: small, seedable, good enough for sampling failures.
-struct Rng(u64);
-
-impl Rng {
-    fn next_f64(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
-    }
 }
 
 struct SimInstance {
@@ -146,10 +131,13 @@ struct Engine<'a> {
     attempt: Vec<u32>,
     instances: Vec<SimInstance>,
     instance_by_id: HashMap<String, usize>,
+    /// Instances (indexes into `instances`) per need.
+    instances_of_need: HashMap<String, Vec<usize>>,
+    cloud: SimCloud,
+    spot: SpotHistory,
     events: BinaryHeap<Reverse<(i64, u64, Event)>>,
     wakes: BTreeSet<i64>,
     seq: u64,
-    rng: Rng,
     out: Outcome,
     next_arrival: usize,
     private_busy: u32,
@@ -189,10 +177,20 @@ impl<'a> Engine<'a> {
             attempt: vec![0; trace.len()],
             instances: Vec::new(),
             instance_by_id: HashMap::new(),
+            instances_of_need: HashMap::new(),
+            cloud: SimCloud::new(
+                CloudModel {
+                    boot_delay: world.boot_delay,
+                    capacity_error_rate: world.capacity_error_rate,
+                    spot_interruptions_per_hour: world.spot_interruptions_per_hour,
+                    seed: world.seed,
+                },
+                world.snapshot.offerings.clone(),
+            ),
+            spot: SpotHistory::default(),
             events: BinaryHeap::new(),
             wakes: BTreeSet::new(),
             seq: 0,
-            rng: Rng(world.seed ^ 0x5eed_5eed),
             out: Outcome {
                 jobs: trace
                     .iter()
@@ -235,13 +233,20 @@ impl<'a> Engine<'a> {
                 .trace
                 .get(self.next_arrival)
                 .map(|j| Self::ms(j.arrival_s));
-            let t = match (next_event, next_arrival) {
-                (None, None) => break,
-                (Some(a), None) => a,
-                (None, Some(b)) => b,
-                (Some(a), Some(b)) => a.min(b),
+            let next_cloud = self.cloud.next_change().map(Time::as_millis);
+            let Some(t) = [next_event, next_arrival, next_cloud]
+                .into_iter()
+                .flatten()
+                .min()
+            else {
+                break;
             };
             self.advance(t);
+            let mut only_wakes = true;
+            for need in self.cloud.advance_to(Time::from_millis(t)) {
+                only_wakes = false;
+                self.sync_need(&need, t);
+            }
             while self
                 .trace
                 .get(self.next_arrival)
@@ -253,7 +258,6 @@ impl<'a> Engine<'a> {
                     progress(self.next_arrival, self.trace.len());
                 }
             }
-            let mut only_wakes = true;
             while let Some(Reverse((et, _, _))) = self.events.peek() {
                 if *et != t {
                     break;
@@ -265,6 +269,11 @@ impl<'a> Engine<'a> {
                 self.apply_event(e, t);
             }
             self.wakes.remove(&t);
+            if !self.snap.instances.is_empty() || self.out.spot_interruptions > 0 {
+                self.spot.forget(Time::from_millis(t));
+                self.spot
+                    .apply(&mut self.snap.offerings, Time::from_millis(t));
+            }
             let plan = spillway_core::decide(&self.snap, self.policy, Time::from_millis(t));
             self.out.decide_calls += 1;
             let launched_before = self.out.instances_launched;
@@ -360,62 +369,90 @@ impl<'a> Engine<'a> {
                     self.remove_job(job);
                 }
             }
-            Event::Ready { instance } => {
-                if !self.instances[instance].alive {
-                    return;
-                }
-                let inst = &self.instances[instance].core;
-                let name = format!("{}-{}", inst.instance_type, inst.id);
-                let node = Node {
-                    name: name.clone(),
-                    pool: inst.pool.clone(),
-                    gpu_model: Some(self.instances[instance].gpu_model.clone()),
-                    gpus: inst.gpus,
-                    free_gpus: inst.gpus,
-                    schedulable: true,
-                    instance_id: Some(inst.id.clone()),
-                    idle_since: Some(Time::from_millis(t)),
-                };
-                self.node_pos.insert(name.clone(), self.snap.nodes.len());
-                self.snap.nodes.push(node);
-                self.instances[instance].core.node = Some(name.clone());
-                if let Some(si) = self
-                    .snap
-                    .instances
-                    .iter_mut()
-                    .find(|i| i.id == self.instances[instance].core.id)
-                {
-                    si.node = Some(name);
-                }
-                let rate = self.world.spot_interruptions_per_hour;
-                if self.instances[instance].core.capacity_type == CapacityType::Spot && rate > 0.0 {
-                    let u = self.rng.next_f64().max(1e-12);
-                    let after_s = -u.ln() / rate * 3600.0;
-                    self.push(t + Self::ms(after_s), Event::Interrupt { instance });
-                }
+        }
+    }
+
+    /// Asks the cloud about one need's instances (as the operator's poller lists them) and
+    /// follows what changed: a running instance joins as a node; one that is gone without
+    /// the engine terminating it was reclaimed, and its jobs stop.
+    fn sync_need(&mut self, need: &str, t: i64) {
+        let listed = match now_or_error(self.cloud.instances_for_need(CLUSTER, need)) {
+            Ok(l) => l,
+            // The simulated cloud always answers; were it not to, the next change retries.
+            Err(_) => return,
+        };
+        let mine = self
+            .instances_of_need
+            .get(need)
+            .cloned()
+            .unwrap_or_default();
+        for idx in mine {
+            if !self.instances[idx].alive {
+                continue;
             }
-            Event::Interrupt { instance } => {
-                if !self.instances[instance].alive {
-                    return;
+            let id = self.instances[idx].core.id.clone();
+            match listed.iter().find(|i| i.id == id).map(|i| i.state) {
+                Some(InstanceState::Running) if self.instances[idx].core.node.is_none() => {
+                    self.join(idx, t)
                 }
-                self.out.spot_interruptions += 1;
-                let node = self.instances[instance].core.node.clone();
-                if let Some(node) = node {
-                    let victims: Vec<usize> = self
-                        .snap
-                        .jobs
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, j)| matches!(&j.state, JobState::Running { nodes, .. } if nodes.contains(&node)))
-                        .map(|(p, _)| self.trace_of[p])
-                        .collect();
-                    for v in victims {
-                        self.requeue(v, t);
-                    }
-                }
-                self.terminate_instance(instance, t);
+                Some(s) if !s.is_gone() => {}
+                _ => self.reclaimed(idx, t),
             }
         }
+    }
+
+    /// A running instance becomes a node.
+    fn join(&mut self, instance: usize, t: i64) {
+        let inst = &self.instances[instance].core;
+        let name = format!("{}-{}", inst.instance_type, inst.id);
+        let node = Node {
+            name: name.clone(),
+            pool: inst.pool.clone(),
+            gpu_model: Some(self.instances[instance].gpu_model.clone()),
+            gpus: inst.gpus,
+            free_gpus: inst.gpus,
+            schedulable: true,
+            instance_id: Some(inst.id.clone()),
+            idle_since: Some(Time::from_millis(t)),
+        };
+        self.node_pos.insert(name.clone(), self.snap.nodes.len());
+        self.snap.nodes.push(node);
+        self.instances[instance].core.node = Some(name.clone());
+        if let Some(si) = self
+            .snap
+            .instances
+            .iter_mut()
+            .find(|i| i.id == self.instances[instance].core.id)
+        {
+            si.node = Some(name);
+        }
+    }
+
+    /// The cloud took a spot instance back: its jobs stop (restartable ones keep their
+    /// progress), and its offering remembers.
+    fn reclaimed(&mut self, instance: usize, t: i64) {
+        self.out.spot_interruptions += 1;
+        let core = &self.instances[instance].core;
+        self.spot.record(
+            &core.pool,
+            &core.instance_type,
+            &core.zone,
+            Time::from_millis(t),
+        );
+        if let Some(node) = core.node.clone() {
+            let victims: Vec<usize> = self
+                .snap
+                .jobs
+                .iter()
+                .enumerate()
+                .filter(|(_, j)| matches!(&j.state, JobState::Running { nodes, .. } if nodes.contains(&node)))
+                .map(|(p, _)| self.trace_of[p])
+                .collect();
+            for v in victims {
+                self.requeue(v, t);
+            }
+        }
+        self.forget_instance(instance, t);
     }
 
     /// Stops a running job and puts it back in its queue.
@@ -461,7 +498,20 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// Terminates an instance through the provider, then forgets it.
     fn terminate_instance(&mut self, i: usize, t: i64) {
+        if !self.instances[i].alive {
+            return;
+        }
+        let ids = [self.instances[i].core.id.clone()];
+        // A refused termination is asked again by the next plan.
+        if now_or_error(self.cloud.terminate(&ids)).is_ok() {
+            self.forget_instance(i, t);
+        }
+    }
+
+    /// Bills an instance up to `t` and removes it and its node from the snapshot.
+    fn forget_instance(&mut self, i: usize, t: i64) {
         let inst = &mut self.instances[i];
         if !inst.alive {
             return;
@@ -534,29 +584,54 @@ impl<'a> Engine<'a> {
             };
             let Some(&p) = self.pos.get(&i) else { continue };
             let o = &launch.offering;
-            if self.world.capacity_error_rate > 0.0
-                && self.rng.next_f64() < self.world.capacity_error_rate
-            {
-                self.out.capacity_errors += 1;
-                let until = Time::from_millis(t) + self.world.capacity_cooldown;
-                for off in self
-                    .snap
-                    .offerings
-                    .iter_mut()
-                    .filter(|x| same_offering(x, o))
-                {
-                    off.unavailable_until = Some(until);
+            let request = LaunchRequest {
+                cluster: CLUSTER.to_string(),
+                pool: o.pool.clone(),
+                job: launch.job.clone(),
+                queue: launch.queue.clone(),
+                need: launch.need.clone(),
+                instance_type: o.instance_type.clone(),
+                capacity_type: o.capacity_type,
+                zone: Some(o.zone.clone()),
+                count: launch.count.max(1),
+                image: Image::Ami("ami-simulated".into()),
+                subnet_ids: Vec::new(),
+                security_group_ids: Vec::new(),
+                iam_instance_profile: None,
+                tags: Default::default(),
+                user_data: None,
+            };
+            let launched: Vec<CloudInstance> = match now_or_error(self.cloud.launch(&request)) {
+                Ok(l) => l,
+                Err(_) => {
+                    // As in the operator: the offering cools down and the next decision
+                    // picks another one.
+                    self.out.capacity_errors += 1;
+                    let until = Time::from_millis(t) + self.world.capacity_cooldown;
+                    for off in self
+                        .snap
+                        .offerings
+                        .iter_mut()
+                        .filter(|x| same_offering(x, o))
+                    {
+                        off.unavailable_until = Some(until);
+                    }
+                    self.push(t, Event::Wake);
+                    self.push(until.as_millis(), Event::Wake);
+                    continue;
                 }
-                // Decide again at once: the next offering is tried.
-                self.push(t, Event::Wake);
-                self.push(until.as_millis(), Event::Wake);
-                continue;
-            }
-            for _ in 0..launch.count {
+            };
+            let gpu_model = self
+                .snap
+                .offerings
+                .iter()
+                .find(|x| same_offering(x, o))
+                .map(|x| x.gpu_model.clone())
+                .unwrap_or_else(|| GpuModel::normalize("unknown"));
+            for ci in launched {
                 let idx = self.instances.len();
-                let id = format!("i-{idx:08x}");
                 let core = Instance {
-                    id: id.clone(),
+                    id: ci.id.clone(),
                     pool: o.pool.clone(),
                     instance_type: o.instance_type.clone(),
                     capacity_type: o.capacity_type,
@@ -566,27 +641,20 @@ impl<'a> Engine<'a> {
                     need: launch.need.clone(),
                     queue: launch.queue.clone(),
                     node: None,
-                    launched_at: Time::from_millis(t),
+                    launched_at: ci.launched_at,
                 };
-                let gpu_model = self
-                    .snap
-                    .offerings
-                    .iter()
-                    .find(|x| same_offering(x, o))
-                    .map(|x| x.gpu_model.clone())
-                    .unwrap_or_else(|| GpuModel::normalize("unknown"));
                 self.snap.instances.push(core.clone());
-                self.instance_by_id.insert(id, idx);
+                self.instance_by_id.insert(ci.id, idx);
+                self.instances_of_need
+                    .entry(launch.need.clone())
+                    .or_default()
+                    .push(idx);
                 self.instances.push(SimInstance {
                     core,
-                    gpu_model,
+                    gpu_model: gpu_model.clone(),
                     alive: true,
                 });
                 self.out.instances_launched += 1;
-                self.push(
-                    t + self.world.boot_delay.as_millis() as i64,
-                    Event::Ready { instance: idx },
-                );
             }
             self.snap.jobs[p].state = JobState::Provisioning {
                 need: launch.need.clone(),

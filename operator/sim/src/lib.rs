@@ -3,9 +3,11 @@
 //! inputs and writing reports (done by the caller).
 //!
 //! Invariants: the simulator calls the same `spillway_core::decide` as the operator, with the
-//! same manifests; what it simulates (machines, boot delays, capacity errors, spot
-//! interruptions) lives here, never in the core.
+//! same manifests, and drives its cloud through the same `spillway_cloud::CloudProvider` trait;
+//! what it simulates (machines, boot delays, capacity errors, spot interruptions) lives here
+//! ([`cloud::SimCloud`]), never in the core.
 
+pub mod cloud;
 pub mod engine;
 pub mod html;
 pub mod report;

@@ -1,6 +1,8 @@
 //! Simulation tests: a scenario in, figures out, checked against bounds.
 
-use spillway_core::{Duration, NoPolicy, catalog};
+use spillway_core::{
+    CapacityType, Duration, Effects, NoPolicy, Offering, Policy, PolicyContext, catalog,
+};
 use spillway_sim::trace::{self, TraceFormat};
 use spillway_sim::{Options, Strategy, Summary, compare, setup};
 
@@ -9,11 +11,21 @@ const CATALOG: &str = "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,Memor
     p4d.24xlarge,A100,8,96,1152,21.96,8.0,us-east-1,use1-az1\n";
 
 fn run(trace_csv: &str, private: &str, strategies: &[Strategy], options: Options) -> Vec<Summary> {
+    run_with(trace_csv, private, strategies, options, &NoPolicy)
+}
+
+fn run_with(
+    trace_csv: &str,
+    private: &str,
+    strategies: &[Strategy],
+    options: Options,
+    policy: &dyn Policy,
+) -> Vec<Summary> {
     let jobs = trace::parse(trace_csv, TraceFormat::Spillway).expect("trace");
     let rows = catalog::parse(CATALOG).expect("catalog");
     let inventory = trace::parse_private_gpus(private).expect("inventory");
     let base = setup::snapshot(None, &inventory, &rows).expect("world");
-    compare(&base, &jobs, strategies, &options, &NoPolicy)
+    compare(&base, &jobs, strategies, &options, policy)
         .into_iter()
         .map(|(s, _)| s)
         .collect()
@@ -126,6 +138,48 @@ fn spot_interruptions_requeue_restartable_jobs_without_losing_them() {
     assert_eq!(s.finished_jobs, 3);
     assert!(s.spot_interruptions > 0);
     assert!(s.instances_launched > 3, "interrupted work was relaunched");
+}
+
+/// What `offeringFilter: offering.capacityType == 'on-demand' || offering.recentInterruptions < 1`
+/// says, as the core sees it.
+struct AvoidReclaimedSpot;
+
+impl Policy for AvoidReclaimedSpot {
+    fn effects(&self, _: &PolicyContext<'_>) -> Effects {
+        Effects::default()
+    }
+    fn offering_allowed(&self, _: &PolicyContext<'_>, o: &Offering) -> Result<(), String> {
+        if o.capacity_type == CapacityType::Spot && o.recent_interruptions >= 1 {
+            Err("avoid-reclaimed-spot".into())
+        } else {
+            Ok(())
+        }
+    }
+    fn filters_offerings(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn reclaimed_spot_offerings_are_remembered_and_can_be_avoided() {
+    let trace = "job_id,arrival_s,runtime_s,num_gpus,restartable\n\
+        a,0,36000,1,true\nb,0,36000,1,true\nc,0,36000,1,true\n";
+    let mut o = no_failures(60);
+    o.spot_interruptions_per_hour = 2.0;
+    let plain = &run(trace, "0x8", &[Strategy::NoWait], o.clone())[0];
+    let avoiding = &run_with(trace, "0x8", &[Strategy::NoWait], o, &AvoidReclaimedSpot)[0];
+    assert_eq!(plain.finished_jobs, 3);
+    assert_eq!(avoiding.finished_jobs, 3);
+    assert!(
+        plain.spot_interruptions > 6,
+        "spot keeps being used and reclaimed: {}",
+        plain.spot_interruptions
+    );
+    assert!(
+        avoiding.spot_interruptions <= 3,
+        "after its first reclaim the spot offering is skipped for a day: {}",
+        avoiding.spot_interruptions
+    );
 }
 
 #[test]
