@@ -395,6 +395,10 @@ async fn waits_past_max_wait_bursts_to_the_cheapest_instance_and_scales_down() {
         metrics.contains("spillway_cloud_calls_total{call=\"launch\",result=\"ok\"} 1"),
         "{metrics}"
     );
+    assert!(
+        metrics.contains("spillway_api_writes_total{kind=\"node-cordon\",result=\"ok\"} 1"),
+        "the node was cordoned before its instance went: {metrics}"
+    );
     op.stop().await.expect("clean stop");
 }
 
@@ -614,6 +618,88 @@ async fn an_instance_terminated_behind_our_back_requeues_or_fails_its_job() {
     })
     .await;
     assert_ne!(node_of(&again), node_of(&sturdy));
+    drop(machines);
+    op.stop().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reclaimed_spot_instance_is_remembered_and_its_job_requeued() {
+    let _turn = serial().await;
+    let w = World::new("aws-spot", json!({"capacityTypes": ["spot"]})).await;
+    let pools: Api<ComputePool> = Api::all(w.client.clone());
+    pools
+        .patch(
+            &w.aws_pool,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"aws": {"capacityTypes": ["spot"]}}})),
+        )
+        .await
+        .expect("spot-only pool");
+    let machines = BootingMachines::start(
+        w.ec2.clone(),
+        w.kubelet.clone(),
+        w.cluster_tag.clone(),
+        Some(Duration::from_secs(1)),
+    );
+    let op = w.operator().await;
+    w.submit("blocker", json!({}), None).await;
+    w.wait_phase("blocker", JobPhase::Running).await;
+    w.submit("checkpointing", json!({"restartable": true}), None)
+        .await;
+    let first = w.wait_phase("checkpointing", JobPhase::Running).await;
+    let node = first.status.clone().unwrap_or_default().nodes[0].clone();
+    let spot = w
+        .ec2
+        .describe_instances()
+        .instance_ids(&node)
+        .send()
+        .await
+        .expect("describe the spot instance");
+    let lifecycle = spot
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .find_map(|i| i.instance_lifecycle().map(|l| l.as_str().to_string()));
+    assert_eq!(
+        lifecycle.as_deref(),
+        Some("spot"),
+        "launched on the spot market"
+    );
+    // EC2 reclaims it (here: terminated behind the operator's back).
+    w.ec2
+        .terminate_instances()
+        .instance_ids(&node)
+        .send()
+        .await
+        .expect("reclaim");
+    let again = eventually(WAIT, "the job to run again", || async {
+        let j = w
+            .jobs()
+            .get("checkpointing")
+            .await
+            .map_err(|e| e.to_string())?;
+        let st = j.status.clone().unwrap_or_default();
+        if st.restarts == Some(1) && st.phase == Some(JobPhase::Running) {
+            Ok(j)
+        } else {
+            Err(format!("{st:?}"))
+        }
+    })
+    .await;
+    assert_ne!(again.status.unwrap_or_default().nodes[0], node);
+    let series = format!(
+        "spillway_spot_interruptions_total{{pool=\"{}\",instance_type=\"g6.xlarge\"}} 1",
+        w.aws_pool
+    );
+    eventually(WAIT, "the interruption in metrics", || async {
+        let (_, metrics) = op.get("/metrics").await.map_err(|e| e.to_string())?;
+        if metrics.contains(&series) {
+            Ok(())
+        } else {
+            Err(metrics)
+        }
+    })
+    .await;
     drop(machines);
     op.stop().await.expect("clean stop");
 }

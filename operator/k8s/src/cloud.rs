@@ -108,6 +108,8 @@ pub struct CloudView {
     pub cooldowns: HashMap<OfferingKey, Time>,
     /// Every region of a cloud pool has been listed at least once.
     pub complete: bool,
+    /// Instances being terminated: their nodes take no new work.
+    pub terminating: HashSet<String>,
     /// Instance-type facts and spot prices per region.
     pub facts: HashMap<String, RegionFacts>,
     pub spot: SpotHistory,
@@ -268,6 +270,7 @@ impl Cloud {
             launching: st.launching.clone(),
             cooldowns: st.cooldowns.clone(),
             complete: regions.iter().all(|r| st.refreshed.contains_key(r)),
+            terminating: st.terminating.clone(),
             facts: st
                 .facts
                 .iter()

@@ -773,6 +773,14 @@ impl Controller {
         let cloud_pools: HashSet<String> = aws_pools.iter().map(|p| p.name_any()).collect();
         let mut idle = HashSet::new();
         for n in &mut built.snapshot.nodes {
+            // A node whose instance is being terminated takes no new work (it is cordoned
+            // too, but the watch may not have said so yet).
+            if n.instance_id
+                .as_ref()
+                .is_some_and(|id| view.terminating.contains(id))
+            {
+                n.schedulable = false;
+            }
             if cloud_pools.contains(&n.pool) && n.free_gpus >= n.gpus {
                 n.idle_since = Some(*self.idle_since.entry(n.name.clone()).or_insert(now));
                 idle.insert(n.name.clone());
@@ -1015,6 +1023,19 @@ impl Controller {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let metrics = self.metrics.clone();
         tokio::spawn(async move {
+            // Cordon first, so nothing new lands on the node while its instance goes.
+            if let Some(n) = &node {
+                let cordon = serde_json::json!({"spec": {"unschedulable": true}});
+                let r = nodes
+                    .patch(n, &PatchParams::default(), &Patch::Merge(&cordon))
+                    .await;
+                let ok = match &r {
+                    Ok(_) => true,
+                    Err(kube::Error::Api(s)) => s.code == 404,
+                    Err(_) => false,
+                };
+                metrics.api_write("node-cordon", ok);
+            }
             if let Some(id) = instance {
                 // Only instances the poller listed are retired, so their region is known; an
                 // unknown one is left for the next listing rather than asked of region "".
