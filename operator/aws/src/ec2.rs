@@ -12,7 +12,7 @@ use aws_sdk_ec2::types::{
 };
 use spillway_cloud::{
     BoxFuture, CallPolicy, CloudError, CloudInstance, CloudProvider, Image, InstanceState,
-    InstanceTypeInfo, LaunchRequest, SpotPrice, backoff, tags,
+    InstanceTypeInfo, LaunchRequest, SpotPrice, backoff, base64, tags,
 };
 use spillway_core::{CapacityType, Time};
 
@@ -162,28 +162,6 @@ fn to_cloud_instance(i: &aws_sdk_ec2::types::Instance) -> Option<CloudInstance> 
             .map(|t| Time::from_millis(t.to_millis().unwrap_or(0)))
             .unwrap_or(Time::from_millis(0)),
     })
-}
-
-/// Base64 (standard alphabet, padded), for user data.
-pub fn base64(data: &[u8]) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 impl CloudProvider for Ec2Provider {
@@ -441,23 +419,4 @@ fn to_type_info(t: &aws_sdk_ec2::types::InstanceTypeInfo) -> Option<InstanceType
             .unwrap_or(0)
             .max(0) as u64,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn base64_matches_rfc4648_vectors() {
-        let cases = [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foob", "Zm9vYg=="),
-            ("fooba", "Zm9vYmE="),
-            ("foobar", "Zm9vYmFy"),
-        ];
-        for (plain, encoded) in cases {
-            assert_eq!(super::base64(plain.as_bytes()), encoded);
-        }
-    }
 }

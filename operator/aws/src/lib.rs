@@ -7,4 +7,4 @@
 
 mod ec2;
 
-pub use ec2::{Ec2Provider, base64};
+pub use ec2::Ec2Provider;

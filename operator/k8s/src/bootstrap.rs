@@ -188,7 +188,7 @@ pub fn user_data(
     };
     let vars = [
         ("{{apiServer}}", join.api_server.clone()),
-        ("{{caData}}", spillway_aws::base64(join.ca_pem.as_bytes())),
+        ("{{caData}}", spillway_cloud::base64(join.ca_pem.as_bytes())),
         ("{{token}}", token.value()),
         ("{{nodeLabels}}", node_labels(pool, gpu_model)),
         ("{{nodeTaints}}", node_taints(pool)),
@@ -207,7 +207,7 @@ pub fn pem(ders: &[Vec<u8>]) -> String {
     let mut out = String::new();
     for der in ders {
         out.push_str("-----BEGIN CERTIFICATE-----\n");
-        let b64 = spillway_aws::base64(der);
+        let b64 = spillway_cloud::base64(der);
         for chunk in b64.as_bytes().chunks(64) {
             out.push_str(&String::from_utf8_lossy(chunk));
             out.push('\n');
