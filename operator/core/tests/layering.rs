@@ -17,6 +17,7 @@ const FORBIDDEN: &[&str] = &[
     "spillway-api",
     "spillway-k8s",
     "spillway-aws",
+    "spillway-cloud",
     "spillway-sim",
     "spillway-policy",
 ];
