@@ -62,7 +62,12 @@ pub fn run(args: ExplainArgs) -> ExitCode {
                 "give `gpujob NAME` (live, from the cluster) or `--job FILE` (offline)".into(),
             );
         }
+        #[cfg(feature = "cluster")]
         return crate::kubectl_cmd::explain_live(&args);
+        #[cfg(not(feature = "cluster"))]
+        return fail(
+            "this spillway was built without the `cluster` feature: explain live jobs with a full build, or give `--job FILE`".into(),
+        );
     };
     let jobs = match Manifests::load(&job_file) {
         Ok(m) => m.jobs,

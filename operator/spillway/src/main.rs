@@ -1,7 +1,10 @@
 //! `spillway`: one binary for the operator, the simulator, the policy tools and the kubectl
 //! plugin (installed as `kubectl-spillway`).
 //!
-//! This crate only wires the layers below it together; it holds no scheduling logic.
+//! This crate only wires the layers below it together; it holds no scheduling logic. The
+//! `cluster` feature (on by default) adds the operator and the kubectl plugin; without it the
+//! binary is the simulator and the offline policy tools, with no Kubernetes client, AWS SDK or
+//! async runtime.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,7 +13,9 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 mod explain;
+#[cfg(feature = "cluster")]
 mod kubectl_cmd;
+#[cfg(feature = "cluster")]
 mod operator_cmd;
 mod policy_cmd;
 mod simulate;
@@ -31,10 +36,13 @@ enum Command {
     /// Explain the decision for one job, offline, with every rule evaluated.
     Explain(Box<explain::ExplainArgs>),
     /// Queues and pools at a glance (from the cluster).
+    #[cfg(feature = "cluster")]
     Status(kubectl_cmd::StatusArgs),
     /// GpuJobs with where they run and why (from the cluster).
+    #[cfg(feature = "cluster")]
     Jobs(kubectl_cmd::JobsArgs),
     /// Run the operator (the controllers) against a cluster.
+    #[cfg(feature = "cluster")]
     Operator(Box<operator_cmd::OperatorArgs>),
     /// Work with BurstPolicy files.
     Policy {
@@ -67,8 +75,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Simulate(args) => simulate::run(*args),
         Command::Policy { command } => Ok(policy_cmd::run(command)),
         Command::Explain(args) => Ok(explain::run(*args)),
+        #[cfg(feature = "cluster")]
         Command::Operator(args) => operator_cmd::run(*args),
+        #[cfg(feature = "cluster")]
         Command::Status(args) => kubectl_cmd::status(args),
+        #[cfg(feature = "cluster")]
         Command::Jobs(args) => kubectl_cmd::jobs(args),
         Command::Crds { out } => {
             crds(out)?;
@@ -78,6 +89,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 /// A Kubernetes client configuration from `--kubeconfig`/`--context`, else the standard places.
+#[cfg(feature = "cluster")]
 pub async fn kube_config(
     kubeconfig: Option<&std::path::Path>,
     context: Option<&str>,
@@ -100,6 +112,7 @@ pub async fn kube_config(
 }
 
 /// A Kubernetes client from `--kubeconfig`/`--context`, else the standard places.
+#[cfg(feature = "cluster")]
 pub async fn kube_client(
     kubeconfig: Option<&std::path::Path>,
     context: Option<&str>,
