@@ -6,7 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="${1:-1000000}"
 private="${2:-32x8}"
-cargo build --release -q
+# The simulator alone: no cluster parts needed.
+cargo build --release -q --no-default-features
+bin="${CARGO_TARGET_DIR:-target}/release/spillway"
 trace="$(mktemp -d)/synthetic.csv"
 python3 - "$jobs" "$trace" <<'PY'
 import random, sys
@@ -24,5 +26,5 @@ with open(path, "w") as f:
 PY
 echo "trace: $jobs jobs, $(du -h "$trace" | cut -f1); private GPUs: $private" >&2
 /usr/bin/time -f "total wall %e s, peak RSS %M KiB" \
-  ./target/release/spillway simulate --trace "$trace" --private-gpus "$private" --strategy spillway --json
+  "$bin" simulate --trace "$trace" --private-gpus "$private" --strategy spillway --json
 rm -rf "$(dirname "$trace")"
