@@ -11,6 +11,7 @@
 //! - [`machines::BootingMachines`]: instances in moto become Nodes after a boot delay.
 //! - [`faults::FaultProxy`]: a proxy in front of moto that answers chosen EC2 actions with errors.
 //! - [`moto::MotoServer`]: moto's EC2-compatible HTTP server, which the real AWS SDK talks to.
+//! - [`workload`]: GpuJobs as the end-to-end tests submit and wait for them.
 //!
 //! Binaries come from `KUBEBUILDER_ASSETS` (the envtest convention) or from the cache that
 //! `scripts/k8s-binaries.sh` fills; moto from `SPILLWAY_MOTO_SERVER` or `scripts/moto.sh`'s
@@ -23,6 +24,7 @@ pub mod machines;
 pub mod moto;
 pub mod operator;
 mod process;
+pub mod workload;
 
 /// A name unique within this test process, for namespaces, nodes and tags: `prefix-<pid>-<n>`.
 pub fn unique_name(prefix: &str) -> String {

@@ -15,12 +15,11 @@ use spillway_cloud::{CallPolicy, CloudProvider};
 use spillway_k8s::cloud::{CloudConfig, DEFAULT_CATALOG, ProviderFactory};
 use spillway_tests::cluster::TestCluster;
 use spillway_tests::faults::FaultProxy;
-use spillway_tests::kubelet::{FakeKubelet, FakeNode, RUN_SECONDS};
+use spillway_tests::kubelet::{FakeKubelet, FakeNode};
 use spillway_tests::machines::BootingMachines;
 use spillway_tests::moto::MotoServer;
 use spillway_tests::operator::{RunningOperator, eventually, serial, test_settings};
-
-const WAIT: Duration = Duration::from_secs(60);
+use spillway_tests::workload::{self, WAIT};
 
 struct World {
     client: Client,
@@ -192,38 +191,42 @@ impl World {
     }
 
     async fn submit(&self, name: &str, extra: serde_json::Value, run_seconds: Option<u32>) {
-        let mut annotations = serde_json::Map::new();
-        if let Some(s) = run_seconds {
-            annotations.insert(RUN_SECONDS.into(), json!(s.to_string()));
-        }
-        let mut spec = json!({
-            "queue": self.queue, "gpusPerReplica": 1,
-            "template": {"metadata": {"annotations": annotations},
-                         "spec": {"containers": [{"name": "train", "image": "pytorch:2"}]}},
-        });
-        for (k, v) in extra.as_object().cloned().unwrap_or_default() {
-            spec[k] = v;
-        }
-        create(
-            Api::<GpuJob>::namespaced(self.client.clone(), &self.ns),
-            json!({
-                "apiVersion": "spillway.io/v1alpha1", "kind": "GpuJob",
-                "metadata": {"name": name, "namespace": self.ns}, "spec": spec,
-            }),
-        )
-        .await;
+        workload::submit(&self.jobs(), name, &self.queue, extra, run_seconds).await;
     }
 
-    async fn wait_phase(&self, name: &str, phase: JobPhase) -> GpuJob {
-        eventually(WAIT, &format!("job {name} to be {phase:?}"), || async {
+    /// The harness's booting machines for this test's instances: a Node `delay` after each
+    /// instance appears (never, with `None`).
+    fn boot_machines(&self, delay: Option<Duration>) -> BootingMachines {
+        BootingMachines::start(
+            self.ec2.clone(),
+            self.kubelet.clone(),
+            self.cluster_tag.clone(),
+            delay,
+        )
+    }
+
+    /// Fills the one private GPU with a job, so the next ones must wait (and burst).
+    async fn fill_private_gpu(&self) {
+        self.submit("blocker", json!({}), None).await;
+        self.wait_phase("blocker", JobPhase::Running).await;
+    }
+
+    /// Waits until `name` runs again after one restart.
+    async fn wait_restarted(&self, name: &str) -> GpuJob {
+        eventually(WAIT, &format!("{name} to run again"), || async {
             let j = self.jobs().get(name).await.map_err(|e| e.to_string())?;
-            if j.status.as_ref().and_then(|s| s.phase) == Some(phase) {
+            let st = j.status.clone().unwrap_or_default();
+            if st.restarts == Some(1) && st.phase == Some(JobPhase::Running) {
                 Ok(j)
             } else {
-                Err(format!("{:?}", j.status))
+                Err(format!("{st:?}"))
             }
         })
         .await
+    }
+
+    async fn wait_phase(&self, name: &str, phase: JobPhase) -> GpuJob {
+        workload::wait_phase(&self.jobs(), name, phase).await
     }
 
     /// (id, type, state) of the instances tagged for this test's cluster.
@@ -271,15 +274,9 @@ impl World {
 async fn waits_past_max_wait_bursts_to_the_cheapest_instance_and_scales_down() {
     let _turn = serial().await;
     let w = World::new("aws-burst", json!({})).await;
-    let _machines = BootingMachines::start(
-        w.ec2.clone(),
-        w.kubelet.clone(),
-        w.cluster_tag.clone(),
-        Some(Duration::from_secs(1)),
-    );
+    let _machines = w.boot_machines(Some(Duration::from_secs(1)));
     let op = w.operator().await;
-    w.submit("blocker", json!({}), None).await;
-    w.wait_phase("blocker", JobPhase::Running).await;
+    w.fill_private_gpu().await;
     w.submit("burst", json!({}), Some(3)).await;
 
     let job = w.wait_phase("burst", JobPhase::Running).await;
@@ -454,8 +451,7 @@ async fn restricted_data_never_launches_and_orphans_are_collected() {
         .to_string();
 
     let op = w.operator().await;
-    w.submit("blocker", json!({}), None).await;
-    w.wait_phase("blocker", JobPhase::Running).await;
+    w.fill_private_gpu().await;
     w.submit("sensitive", json!({"datasets": [dataset]}), None)
         .await;
     let job = eventually(WAIT, "the RestrictedData decision", || async {
@@ -514,8 +510,7 @@ async fn a_queue_whose_budget_is_below_one_instance_never_launches() {
     let _turn = serial().await;
     let w = World::new("aws-budget", json!({"budget": {"hourlyUSD": 0.5}})).await;
     let op = w.operator().await;
-    w.submit("blocker", json!({}), None).await;
-    w.wait_phase("blocker", JobPhase::Running).await;
+    w.fill_private_gpu().await;
     w.submit("thrifty", json!({}), None).await;
     eventually(WAIT, "the BudgetExhausted decision", || async {
         let j = w.jobs().get("thrifty").await.map_err(|e| e.to_string())?;
@@ -539,15 +534,9 @@ async fn killed_after_run_instances_the_restarted_operator_uses_the_same_instanc
     let _turn = serial().await;
     let w = World::new("aws-restart", json!({})).await;
     // Machines take 6 s to boot, so the operator dies while the instance is pending.
-    let _machines = BootingMachines::start(
-        w.ec2.clone(),
-        w.kubelet.clone(),
-        w.cluster_tag.clone(),
-        Some(Duration::from_secs(6)),
-    );
+    let _machines = w.boot_machines(Some(Duration::from_secs(6)));
     let op = w.operator().await;
-    w.submit("blocker", json!({}), None).await;
-    w.wait_phase("blocker", JobPhase::Running).await;
+    w.fill_private_gpu().await;
     w.submit("survivor", json!({}), None).await;
     eventually(WAIT, "an instance for the need", || async {
         let n = w.instances().await.len();
@@ -575,15 +564,9 @@ async fn killed_after_run_instances_the_restarted_operator_uses_the_same_instanc
 async fn an_instance_terminated_behind_our_back_requeues_or_fails_its_job() {
     let _turn = serial().await;
     let w = World::new("aws-lost", json!({})).await;
-    let machines = BootingMachines::start(
-        w.ec2.clone(),
-        w.kubelet.clone(),
-        w.cluster_tag.clone(),
-        Some(Duration::from_secs(1)),
-    );
+    let machines = w.boot_machines(Some(Duration::from_secs(1)));
     let op = w.operator().await;
-    w.submit("blocker", json!({}), None).await;
-    w.wait_phase("blocker", JobPhase::Running).await;
+    w.fill_private_gpu().await;
     w.submit("fragile", json!({}), None).await;
     w.submit("sturdy", json!({"restartable": true}), None).await;
     let fragile = w.wait_phase("fragile", JobPhase::Running).await;
@@ -607,16 +590,7 @@ async fn an_instance_terminated_behind_our_back_requeues_or_fails_its_job() {
         .expect("Failed condition");
     assert_eq!(cond.reason, "ReplicaLost", "{cond:?}");
     // The restartable one is requeued and runs again, on a new instance.
-    let again = eventually(WAIT, "sturdy to run again", || async {
-        let j = w.jobs().get("sturdy").await.map_err(|e| e.to_string())?;
-        let st = j.status.clone().unwrap_or_default();
-        if st.restarts == Some(1) && st.phase == Some(JobPhase::Running) {
-            Ok(j)
-        } else {
-            Err(format!("{st:?}"))
-        }
-    })
-    .await;
+    let again = w.wait_restarted("sturdy").await;
     assert_ne!(node_of(&again), node_of(&sturdy));
     drop(machines);
     op.stop().await.expect("clean stop");
@@ -635,15 +609,9 @@ async fn a_reclaimed_spot_instance_is_remembered_and_its_job_requeued() {
         )
         .await
         .expect("spot-only pool");
-    let machines = BootingMachines::start(
-        w.ec2.clone(),
-        w.kubelet.clone(),
-        w.cluster_tag.clone(),
-        Some(Duration::from_secs(1)),
-    );
+    let machines = w.boot_machines(Some(Duration::from_secs(1)));
     let op = w.operator().await;
-    w.submit("blocker", json!({}), None).await;
-    w.wait_phase("blocker", JobPhase::Running).await;
+    w.fill_private_gpu().await;
     w.submit("checkpointing", json!({"restartable": true}), None)
         .await;
     let first = w.wait_phase("checkpointing", JobPhase::Running).await;
@@ -718,15 +686,9 @@ async fn a_capacity_error_on_the_cheapest_offering_launches_the_next_one() {
         "InsufficientInstanceCapacity",
         10,
     );
-    let _machines = BootingMachines::start(
-        w.ec2.clone(),
-        w.kubelet.clone(),
-        w.cluster_tag.clone(),
-        Some(Duration::from_secs(1)),
-    );
+    let _machines = w.boot_machines(Some(Duration::from_secs(1)));
     let op = w.operator_via(&proxy).await;
-    w.submit("blocker", json!({}), None).await;
-    w.wait_phase("blocker", JobPhase::Running).await;
+    w.fill_private_gpu().await;
     w.submit("flexible", json!({}), None).await;
     let job = w.wait_phase("flexible", JobPhase::Running).await;
     let instances = w.instances().await;
@@ -777,15 +739,9 @@ async fn a_throttling_storm_backs_off_and_launches_once() {
     let proxy = FaultProxy::start(&moto.endpoint).await.expect("proxy");
     proxy.fail("RunInstances", None, 400, "RequestLimitExceeded", 5);
     proxy.fail("DescribeInstances", None, 400, "RequestLimitExceeded", 5);
-    let _machines = BootingMachines::start(
-        w.ec2.clone(),
-        w.kubelet.clone(),
-        w.cluster_tag.clone(),
-        Some(Duration::from_secs(1)),
-    );
+    let _machines = w.boot_machines(Some(Duration::from_secs(1)));
     let op = w.operator_via(&proxy).await;
-    w.submit("blocker", json!({}), None).await;
-    w.wait_phase("blocker", JobPhase::Running).await;
+    w.fill_private_gpu().await;
     w.submit("patient", json!({}), None).await;
     w.wait_phase("patient", JobPhase::Running).await;
     let instances = w.instances().await;
@@ -812,8 +768,7 @@ async fn deleting_a_provisioning_job_releases_its_instances_first() {
     let op = RunningOperator::start_with(w.client.clone(), None, settings)
         .await
         .expect("operator");
-    w.submit("blocker", json!({}), None).await;
-    w.wait_phase("blocker", JobPhase::Running).await;
+    w.fill_private_gpu().await;
     w.submit("doomed", json!({}), None).await;
     let job = w.wait_phase("doomed", JobPhase::Provisioning).await;
     eventually(WAIT, "the instance and the finalizer", || async {
@@ -891,8 +846,7 @@ async fn an_instance_that_never_joins_is_replaced() {
     let op = RunningOperator::start_with(w.client.clone(), None, settings)
         .await
         .expect("operator");
-    w.submit("blocker", json!({}), None).await;
-    w.wait_phase("blocker", JobPhase::Running).await;
+    w.fill_private_gpu().await;
     w.submit("stuck", json!({}), None).await;
     let first = eventually(WAIT, "a first instance", || async {
         let list = w.instances().await;

@@ -13,8 +13,7 @@ use spillway_api::{ComputePool, GpuJob, GpuQueue};
 use spillway_tests::cluster::TestCluster;
 use spillway_tests::kubelet::{FakeKubelet, FakeNode, RUN_SECONDS};
 use spillway_tests::operator::{RunningOperator, eventually, serial};
-
-const WAIT: Duration = Duration::from_secs(60);
+use spillway_tests::workload::{self, WAIT};
 
 async fn setup() -> (&'static TestCluster, Client) {
     let cluster = TestCluster::shared().await;
@@ -113,30 +112,7 @@ impl World {
         extra: serde_json::Value,
         run_seconds: Option<u32>,
     ) {
-        let mut annotations = serde_json::Map::new();
-        if let Some(s) = run_seconds {
-            annotations.insert(RUN_SECONDS.into(), json!(s.to_string()));
-        }
-        let mut spec = json!({
-            "queue": queue,
-            "gpusPerReplica": 1,
-            "template": {
-                "metadata": {"annotations": annotations},
-                "spec": {"containers": [{"name": "train", "image": "pytorch:2"}]},
-            },
-        });
-        for (k, v) in extra.as_object().cloned().unwrap_or_default() {
-            spec[k] = v;
-        }
-        let job: GpuJob = serde_json::from_value(json!({
-            "apiVersion": "spillway.io/v1alpha1", "kind": "GpuJob",
-            "metadata": {"name": name, "namespace": self.ns}, "spec": spec,
-        }))
-        .expect("job JSON");
-        self.jobs()
-            .create(&PostParams::default(), &job)
-            .await
-            .expect("create job");
+        workload::submit(&self.jobs(), name, queue, extra, run_seconds).await;
     }
 
     async fn job(&self, name: &str) -> GpuJob {
@@ -151,18 +127,8 @@ impl World {
             .items
     }
 
-    /// Waits until the job has `phase`.
     async fn wait_phase(&self, name: &str, phase: JobPhase) -> GpuJob {
-        eventually(WAIT, &format!("job {name} to be {phase:?}"), || async {
-            let j = self.job(name).await;
-            let st = j.status.clone().unwrap_or_default();
-            if st.phase == Some(phase) {
-                Ok(j)
-            } else {
-                Err(format!("{:?}", st))
-            }
-        })
-        .await
+        workload::wait_phase(&self.jobs(), name, phase).await
     }
 
     /// Waits until every pod of the job is bound and Running.
