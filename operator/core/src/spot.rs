@@ -12,10 +12,10 @@ use crate::{Duration, Offering, Time};
 /// How long an interruption is remembered.
 pub const WINDOW: Duration = Duration::from_secs(24 * 3600);
 
-/// Interruptions per (pool, instance type), each with its zone and time.
+/// Interruptions per pool and instance type, each with its zone and time.
 #[derive(Clone, Debug, Default)]
 pub struct SpotHistory {
-    events: HashMap<(String, String), VecDeque<(String, Time)>>,
+    events: HashMap<String, HashMap<String, VecDeque<(String, Time)>>>,
 }
 
 impl SpotHistory {
@@ -23,7 +23,9 @@ impl SpotHistory {
     pub fn record(&mut self, pool: &str, instance_type: &str, zone: &str, at: Time) {
         let q = self
             .events
-            .entry((pool.to_string(), instance_type.to_string()))
+            .entry(pool.to_string())
+            .or_default()
+            .entry(instance_type.to_string())
             .or_default();
         q.push_back((zone.to_string(), at));
         // Bound the memory even if `forget` is never called.
@@ -34,19 +36,26 @@ impl SpotHistory {
 
     /// Drops what is older than the window.
     pub fn forget(&mut self, now: Time) {
-        for q in self.events.values_mut() {
-            while q.front().is_some_and(|(_, t)| now.since(*t) > WINDOW) {
-                q.pop_front();
+        for types in self.events.values_mut() {
+            for q in types.values_mut() {
+                while q.front().is_some_and(|(_, t)| now.since(*t) > WINDOW) {
+                    q.pop_front();
+                }
             }
+            types.retain(|_, q| !q.is_empty());
         }
-        self.events.retain(|_, q| !q.is_empty());
+        self.events.retain(|_, types| !types.is_empty());
     }
 
     /// Interruptions of this offering within the window before `now`. An offering pinned to a
     /// zone counts that zone's; an unpinned one (its zone is not a zone of its region, as
     /// catalog zone ids are not) counts every zone's.
     pub fn count(&self, o: &Offering, now: Time) -> u32 {
-        let Some(q) = self.events.get(&(o.pool.clone(), o.instance_type.clone())) else {
+        let Some(q) = self
+            .events
+            .get(&o.pool)
+            .and_then(|types| types.get(&o.instance_type))
+        else {
             return 0;
         };
         let pinned = !o.region.is_empty() && o.zone.starts_with(&o.region);
@@ -62,15 +71,6 @@ impl SpotHistory {
                 o.recent_interruptions = self.count(o, now);
             }
         }
-    }
-
-    /// Every remembered interruption within the window: (pool, instance type, zone, time).
-    pub fn iter(&self, now: Time) -> impl Iterator<Item = (&str, &str, &str, Time)> {
-        self.events.iter().flat_map(move |((pool, ty), q)| {
-            q.iter()
-                .filter(move |(_, t)| now.since(*t) <= WINDOW)
-                .map(move |(zone, t)| (pool.as_str(), ty.as_str(), zone.as_str(), *t))
-        })
     }
 }
 
@@ -127,8 +127,13 @@ mod tests {
             h.count(&offering("us-east-1a", CapacityType::Spot), later),
             0
         );
-        assert_eq!(h.iter(t0).count(), 1);
+        let o = offering("us-east-1a", CapacityType::Spot);
+        assert_eq!(h.count(&o, t0), 1);
         h.forget(later);
-        assert_eq!(h.iter(t0).count(), 0);
+        assert_eq!(
+            h.count(&o, t0),
+            0,
+            "forgotten, even when asked as of earlier"
+        );
     }
 }

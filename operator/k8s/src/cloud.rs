@@ -225,7 +225,7 @@ impl Cloud {
     }
 
     /// Reads instance-type facts and spot prices of one region. A failed call keeps what was
-    /// known (or the catalog alone) and is tried again at the next listing.
+    /// known (or the catalog alone) and is tried again in [`FACTS_EVERY`].
     async fn refresh_facts(
         &self,
         region: &str,
@@ -238,24 +238,27 @@ impl Cloud {
         let priced = provider.spot_prices(&list).await;
         let mut st = self.state();
         let entry = st.facts.entry(region.to_string()).or_default();
-        match (described, priced) {
-            (Ok(described), Ok(priced)) => {
-                entry.facts = RegionFacts {
-                    types: described
-                        .into_iter()
-                        .map(|t| (t.instance_type.clone(), t))
-                        .collect(),
-                    spot: priced,
-                };
-                entry.asked = types;
-                entry.at = Some(now);
+        // Each read stands alone: what failed keeps its earlier answer (or the catalog) until
+        // the next round, so a missing permission costs a warning per round, not per listing.
+        match described {
+            Ok(described) => {
+                entry.facts.types = described
+                    .into_iter()
+                    .map(|t| (t.instance_type.clone(), t))
+                    .collect()
             }
-            (d, p) => {
-                for e in [d.err(), p.err()].into_iter().flatten() {
-                    tracing::warn!(region, error = %e, "cannot read instance types or spot prices; using the catalog");
-                }
+            Err(e) => {
+                tracing::warn!(region, error = %e, "cannot describe instance types; using the catalog's GPU figures")
             }
         }
+        match priced {
+            Ok(priced) => entry.facts.spot = priced,
+            Err(e) => {
+                tracing::warn!(region, error = %e, "cannot read spot prices; using the catalog's")
+            }
+        }
+        entry.asked = types;
+        entry.at = Some(now);
     }
 
     pub fn view(&self, regions: &BTreeSet<String>) -> CloudView {

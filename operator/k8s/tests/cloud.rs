@@ -21,6 +21,8 @@ struct Fake {
     launches: Mutex<Vec<LaunchRequest>>,
     types: Vec<InstanceTypeInfo>,
     spot: Vec<SpotPrice>,
+    /// What `spot_prices` answers instead (a missing permission, say).
+    spot_error: Option<CloudError>,
     fact_calls: AtomicU32,
 }
 
@@ -96,6 +98,9 @@ impl CloudProvider for Fake {
         types: &'a [String],
     ) -> BoxFuture<'a, Result<Vec<SpotPrice>, CloudError>> {
         Box::pin(async move {
+            if let Some(e) = &self.spot_error {
+                return Err(e.clone());
+            }
             Ok(self
                 .spot
                 .iter()
@@ -279,5 +284,49 @@ async fn provider_facts_and_spot_interruptions_shape_the_offerings() {
         fake.fact_calls.load(Ordering::SeqCst),
         1,
         "facts are read once per FACTS_EVERY, not at every listing"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_spot_price_read_keeps_the_other_facts_and_is_not_retried_every_listing() {
+    let fake = Arc::new(Fake {
+        types: vec![InstanceTypeInfo {
+            instance_type: "g6.xlarge".into(),
+            gpus: 1,
+            gpu_model: "L4".into(),
+            gpu_memory_mib: 22888,
+        }],
+        spot_error: Some(CloudError::from_code(
+            "UnauthorizedOperation",
+            "not allowed: ec2:DescribeSpotPriceHistory",
+        )),
+        ..Fake::default()
+    });
+    let c = cloud(fake.clone());
+    let pools = [pool("spot")];
+    for _ in 0..3 {
+        c.refresh(&pools).await;
+    }
+    assert_eq!(fake.fact_calls.load(Ordering::SeqCst), 1);
+    let regions = ["us-east-1".to_string()].into_iter().collect();
+    let offers = c.offerings(&pools, &c.view(&regions), spillway_k8s::controller::now());
+    let mut prices: Vec<(String, f64)> = offers
+        .iter()
+        .map(|o| (o.zone.clone(), o.hourly_price))
+        .collect();
+    prices.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        prices,
+        [
+            ("use1-az1".to_string(), 0.4011),
+            ("use1-az2".to_string(), 0.3653),
+            ("use1-az4".to_string(), 0.349),
+            ("use1-az6".to_string(), 0.3988),
+        ],
+        "the catalog's spot offerings stand"
+    );
+    assert!(
+        offers.iter().all(|o| o.gpu_memory_gib == 22888.0 / 1024.0),
+        "the instance-type facts still apply"
     );
 }

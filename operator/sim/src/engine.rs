@@ -269,7 +269,9 @@ impl<'a> Engine<'a> {
                 self.apply_event(e, t);
             }
             self.wakes.remove(&t);
-            if !self.snap.instances.is_empty() || self.out.spot_interruptions > 0 {
+            // Once anything was reclaimed, keep the offerings' counts current (they fall back
+            // to zero as the window passes).
+            if self.out.spot_interruptions > 0 {
                 self.spot.forget(Time::from_millis(t));
                 self.spot
                     .apply(&mut self.snap.offerings, Time::from_millis(t));
