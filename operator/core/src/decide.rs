@@ -189,6 +189,10 @@ struct Cycle<'a> {
     fit_failures: Vec<(Shape, u32)>,
     /// Cloud nodes with free GPUs.
     cloud_nodes: Vec<usize>,
+    /// Per offering: its pool, when that is a cloud pool.
+    offering_pool: Vec<Option<&'a crate::Pool>>,
+    /// The cheapest on-demand GPU-hour per queue, once computed this cycle.
+    gpu_hour: FastMap<&'a str, f64>,
 }
 
 impl<'a> Cycle<'a> {
@@ -241,7 +245,20 @@ impl<'a> Cycle<'a> {
             capacity_slots: Vec::new(),
             fit_failures: Vec::new(),
             cloud_nodes: Vec::new(),
+            offering_pool: Vec::new(),
+            gpu_hour: FastMap::default(),
         };
+        cycle.offering_pool = snap
+            .offerings
+            .iter()
+            .map(|o| {
+                cycle
+                    .pools
+                    .get(o.pool.as_str())
+                    .copied()
+                    .filter(|p| p.is_cloud())
+            })
+            .collect();
         cycle.cloud_nodes = (0..snap.nodes.len())
             .filter(|&n| cycle.cloud_free[n] > 0)
             .collect();
@@ -1099,9 +1116,16 @@ impl<'a> Cycle<'a> {
         });
     }
 
-    fn cloud_pool_allowed(&self, queue: &Queue, pool: &str) -> bool {
-        self.pools.get(pool).is_some_and(|p| p.is_cloud())
-            && (queue.burst.pools.is_empty() || queue.burst.pools.iter().any(|p| p == pool))
+    /// Whether the queue may buy offering `i`: its pool is a cloud pool and in the queue's
+    /// `burst.pools` (when it names any).
+    fn offering_allowed(&self, queue: &Queue, i: usize) -> bool {
+        self.offering_pool[i].is_some()
+            && (queue.burst.pools.is_empty()
+                || queue
+                    .burst
+                    .pools
+                    .iter()
+                    .any(|p| *p == self.snap.offerings[i].pool))
     }
 
     fn place_in_cloud(
@@ -1136,7 +1160,11 @@ impl<'a> Cycle<'a> {
             .iter()
             .copied()
             .filter(|&n| self.cloud_free[n] >= job.gpus_per_replica && !self.cloud_claimed[n])
-            .filter(|&n| self.cloud_pool_allowed(queue, &snap.nodes[n].pool))
+            // `cloud_nodes` are all in cloud pools: only the queue's own list remains to check.
+            .filter(|&n| {
+                queue.burst.pools.is_empty()
+                    || queue.burst.pools.iter().any(|p| *p == snap.nodes[n].pool)
+            })
             .collect();
         if !idle.is_empty()
             && let Some(nodes) = self.fit_cloud(job, &idle)
@@ -1253,20 +1281,28 @@ impl<'a> Cycle<'a> {
     /// The lowest on-demand price of one GPU-hour among the offerings a queue may use now
     /// (on-demand, so that spot prices, which only some jobs may use, do not stretch every
     /// other job's wait).
-    fn cheapest_gpu_hour(&self, queue: &Queue) -> f64 {
-        self.snap
+    /// The cheapest on-demand GPU-hour the queue can buy now (computed once per cycle).
+    fn cheapest_gpu_hour(&mut self, queue: &'a Queue) -> f64 {
+        if let Some(&v) = self.gpu_hour.get(queue.name.as_str()) {
+            return v;
+        }
+        let v = self
+            .snap
             .offerings
             .iter()
-            .filter(|o| o.gpus > 0 && o.capacity_type == CapacityType::OnDemand)
-            .filter(|o| self.cloud_pool_allowed(queue, &o.pool))
-            .filter(|o| o.unavailable_until.is_none_or(|t| t <= self.now))
-            .map(|o| o.hourly_price / o.gpus as f64)
-            .fold(f64::INFINITY, f64::min)
+            .enumerate()
+            .filter(|(_, o)| o.gpus > 0 && o.capacity_type == CapacityType::OnDemand)
+            .filter(|&(i, _)| self.offering_allowed(queue, i))
+            .filter(|(_, o)| o.unavailable_until.is_none_or(|t| t <= self.now))
+            .map(|(_, o)| o.hourly_price / o.gpus as f64)
+            .fold(f64::INFINITY, f64::min);
+        self.gpu_hour.insert(queue.name.as_str(), v);
+        v
     }
 
     fn could_ever_fit_cloud(&self, job: &Job, queue: &Queue) -> bool {
-        self.snap.offerings.iter().any(|o| {
-            self.cloud_pool_allowed(queue, &o.pool)
+        self.snap.offerings.iter().enumerate().any(|(i, o)| {
+            self.offering_allowed(queue, i)
                 && o.gpus >= job.gpus_per_replica
                 && job.accepts_model(Some(&o.gpu_model))
         })
@@ -1325,8 +1361,8 @@ impl<'a> Cycle<'a> {
                 }
             };
         }
-        for o in &snap.offerings {
-            if !self.cloud_pool_allowed(queue, &o.pool) {
+        for (i, o) in snap.offerings.iter().enumerate() {
+            if !self.offering_allowed(queue, i) {
                 continue;
             }
             if o.gpus < job.gpus_per_replica || !job.accepts_model(Some(&o.gpu_model)) {
@@ -1335,7 +1371,9 @@ impl<'a> Cycle<'a> {
             if o.unavailable_until.is_some_and(|t| t > self.now) {
                 continue;
             }
-            let pool = self.pools[o.pool.as_str()];
+            let Some(pool) = self.offering_pool[i] else {
+                continue;
+            };
             let pool_types = match &pool.kind {
                 PoolKind::Cloud { capacity_types, .. } => capacity_types.as_slice(),
                 PoolKind::Private { .. } => &[],
