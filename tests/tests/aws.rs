@@ -521,6 +521,23 @@ async fn a_queue_whose_budget_is_below_one_instance_never_launches() {
         }
     })
     .await;
+    eventually(WAIT, "the queue's BudgetExhausted condition", || async {
+        let q = Api::<GpuQueue>::all(w.client.clone())
+            .get(&w.queue)
+            .await
+            .map_err(|e| e.to_string())?;
+        let c = q
+            .status
+            .unwrap_or_default()
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "BudgetExhausted");
+        match &c {
+            Some(c) if c.status == "True" && c.message.starts_with("1 job(s) wait") => Ok(()),
+            _ => Err(format!("{c:?}")),
+        }
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
         w.instances().await.is_empty(),

@@ -727,7 +727,16 @@ impl Controller {
             .collect();
         self.deleting.retain(|u| active_uids.contains(u));
 
-        self.queue_and_pool_status(&built, &inputs);
+        // Jobs held back by their queue's budget, per queue.
+        let mut budget_held: HashMap<&str, usize> = HashMap::new();
+        for d in &plan.decisions {
+            if d.reason == core::Reason::BudgetExhausted
+                && let Some(view) = built.jobs.get(&d.job)
+            {
+                *budget_held.entry(view.job.spec.queue.as_str()).or_default() += 1;
+            }
+        }
+        self.queue_and_pool_status(&built, &inputs, &budget_held, now);
         wake
     }
 
@@ -1453,7 +1462,13 @@ impl Controller {
         });
     }
 
-    fn queue_and_pool_status(&mut self, built: &world::Built, inputs: &Inputs) {
+    fn queue_and_pool_status(
+        &mut self,
+        built: &world::Built,
+        inputs: &Inputs,
+        budget_held: &HashMap<&str, usize>,
+        now: Time,
+    ) {
         let mut per_queue: BTreeMap<String, GpuQueueStatus> = inputs
             .queues
             .iter()
@@ -1510,6 +1525,35 @@ impl Controller {
             st.gpus_in_use
                 .get_or_insert_with(GpusByEnvironment::default);
             st.conditions = current.conditions.clone();
+            // BudgetExhausted: True while the budget holds jobs back from bursting.
+            match &q.spec.budget {
+                Some(_) => {
+                    let held = budget_held.get(name.as_str()).copied().unwrap_or(0);
+                    let (reason, message) = if held > 0 {
+                        (
+                            "BudgetExhausted",
+                            format!(
+                                "{held} job(s) wait: bursting them would pass the queue's budget"
+                            ),
+                        )
+                    } else {
+                        (
+                            "WithinBudget",
+                            "Bursting stays within the queue's budget".to_string(),
+                        )
+                    };
+                    status::set_condition(
+                        &mut st.conditions,
+                        "BudgetExhausted",
+                        held > 0,
+                        reason,
+                        &message,
+                        q.metadata.generation,
+                        now,
+                    );
+                }
+                None => status::remove_condition(&mut st.conditions, "BudgetExhausted"),
+            }
             let base = self
                 .queue_written
                 .get(&name)
