@@ -41,6 +41,7 @@ use crate::cloud::{Cloud, CloudView};
 use crate::metrics::Metrics;
 use crate::status::{self, CostRate, round_cents};
 use crate::world::{self, Assumed, Inputs, JobView, Lifecycle};
+use crate::writes::{StatusKind, StatusOrder};
 use crate::{http::Health, labels, pods};
 
 /// Controller settings.
@@ -287,7 +288,11 @@ enum Failed {
     /// Creating a start's pods failed; the assumption must go.
     Start { job: String, error: String },
     /// A status write failed; it will be retried on the next resync.
-    Status { key: String, error: String },
+    Status {
+        kind: StatusKind,
+        key: String,
+        error: String,
+    },
     /// A cloud launch failed (the offering cools down; the next turn picks another).
     Launch { job: String, error: String },
 }
@@ -306,6 +311,8 @@ pub struct Controller {
     metrics: Arc<Metrics>,
     recorder: Recorder,
     writes: Arc<Semaphore>,
+    /// Keeps the status writes of one object in order (see [`StatusOrder`]).
+    status_order: StatusOrder,
     feedback_tx: mpsc::UnboundedSender<Failed>,
     feedback_rx: mpsc::UnboundedReceiver<Failed>,
     assumed: HashMap<String, (Assumed, Instant)>,
@@ -359,6 +366,7 @@ impl Controller {
         let cloud = settings.cloud.clone().map(Cloud::new);
         Controller {
             writes: Arc::new(Semaphore::new(settings.max_in_flight.max(1))),
+            status_order: StatusOrder::default(),
             client,
             caches,
             settings,
@@ -464,11 +472,13 @@ impl Controller {
                     );
                 }
             }
-            Failed::Status { key, error } => {
-                tracing::warn!(object = %key, error = %error, "status write failed; retrying at the next resync");
-                self.written.remove(&key);
-                self.queue_written.remove(&key);
-                self.pool_written.remove(&key);
+            Failed::Status { kind, key, error } => {
+                tracing::warn!(kind = ?kind, object = %key, error = %error, "status write failed; retrying at the next resync");
+                match kind {
+                    StatusKind::GpuJob => self.written.remove(&key).map(|_| ()),
+                    StatusKind::GpuQueue => self.queue_written.remove(&key).map(|_| ()),
+                    StatusKind::ComputePool => self.pool_written.remove(&key).map(|_| ()),
+                };
             }
         }
     }
@@ -1262,13 +1272,18 @@ impl Controller {
         let tx = self.feedback_tx.clone();
         let metrics = self.metrics.clone();
         let writes = self.writes.clone();
+        let ticket = self.status_order.issue(StatusKind::GpuJob, &key);
         tokio::spawn(async move {
+            let Some(_turn) = ticket.wait().await else {
+                return;
+            };
             let _permit = writes.acquire_owned().await;
             let params = PatchParams::apply(labels::FIELD_MANAGER).force();
             let r = api.patch_status(&name, &params, &Patch::Apply(&body)).await;
             metrics.api_write("status", r.is_ok());
             if let Err(e) = r {
                 let _ = tx.send(Failed::Status {
+                    kind: StatusKind::GpuJob,
                     key,
                     error: e.to_string(),
                 });
@@ -1584,7 +1599,7 @@ impl Controller {
                 "apiVersion": "spillway.io/v1alpha1", "kind": "GpuQueue",
                 "metadata": {"name": name}, "status": st,
             });
-            self.spawn_cluster_status::<GpuQueue>(name, body);
+            self.spawn_cluster_status::<GpuQueue>(StatusKind::GpuQueue, name, body);
         }
 
         let mut pool_gpus: BTreeMap<(String, String), u64> = BTreeMap::new();
@@ -1634,12 +1649,12 @@ impl Controller {
                 "apiVersion": "spillway.io/v1alpha1", "kind": "ComputePool",
                 "metadata": {"name": name}, "status": st,
             });
-            self.spawn_cluster_status::<ComputePool>(name, body);
+            self.spawn_cluster_status::<ComputePool>(StatusKind::ComputePool, name, body);
         }
         self.metrics.set_gpus(queue_gpus, pool_gpus);
     }
 
-    fn spawn_cluster_status<K>(&self, name: String, body: serde_json::Value)
+    fn spawn_cluster_status<K>(&self, kind: StatusKind, name: String, body: serde_json::Value)
     where
         K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
             + Clone
@@ -1652,13 +1667,18 @@ impl Controller {
         let tx = self.feedback_tx.clone();
         let metrics = self.metrics.clone();
         let writes = self.writes.clone();
+        let ticket = self.status_order.issue(kind, &name);
         tokio::spawn(async move {
+            let Some(_turn) = ticket.wait().await else {
+                return;
+            };
             let _permit = writes.acquire_owned().await;
             let params = PatchParams::apply(labels::FIELD_MANAGER).force();
             let r = api.patch_status(&name, &params, &Patch::Apply(&body)).await;
             metrics.api_write("status", r.is_ok());
             if let Err(e) = r {
                 let _ = tx.send(Failed::Status {
+                    kind,
                     key: name,
                     error: e.to_string(),
                 });

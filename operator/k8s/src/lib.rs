@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod pods;
 pub mod status;
 pub mod world;
+pub mod writes;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
