@@ -168,19 +168,20 @@ impl World {
     }
 
     async fn operator(&self) -> RunningOperator {
-        let mut settings = test_settings("aws-test");
-        settings.cloud = Some(self.cloud());
-        RunningOperator::start_with(self.client.clone(), None, settings)
-            .await
-            .expect("operator")
+        self.operator_with(self.cloud()).await
     }
 
     /// An operator whose EC2 calls go through `proxy` (the SDK's standard retries: 3 attempts).
     async fn operator_via(&self, proxy: &FaultProxy) -> RunningOperator {
         let moto = MotoServer::shared().await;
         let ec2 = aws_sdk_ec2::Client::new(&moto.sdk_config(Some(&proxy.endpoint)).await);
+        self.operator_with(self.cloud_with(ec2)).await
+    }
+
+    /// An operator with this cloud configuration.
+    async fn operator_with(&self, cloud: CloudConfig) -> RunningOperator {
         let mut settings = test_settings("aws-test");
-        settings.cloud = Some(self.cloud_with(ec2));
+        settings.cloud = Some(cloud);
         RunningOperator::start_with(self.client.clone(), None, settings)
             .await
             .expect("operator")
@@ -777,14 +778,12 @@ async fn deleting_a_provisioning_job_releases_its_instances_first() {
     let _turn = serial().await;
     let w = World::new("aws-delete", json!({})).await;
     // Machines never boot, and garbage collection waits long: only the finalizer can act.
-    let mut settings = test_settings("aws-test");
-    settings.cloud = Some(CloudConfig {
-        gc_grace: Duration::from_secs(600),
-        ..w.cloud()
-    });
-    let op = RunningOperator::start_with(w.client.clone(), None, settings)
-        .await
-        .expect("operator");
+    let op = w
+        .operator_with(CloudConfig {
+            gc_grace: Duration::from_secs(600),
+            ..w.cloud()
+        })
+        .await;
     w.fill_private_gpu().await;
     w.submit("doomed", json!({}), None).await;
     let job = w.wait_phase("doomed", JobPhase::Provisioning).await;
@@ -855,14 +854,12 @@ async fn an_instance_that_never_joins_is_replaced() {
     let _turn = serial().await;
     let w = World::new("aws-join", json!({})).await;
     // No machine ever boots; the join timeout is 4 s.
-    let mut settings = test_settings("aws-test");
-    settings.cloud = Some(CloudConfig {
-        join_timeout: Duration::from_secs(4),
-        ..w.cloud()
-    });
-    let op = RunningOperator::start_with(w.client.clone(), None, settings)
-        .await
-        .expect("operator");
+    let op = w
+        .operator_with(CloudConfig {
+            join_timeout: Duration::from_secs(4),
+            ..w.cloud()
+        })
+        .await;
     w.fill_private_gpu().await;
     w.submit("stuck", json!({}), None).await;
     let first = eventually(WAIT, "a first instance", || async {

@@ -204,6 +204,17 @@ async fn instance_type_facts_and_spot_prices_through_the_provider() {
         "the catalog prices g6.xlarge spot"
     );
     assert_eq!(spot(&applied), spot(&offers));
-    assert!(applied.iter().all(|o| o.gpu_memory_gib >= 20.0));
+    // The GPU memory is moto's (the built-in table says 24 GiB for an L4).
+    let l4 = facts
+        .iter()
+        .find(|t| t.instance_type == "g6.xlarge")
+        .expect("g6.xlarge described");
+    assert_eq!(l4.gpu_model, "L4");
+    assert!(
+        applied
+            .iter()
+            .all(|o| o.gpu_memory_gib == l4.gpu_memory_mib as f64 / 1024.0),
+        "{applied:?}"
+    );
     assert!(applied.iter().all(|o| o.gpu_model.as_str() == "L4"));
 }

@@ -318,10 +318,7 @@ impl Cloud {
         let Some(r) = self.catalog_row(&i.instance_type, &i.zone) else {
             return (0, 0.0);
         };
-        let region = view.facts.values().find(|f| {
-            f.types.contains_key(&i.instance_type)
-                || f.spot.iter().any(|p| p.instance_type == i.instance_type)
-        });
+        let region = self.region_of(&i.id).and_then(|r| view.facts.get(&r));
         let gpus = region
             .and_then(|f| f.types.get(&i.instance_type))
             .map(|t| t.gpus)
