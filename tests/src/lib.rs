@@ -12,6 +12,9 @@
 //! - [`faults::FaultProxy`]: a proxy in front of moto that answers chosen EC2 actions with errors.
 //! - [`moto::MotoServer`]: moto's EC2-compatible HTTP server, which the real AWS SDK talks to.
 //! - [`workload`]: GpuJobs as the end-to-end tests submit and wait for them.
+//! - [`partition::Partition`]: a TCP proxy in front of the API server that cuts one replica off
+//!   (its requests swallowed, the server's answers and watch events still flowing), and logs
+//!   what it sends.
 //!
 //! Binaries come from `KUBEBUILDER_ASSETS` (the envtest convention) or from the cache that
 //! `scripts/k8s-binaries.sh` fills; moto from `SPILLWAY_MOTO_SERVER` or `scripts/moto.sh`'s
@@ -23,6 +26,7 @@ pub mod kubelet;
 pub mod machines;
 pub mod moto;
 pub mod operator;
+pub mod partition;
 mod process;
 pub mod workload;
 

@@ -25,7 +25,7 @@ pub struct RunningOperator {
     pub metrics: Arc<Metrics>,
     pub metrics_addr: SocketAddr,
     shutdown: watch::Sender<bool>,
-    task: JoinHandle<anyhow::Result<()>>,
+    task: JoinHandle<Result<(), spillway_k8s::Error>>,
 }
 
 impl Drop for RunningOperator {
@@ -82,7 +82,7 @@ impl RunningOperator {
     pub async fn stop(mut self) -> anyhow::Result<()> {
         let _ = self.shutdown.send(true);
         match tokio::time::timeout(Duration::from_secs(30), &mut self.task).await {
-            Ok(Ok(r)) => r,
+            Ok(Ok(r)) => r.map_err(anyhow::Error::from),
             Ok(Err(e)) => Err(anyhow::anyhow!("operator task panicked: {e}")),
             Err(_) => Err(anyhow::anyhow!("operator did not stop within 30 s")),
         }

@@ -671,6 +671,7 @@ async fn two_replicas_one_leader_and_handover_when_it_dies() {
         name: "spillway-operator".into(),
         identity: identity.into(),
         lease_duration: Duration::from_secs(4),
+        renew_deadline: Duration::from_secs(3),
         retry_period: Duration::from_secs(1),
     };
     let leases: Api<Lease> = Api::namespaced(w.client.clone(), &w.ns);

@@ -1,5 +1,6 @@
 //! `Dataset`: data a job reads, with a classification and the places copies live.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -18,8 +19,10 @@ use spillway_core::Classification;
     singular = "dataset",
     shortname = "ds",
     category = "spillway",
+    status = "DatasetStatus",
     printcolumn = r#"{"name":"Classification","type":"string","jsonPath":".spec.classification"}"#,
     printcolumn = r#"{"name":"Size GiB","type":"number","jsonPath":".spec.sizeGiB"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -63,4 +66,13 @@ pub struct DatasetLocation {
     /// Where the copy is, for example `s3://bucket/prefix` or `nfs://filer/path`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uri: Option<String>,
+}
+
+/// The observed state of a Dataset.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DatasetStatus {
+    /// `Ready`: `True` when the operator can use the Dataset, `False` with reason `Invalid`
+    /// and a message naming the field when it cannot (jobs reading it then wait).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
 }

@@ -3,6 +3,7 @@
 //! The semantics (evaluation order, how effects combine) are owned by `spillway-policy` and
 //! documented in `docs/policy.md`; this module is only the wire format.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -23,7 +24,10 @@ use crate::queue::WaitMode;
     singular = "burstpolicy",
     shortname = "bp",
     category = "spillway",
+    status = "BurstPolicyStatus",
     printcolumn = r#"{"name":"Order","type":"integer","jsonPath":".spec.order"}"#,
+    printcolumn = r#"{"name":"Rules","type":"integer","jsonPath":".status.rules"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -136,4 +140,16 @@ pub struct PolicyExpectation {
     /// The chosen capacity type.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_type: Option<CapacityType>,
+}
+
+/// The observed state of a BurstPolicy.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct BurstPolicyStatus {
+    /// Rules in force (0 while the policy is invalid: an invalid policy is left out whole).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<i64>,
+    /// `Ready`: `True` when every rule compiled and the policy is in force, `False` with
+    /// reason `Invalid` and a message naming the rule, the field and the column otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Taint;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -25,8 +25,9 @@ use crate::common::duration_schema;
     shortname = "cpool",
     category = "spillway",
     status = "ComputePoolStatus",
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Nodes","type":"integer","jsonPath":".status.nodes.total"}"#,
-    printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.nodes.ready"}"#,
+    printcolumn = r#"{"name":"Ready Nodes","type":"integer","jsonPath":".status.nodes.ready"}"#,
     printcolumn = r#"{"name":"GPUs","type":"integer","jsonPath":".status.gpus.capacity"}"#,
     printcolumn = r#"{"name":"Allocated","type":"integer","jsonPath":".status.gpus.allocated"}"#,
     printcolumn = r#"{"name":"Spend/h","type":"number","jsonPath":".status.hourlyUSD"}"#,
@@ -216,7 +217,20 @@ pub struct ComputePoolStatus {
     /// Current spend rate of the pool, in USD per hour.
     #[serde(rename = "hourlyUSD", default, skip_serializing_if = "Option::is_none")]
     pub hourly_usd: Option<f64>,
-    /// Standard conditions, for example `Ready` or `Invalid`.
+    /// Cloud spend of the pool's instances this calendar month (UTC), in USD (cloud pools).
+    #[serde(
+        rename = "thisMonthUSD",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub this_month_usd: Option<f64>,
+    /// `thisMonthUSD` holds every instance's spend up to this time; after a restart or a
+    /// failover the operator bills from here, so no time is billed twice or lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accrued_through: Option<Time>,
+    /// `Ready` (`False` with reason `Invalid` and the field when the pool cannot be used) and,
+    /// for cloud pools, `LaunchHealthy` (recent capacity errors, throttling and offerings
+    /// cooling down).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

@@ -1,6 +1,6 @@
 //! `GpuQueue`: where jobs wait, with a private quota, a fair share and a burst policy.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -26,6 +26,7 @@ use crate::common::{Budget, duration_schema};
     printcolumn = r#"{"name":"Private GPUs","type":"integer","jsonPath":".status.gpusInUse.private"}"#,
     printcolumn = r#"{"name":"Cloud GPUs","type":"integer","jsonPath":".status.gpusInUse.cloud"}"#,
     printcolumn = r#"{"name":"Spend/h","type":"number","jsonPath":".status.spend.hourlyUSD"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -157,6 +158,7 @@ pub struct GpusByEnvironment {
 
 /// Spend of a queue.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct QueueSpend {
     /// USD spent in the cloud this calendar month (UTC).
     #[serde(rename = "thisMonthUSD", default)]
@@ -164,6 +166,11 @@ pub struct QueueSpend {
     /// Current cloud spend rate, in USD per hour.
     #[serde(rename = "hourlyUSD", default)]
     pub hourly_usd: f64,
+    /// `thisMonthUSD` holds every instance's spend up to this time. After a restart or a
+    /// failover the operator bills each instance from here (or from its launch, if later), so
+    /// the time no operator was running is billed exactly once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accrued_through: Option<Time>,
 }
 
 /// The observed state of a GpuQueue.
@@ -182,7 +189,8 @@ pub struct GpuQueueStatus {
     /// Cloud spend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spend: Option<QueueSpend>,
-    /// Standard conditions, for example `BudgetExhausted`.
+    /// `Ready` (`False` with reason `Invalid` and the field when the queue cannot be used; its
+    /// jobs then wait) and, with a budget, `BudgetExhausted`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

@@ -108,6 +108,13 @@ impl fmt::Display for FieldErrors {
 
 impl std::error::Error for FieldErrors {}
 
+impl FieldErrors {
+    /// Always [`ErrorCategory::InvalidInput`]: the object must change before it can be used.
+    pub fn category(&self) -> spillway_core::ErrorCategory {
+        spillway_core::ErrorCategory::InvalidInput
+    }
+}
+
 /// A Kubernetes object name (RFC 1123 subdomain).
 pub fn check_dns_subdomain(name: &str) -> Result<(), String> {
     if name.is_empty() {

@@ -19,7 +19,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use spillway_core::{CapacityType, Time};
+use spillway_core::{CapacityType, ErrorCategory, Time};
 
 pub mod facts;
 
@@ -147,6 +147,35 @@ pub enum CloudError {
 }
 
 impl CloudError {
+    /// The error's category: capacity and throttling are transient (for a capacity error the
+    /// caller tries another offering rather than the same one again), a refused request is
+    /// invalid input unless it is a missing permission.
+    pub fn category(&self) -> ErrorCategory {
+        match self {
+            CloudError::Capacity { .. } | CloudError::Throttled { .. } | CloudError::Other(_) => {
+                ErrorCategory::Transient
+            }
+            CloudError::Refused { code, .. } => match code.as_str() {
+                "UnauthorizedOperation" | "AuthFailure" | "OptInRequired" => {
+                    ErrorCategory::Permission
+                }
+                c if c.ends_with(".NotFound") => ErrorCategory::NotFound,
+                _ => ErrorCategory::InvalidInput,
+            },
+        }
+    }
+
+    /// A short, bounded name of the error's kind (metrics, conditions): `capacity`,
+    /// `throttled`, `refused`, `other`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CloudError::Capacity { .. } => "capacity",
+            CloudError::Throttled { .. } => "throttled",
+            CloudError::Refused { .. } => "refused",
+            CloudError::Other(_) => "other",
+        }
+    }
+
     /// Classifies an EC2 error code.
     pub fn from_code(code: &str, message: &str) -> CloudError {
         let (code, message) = (code.to_string(), message.to_string());
@@ -336,6 +365,17 @@ mod tests {
             CloudError::from_code("InternalError", "x"),
             CloudError::Other(_)
         ));
+    }
+
+    #[test]
+    fn errors_have_categories() {
+        let c = |code: &str| CloudError::from_code(code, "x").category();
+        assert_eq!(c("InsufficientInstanceCapacity"), ErrorCategory::Transient);
+        assert_eq!(c("RequestLimitExceeded"), ErrorCategory::Transient);
+        assert_eq!(c("UnauthorizedOperation"), ErrorCategory::Permission);
+        assert_eq!(c("InvalidAMIID.NotFound"), ErrorCategory::NotFound);
+        assert_eq!(c("InvalidParameterValue"), ErrorCategory::InvalidInput);
+        assert_eq!(c("InternalError"), ErrorCategory::Transient);
     }
 
     #[test]

@@ -383,20 +383,37 @@ impl<'a> Cycle<'a> {
             ));
         }
         if !self.queues.contains_key(job.queue.as_str()) {
-            return Some((
-                Reason::QueueNotFound,
-                format!("GpuQueue {:?} does not exist.", job.queue),
-            ));
+            return Some(match self.snap.invalid_queues.get(&job.queue) {
+                Some(why) => (
+                    Reason::QueueInvalid,
+                    format!(
+                        "GpuQueue {:?} is invalid and left out of decisions until it is fixed: {why}",
+                        job.queue
+                    ),
+                ),
+                None => (
+                    Reason::QueueNotFound,
+                    format!("GpuQueue {:?} does not exist.", job.queue),
+                ),
+            });
         }
         if let Some(missing) = job
             .datasets
             .iter()
             .find(|d| !self.datasets.contains_key(d.as_str()))
         {
-            return Some((
-                Reason::DatasetNotFound,
-                format!("Dataset {missing:?} does not exist."),
-            ));
+            return Some(match self.snap.invalid_datasets.get(missing) {
+                Some(why) => (
+                    Reason::DatasetInvalid,
+                    format!(
+                        "Dataset {missing:?} is invalid and left out of decisions until it is fixed: {why}"
+                    ),
+                ),
+                None => (
+                    Reason::DatasetNotFound,
+                    format!("Dataset {missing:?} does not exist."),
+                ),
+            });
         }
         None
     }

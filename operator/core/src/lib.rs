@@ -17,6 +17,7 @@
 pub mod catalog;
 pub mod decide;
 pub mod duration;
+pub mod error;
 pub mod gpu;
 pub mod model;
 pub mod plan;
@@ -27,6 +28,7 @@ pub mod types;
 
 pub use decide::decide;
 pub use duration::{Duration, ParseDurationError};
+pub use error::ErrorCategory;
 pub use gpu::{GpuModel, NodeShape};
 pub use model::{
     BurstSettings, Dataset, Instance, Job, JobState, Node, Offering, Pool, PoolKind, Queue,

@@ -343,4 +343,9 @@ pub struct Snapshot {
     pub offerings: Vec<Offering>,
     pub datasets: Vec<Dataset>,
     pub instances: Vec<Instance>,
+    /// Queues that exist but cannot be used as written, by name, with why. Their jobs wait
+    /// with reason `QueueInvalid` instead of `QueueNotFound`.
+    pub invalid_queues: std::collections::BTreeMap<String, String>,
+    /// Datasets that exist but cannot be used as written, by name, with why.
+    pub invalid_datasets: std::collections::BTreeMap<String, String>,
 }

@@ -88,6 +88,10 @@ pub enum Reason {
     QueueNotFound,
     /// The job names a dataset that does not exist.
     DatasetNotFound,
+    /// The job's queue exists but is invalid (its `Ready` condition says why).
+    QueueInvalid,
+    /// A dataset the job reads exists but is invalid (its `Ready` condition says why).
+    DatasetInvalid,
     /// The spec cannot be run (for example zero replicas).
     InvalidSpec,
     /// No private node or cloud offering could ever hold one replica.
@@ -121,6 +125,8 @@ impl Reason {
             Reason::NoFittingOffering => "NoFittingOffering",
             Reason::QuotaExhausted => "QuotaExhausted",
             Reason::QueueNotFound => "QueueNotFound",
+            Reason::QueueInvalid => "QueueInvalid",
+            Reason::DatasetInvalid => "DatasetInvalid",
             Reason::DatasetNotFound => "DatasetNotFound",
             Reason::InvalidSpec => "InvalidSpec",
             Reason::NeverFits => "NeverFits",

@@ -58,6 +58,92 @@ impl std::fmt::Debug for CloudConfig {
     }
 }
 
+impl CloudConfig {
+    fn catalog_row(&self, instance_type: &str, zone: &str) -> Option<&CatalogRow> {
+        let rows = || {
+            self.catalog
+                .iter()
+                .filter(move |r| r.instance_type == instance_type)
+        };
+        rows().find(|r| r.zone == zone).or_else(|| rows().next())
+    }
+
+    /// GPUs and hourly price of an instance: the provider's GPU count and its zone's spot
+    /// price when known and plausible, else the catalog's.
+    pub fn describe(&self, i: &CloudInstance, view: &CloudView) -> (u32, f64) {
+        let Some(r) = self.catalog_row(&i.instance_type, &i.zone) else {
+            return (0, 0.0);
+        };
+        let region = view.regions.get(&i.id).and_then(|r| view.facts.get(r));
+        let gpus = region
+            .and_then(|f| f.types.get(&i.instance_type))
+            .map(|t| t.gpus)
+            .filter(|g| *g > 0)
+            .unwrap_or(r.gpus);
+        let price = match i.capacity_type {
+            CapacityType::Spot => region
+                .and_then(|f| {
+                    f.spot.iter().find(|p| {
+                        p.instance_type == i.instance_type
+                            && p.zone == i.zone
+                            && facts::plausible_spot(p.hourly_price, r.on_demand)
+                    })
+                })
+                .map(|p| p.hourly_price)
+                .or(r.spot)
+                .unwrap_or(r.on_demand),
+            CapacityType::OnDemand => r.on_demand,
+        };
+        (gpus, price)
+    }
+
+    /// The offerings of the cloud pools, with capacity cool-downs applied.
+    pub fn offerings(
+        &self,
+        pools: &[Arc<ComputePool>],
+        view: &CloudView,
+        now: Time,
+    ) -> Vec<core::Offering> {
+        let mut out = Vec::new();
+        for p in pools {
+            let Some(aws) = &p.spec.aws else { continue };
+            let offers = core::catalog::offerings(
+                &self.catalog,
+                &p.name_any(),
+                &aws.region,
+                &aws.instance_types,
+            );
+            let mut offers = match view.facts.get(&aws.region) {
+                Some(f) => facts::apply(offers, f, &aws.availability_zones),
+                None => offers,
+            };
+            offers.retain(|o| {
+                aws.capacity_types.is_empty() || aws.capacity_types.contains(&o.capacity_type)
+            });
+            for o in &mut offers {
+                let key = (
+                    o.pool.clone(),
+                    o.instance_type.clone(),
+                    o.capacity_type,
+                    o.zone.clone(),
+                );
+                let any = (key.0.clone(), key.1.clone(), key.2, ANY_ZONE.to_string());
+                let until = [view.cooldowns.get(&key), view.cooldowns.get(&any)]
+                    .into_iter()
+                    .flatten()
+                    .filter(|t| **t > now)
+                    .max();
+                if let Some(until) = until {
+                    o.unavailable_until = Some(*until);
+                }
+            }
+            view.spot.apply(&mut offers, now);
+            out.extend(offers);
+        }
+        out
+    }
+}
+
 /// The bundled on-demand and spot price catalog (SkyPilot format, us-east-1).
 pub const DEFAULT_CATALOG: &str = include_str!("../../../examples/catalog-aws-us-east-1.csv");
 
@@ -91,6 +177,29 @@ struct State {
     terminating: HashSet<String>,
     facts: HashMap<String, Facts>,
     spot: SpotHistory,
+    health: HashMap<String, LaunchHealth>,
+}
+
+/// How long a launch error counts towards a pool's `LaunchHealthy` condition.
+pub const LAUNCH_ERROR_MEMORY: core::Duration = core::Duration::from_secs(900);
+
+/// A launch that failed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaunchError {
+    pub at: Time,
+    /// `capacity`, `throttled`, `refused` or `other`.
+    pub kind: &'static str,
+    /// `instance type capacity-type zone`.
+    pub offering: String,
+    pub message: String,
+}
+
+/// Recent launches of one pool.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LaunchHealth {
+    /// Failures of the last [`LAUNCH_ERROR_MEMORY`], oldest first.
+    pub errors: Vec<LaunchError>,
+    pub last_success: Option<Time>,
 }
 
 /// The operator's view of the cloud, shared by the loop and the poller.
@@ -113,6 +222,10 @@ pub struct CloudView {
     /// Instance-type facts and spot prices per region.
     pub facts: HashMap<String, RegionFacts>,
     pub spot: SpotHistory,
+    /// The region each listed instance is in.
+    pub regions: HashMap<String, String>,
+    /// Recent launch outcomes per pool.
+    pub health: HashMap<String, LaunchHealth>,
 }
 
 impl Cloud {
@@ -280,17 +393,13 @@ impl Cloud {
                 .map(|(r, f)| (r.clone(), f.facts.clone()))
                 .collect(),
             spot: st.spot.clone(),
-        }
-    }
-
-    fn catalog_row(&self, instance_type: &str, zone: &str) -> Option<&CatalogRow> {
-        let rows = || {
-            self.config
-                .catalog
+            regions: st
+                .instances
                 .iter()
-                .filter(move |r| r.instance_type == instance_type)
-        };
-        rows().find(|r| r.zone == zone).or_else(|| rows().next())
+                .map(|(id, (r, _))| (id.clone(), r.clone()))
+                .collect(),
+            health: st.health.clone(),
+        }
     }
 
     /// The GPU model of an instance type: the provider's word, else the catalog's.
@@ -306,85 +415,11 @@ impl Cloud {
                 .as_str()
                 .to_string(),
             None => self
+                .config
                 .catalog_row(instance_type, "")
                 .map(|r| r.gpu_model.as_str().to_string())
                 .unwrap_or_default(),
         }
-    }
-
-    /// GPUs and hourly price of an instance: the provider's GPU count and its zone's spot
-    /// price when known and plausible, else the catalog's.
-    pub fn describe(&self, i: &CloudInstance, view: &CloudView) -> (u32, f64) {
-        let Some(r) = self.catalog_row(&i.instance_type, &i.zone) else {
-            return (0, 0.0);
-        };
-        let region = self.region_of(&i.id).and_then(|r| view.facts.get(&r));
-        let gpus = region
-            .and_then(|f| f.types.get(&i.instance_type))
-            .map(|t| t.gpus)
-            .filter(|g| *g > 0)
-            .unwrap_or(r.gpus);
-        let price = match i.capacity_type {
-            CapacityType::Spot => region
-                .and_then(|f| {
-                    f.spot.iter().find(|p| {
-                        p.instance_type == i.instance_type
-                            && p.zone == i.zone
-                            && facts::plausible_spot(p.hourly_price, r.on_demand)
-                    })
-                })
-                .map(|p| p.hourly_price)
-                .or(r.spot)
-                .unwrap_or(r.on_demand),
-            CapacityType::OnDemand => r.on_demand,
-        };
-        (gpus, price)
-    }
-
-    /// The offerings of the cloud pools, with capacity cool-downs applied.
-    pub fn offerings(
-        &self,
-        pools: &[Arc<ComputePool>],
-        view: &CloudView,
-        now: Time,
-    ) -> Vec<core::Offering> {
-        let mut out = Vec::new();
-        for p in pools {
-            let Some(aws) = &p.spec.aws else { continue };
-            let offers = core::catalog::offerings(
-                &self.config.catalog,
-                &p.name_any(),
-                &aws.region,
-                &aws.instance_types,
-            );
-            let mut offers = match view.facts.get(&aws.region) {
-                Some(f) => facts::apply(offers, f, &aws.availability_zones),
-                None => offers,
-            };
-            offers.retain(|o| {
-                aws.capacity_types.is_empty() || aws.capacity_types.contains(&o.capacity_type)
-            });
-            for o in &mut offers {
-                let key = (
-                    o.pool.clone(),
-                    o.instance_type.clone(),
-                    o.capacity_type,
-                    o.zone.clone(),
-                );
-                let any = (key.0.clone(), key.1.clone(), key.2, ANY_ZONE.to_string());
-                let until = [view.cooldowns.get(&key), view.cooldowns.get(&any)]
-                    .into_iter()
-                    .flatten()
-                    .filter(|t| **t > now)
-                    .max();
-                if let Some(until) = until {
-                    o.unavailable_until = Some(*until);
-                }
-            }
-            view.spot.apply(&mut offers, now);
-            out.extend(offers);
-        }
-        out
     }
 
     /// Launches one need unless it already has instances (looked up by tag first, so a
@@ -456,6 +491,32 @@ impl Cloud {
         {
             let mut st = self.state();
             st.launching.remove(&launch.need);
+            let pool_name = pool.name_any();
+            let health = st.health.entry(pool_name).or_default();
+            health
+                .errors
+                .retain(|e| now.since(e.at) < LAUNCH_ERROR_MEMORY);
+            match &result {
+                Ok(_) => health.last_success = Some(now),
+                Err(e) => {
+                    let o = &launch.offering;
+                    health.errors.push(LaunchError {
+                        at: now,
+                        kind: e.kind(),
+                        offering: format!(
+                            "{} {} {}",
+                            o.instance_type,
+                            o.capacity_type.as_str(),
+                            zone.as_deref().unwrap_or("(any zone)")
+                        ),
+                        message: e.to_string(),
+                    });
+                    let len = health.errors.len();
+                    if len > 20 {
+                        health.errors.drain(..len - 20);
+                    }
+                }
+            }
             match &result {
                 Ok(instances) => {
                     for i in instances {
@@ -502,6 +563,11 @@ impl Cloud {
     /// Marks an instance as being terminated; false if it already is.
     pub fn start_terminate(&self, id: &str) -> bool {
         self.state().terminating.insert(id.to_string())
+    }
+
+    /// Forgets a termination that will not happen (now).
+    pub fn cancel_terminate(&self, id: &str) {
+        self.state().terminating.remove(id);
     }
 
     /// Terminates instances of `region` and forgets them.

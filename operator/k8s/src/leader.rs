@@ -3,17 +3,26 @@
 //! Every replica tries to hold the Lease. The holder renews it every `retry_period`; another
 //! replica takes it over when it has seen the same record, unchanged, for longer than
 //! `lease_duration` by its own clock (so clock skew between machines does not matter). Writes
-//! use the Lease's `resourceVersion`, so two replicas cannot both win. A leader that cannot
-//! renew for `lease_duration` steps down; on shutdown it releases the Lease, so the next
-//! replica takes over at once.
+//! use the Lease's `resourceVersion`, so two replicas cannot both win.
+//!
+//! Fencing: a leader that has not renewed for `renew_deadline` (shorter than the lease, as in
+//! client-go) stops leading at that moment, even while a renewal is still hanging: it
+//! publishes `false` on its leadership signal, which fences the executor, and returns an
+//! error. Since the deadline is counted from when the last successful renewal was *sent*, and
+//! other replicas count the lease from when they *saw* it, the old leader has stopped acting
+//! at least `lease_duration - renew_deadline` before anyone can take over. On a clean stop the
+//! caller first stops its loop and lets its actions finish, then asks for the Lease to be
+//! released, so the next replica takes over at once and never while the old one still writes.
 
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
-use kube::{Client, Error};
+use kube::{Client, Error as KubeError};
 use tokio::sync::watch;
+
+use crate::error::Error;
 
 /// Leader election settings.
 #[derive(Clone, Debug)]
@@ -21,8 +30,46 @@ pub struct Election {
     pub namespace: String,
     pub name: String,
     pub identity: String,
+    /// How long a Lease lasts without renewal before another replica may take it (15 s).
     pub lease_duration: Duration,
+    /// How long the leader keeps trying to renew before it stops leading (10 s).
+    pub renew_deadline: Duration,
+    /// How often the leader renews and the others try to acquire (2 s).
     pub retry_period: Duration,
+}
+
+impl Election {
+    /// client-go's defaults: a 15 s lease, a 10 s renew deadline, a 2 s retry period.
+    pub fn new(namespace: &str, name: &str, identity: &str) -> Election {
+        Election {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            identity: identity.to_string(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+
+    /// Why these timings cannot work, if they cannot.
+    pub fn check(&self) -> Result<(), String> {
+        if self.renew_deadline >= self.lease_duration {
+            return Err(format!(
+                "the renew deadline ({:?}) must be shorter than the lease duration ({:?})",
+                self.renew_deadline, self.lease_duration
+            ));
+        }
+        if self.retry_period >= self.renew_deadline {
+            return Err(format!(
+                "the retry period ({:?}) must be shorter than the renew deadline ({:?})",
+                self.retry_period, self.renew_deadline
+            ));
+        }
+        if self.lease_duration < Duration::from_secs(1) {
+            return Err("the lease duration must be at least 1 s".into());
+        }
+        Ok(())
+    }
 }
 
 fn now() -> MicroTime {
@@ -36,61 +83,86 @@ struct Observed {
     at: Instant,
 }
 
-/// Runs the election until `shutdown` turns true, publishing leadership on `leader`. Returns
-/// an error when leadership, once held, is lost (the caller should stop writing and exit).
+/// Runs the election until `release` turns true, publishing leadership on `leader`. Returns
+/// an error when leadership, once held, is lost (the caller must stop acting and exit). When
+/// `release` turns true while leading, the Lease is given up first.
 pub async fn run(
     client: Client,
     election: Election,
     leader: watch::Sender<bool>,
-    mut shutdown: watch::Receiver<bool>,
-) -> anyhow::Result<()> {
+    mut release: watch::Receiver<bool>,
+) -> Result<(), Error> {
     let api: Api<Lease> = Api::namespaced(client, &election.namespace);
     let mut observed: Option<Observed> = None;
     let mut last_renewed: Option<Instant> = None;
     loop {
-        if *shutdown.borrow() {
+        if *release.borrow() {
             if *leader.borrow() {
-                release(&api, &election).await;
+                release_lease(&api, &election).await;
                 let _ = leader.send(false);
             }
             return Ok(());
         }
-        match try_acquire_or_renew(&api, &election, &mut observed).await {
-            Ok(true) => {
-                last_renewed = Some(Instant::now());
-                if !*leader.borrow() {
+        let leading = *leader.borrow();
+        let sent = Instant::now();
+        // A leader gives up at its renew deadline, even while a renewal hangs; the others
+        // bound each attempt by the deadline too.
+        let deadline = match (leading, last_renewed) {
+            (true, Some(t)) => t + election.renew_deadline,
+            _ => sent + election.renew_deadline,
+        };
+        let attempt = tokio::time::timeout_at(
+            deadline.into(),
+            try_acquire_or_renew(&api, &election, &mut observed),
+        )
+        .await;
+        match attempt {
+            Ok(Ok(true)) => {
+                last_renewed = Some(sent);
+                if !leading {
                     tracing::info!(identity = %election.identity, lease = %election.name, "became the leader");
                     let _ = leader.send(true);
                 }
             }
-            Ok(false) => {
-                if *leader.borrow() {
-                    let _ = leader.send(false);
-                    anyhow::bail!(
-                        "lost leadership: lease {}/{} is now held by another replica",
-                        election.namespace,
-                        election.name
-                    );
-                }
+            Ok(Ok(false)) if leading => {
+                let _ = leader.send(false);
+                return Err(Error::LostLeadership(format!(
+                    "lease {}/{} is now held by another replica",
+                    election.namespace, election.name
+                )));
             }
-            Err(e) => {
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => {
                 tracing::warn!(error = %e, "leader election: cannot read or write the lease");
-                if *leader.borrow()
-                    && last_renewed.is_some_and(|t| t.elapsed() > election.lease_duration)
-                {
-                    let _ = leader.send(false);
-                    anyhow::bail!(
-                        "lost leadership: could not renew lease {}/{} for {:?}",
-                        election.namespace,
-                        election.name,
-                        election.lease_duration
-                    );
-                }
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "leader election: no answer from the API server within the renew deadline"
+                );
             }
         }
+        if leading && last_renewed.is_none_or(|t| t.elapsed() >= election.renew_deadline) {
+            let _ = leader.send(false);
+            return Err(Error::LostLeadership(format!(
+                "could not renew lease {}/{} within the renew deadline of {:?}",
+                election.namespace, election.name, election.renew_deadline
+            )));
+        }
+        let next = Instant::now() + election.retry_period;
+        let wake = match (*leader.borrow(), last_renewed) {
+            // Never sleep past the deadline.
+            (true, Some(t)) => next.min(t + election.renew_deadline),
+            _ => next,
+        };
         tokio::select! {
-            _ = tokio::time::sleep(election.retry_period) => {}
-            _ = shutdown.changed() => {}
+            _ = tokio::time::sleep_until(wake.into()) => {}
+            r = release.changed() => if r.is_err() {
+                // The owner is gone: stop as if released.
+                if *leader.borrow() {
+                    let _ = leader.send(false);
+                }
+                return Ok(());
+            },
         }
     }
 }
@@ -99,7 +171,7 @@ async fn try_acquire_or_renew(
     api: &Api<Lease>,
     e: &Election,
     observed: &mut Option<Observed>,
-) -> Result<bool, Error> {
+) -> Result<bool, KubeError> {
     let duration_s = e.lease_duration.as_secs().max(1) as i32;
     let current = match api.get_opt(&e.name).await? {
         Some(l) => l,
@@ -121,7 +193,7 @@ async fn try_acquire_or_renew(
             };
             return match api.create(&PostParams::default(), &lease).await {
                 Ok(_) => Ok(true),
-                Err(Error::Api(s)) if s.code == 409 => Ok(false),
+                Err(KubeError::Api(s)) if s.code == 409 => Ok(false),
                 Err(err) => Err(err),
             };
         }
@@ -167,13 +239,13 @@ async fn try_acquire_or_renew(
             });
             Ok(true)
         }
-        Err(Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(KubeError::Api(s)) if s.code == 409 => Ok(false),
         Err(err) => Err(err),
     }
 }
 
 /// Gives the Lease up so another replica takes over without waiting for it to expire.
-async fn release(api: &Api<Lease>, e: &Election) {
+async fn release_lease(api: &Api<Lease>, e: &Election) {
     let Ok(Some(mut lease)) = api.get_opt(&e.name).await else {
         return;
     };

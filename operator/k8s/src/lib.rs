@@ -1,24 +1,35 @@
-//! Spillway's Kubernetes operator: watch caches -> [`world::build`] (the core's snapshot) ->
-//! `spillway_core::decide` -> pods, status, Events ([`controller`]).
+//! Spillway's Kubernetes operator: watch caches ([`caches`]) -> the snapshot ([`world`]) ->
+//! `spillway_core::decide` -> a turn's typed actions ([`turn`], [`actions`]) -> the executor
+//! ([`executor`], [`effects`]) that carries them out against the API and the cloud.
 //!
 //! Invariants:
 //! - One field manager (`spillway`) for every write; status goes through server-side apply.
-//! - Only the leader ([`leader`]) writes; every replica keeps its caches warm and serves
-//!   `/metrics`, `/healthz` and `/readyz` ([`http`]).
+//! - The turn does no I/O: every API and cloud call is an [`actions::Action`] that the
+//!   executor runs, in order per object, with retries by error category.
+//! - Only the leader ([`leader`]) acts, and only while its Lease is renewed within the renew
+//!   deadline: the executor is fenced the moment it is not. Every replica keeps its caches
+//!   warm and serves `/metrics`, `/healthz` and `/readyz` ([`http`]).
 //! - Nothing here decides where a job runs: that is the core's job. This crate observes,
-//!   assumes, and writes.
+//!   assumes, and acts.
 
+pub mod actions;
 pub mod bootstrap;
+pub mod caches;
 pub mod cloud;
 pub mod controller;
+pub mod effects;
+pub mod error;
+pub mod executor;
 pub mod http;
 pub mod labels;
 pub mod leader;
 pub mod metrics;
+pub mod order;
 pub mod pods;
+pub mod spend;
 pub mod status;
+pub mod turn;
 pub mod world;
-pub mod writes;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -30,7 +41,8 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
-pub use controller::{Caches, Settings};
+pub use controller::{Caches, Settings, Stopped};
+pub use error::Error;
 pub use leader::Election;
 pub use metrics::Metrics;
 
@@ -66,16 +78,25 @@ impl<T> Drop for Guarded<T> {
 
 /// Runs the operator until `shutdown` turns true. Returns an error when it cannot start or
 /// when it loses leadership (the process should then exit and be restarted).
+///
+/// The order of a clean stop matters: the loop stops, its actions in flight finish (bounded),
+/// and only then is the Lease released, so the next leader never overlaps with this one.
 pub async fn run(
     client: Client,
     config: OperatorConfig,
     metrics: Arc<Metrics>,
     mut shutdown: watch::Receiver<bool>,
-) -> anyhow::Result<()> {
+) -> Result<(), Error> {
+    if let Some(e) = &config.election {
+        e.check().map_err(Error::Settings)?;
+    }
     let health = Arc::new(http::Health::default());
     let listener = TcpListener::bind(config.metrics_addr)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.metrics_addr))?;
+        .map_err(|source| Error::Listen {
+            addr: config.metrics_addr,
+            source,
+        })?;
     let mut tasks = Tasks(vec![tokio::spawn(http::serve(
         listener,
         metrics.clone(),
@@ -93,6 +114,7 @@ pub async fn run(
     tracing::info!("watch caches synced");
 
     let (leader_tx, mut leader_rx) = watch::channel(config.election.is_none());
+    let (release_tx, release_rx) = watch::channel(false);
     let mut election_task = None;
     if let Some(e) = config.election.clone() {
         tracing::info!(identity = %e.identity, lease = %format!("{}/{}", e.namespace, e.name), "waiting to become the leader");
@@ -100,7 +122,7 @@ pub async fn run(
             client.clone(),
             e,
             leader_tx,
-            shutdown.clone(),
+            release_rx,
         ))));
     }
     while !*leader_rx.borrow() {
@@ -108,6 +130,7 @@ pub async fn run(
             r = leader_rx.changed() => if r.is_err() { break },
             _ = shutdown.changed() => {
                 if *shutdown.borrow() {
+                    let _ = release_tx.send(true);
                     if let Some(mut t) = election_task { let _ = (&mut t.0).await; }
                     return Ok(());
                 }
@@ -117,28 +140,18 @@ pub async fn run(
     if !*leader_rx.borrow() {
         // The election task ended without ever leading: it failed.
         return match election_task {
-            Some(mut t) => (&mut t.0).await?,
+            Some(mut t) => match (&mut t.0).await {
+                Ok(r) => r,
+                Err(e) => Err(Error::LostLeadership(format!("election task failed: {e}"))),
+            },
             None => Ok(()),
         };
     }
     metrics.set_leader(true);
-
-    // Stop the loop on shutdown or when leadership is lost.
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let mut leader_watch = leader_rx.clone();
-    let mut shutdown_watch = shutdown.clone();
-    tasks.0.push(tokio::spawn(async move {
-        loop {
-            if *shutdown_watch.borrow() || !*leader_watch.borrow() {
-                let _ = stop_tx.send(true);
-                return;
-            }
-            tokio::select! {
-                r = leader_watch.changed() => if r.is_err() { let _ = stop_tx.send(true); return; },
-                r = shutdown_watch.changed() => if r.is_err() { let _ = stop_tx.send(true); return; },
-            }
-        }
-    }));
+    let fence = match &election_task {
+        Some(_) => executor::Fence::new(leader_rx.clone()),
+        None => executor::Fence::open(),
+    };
     let controller = controller::Controller::new(
         client.clone(),
         caches,
@@ -146,18 +159,24 @@ pub async fn run(
         metrics.clone(),
         changed,
     );
-    controller.run(health, stop_rx).await?;
+    let stopped = controller.run(health, fence, shutdown.clone()).await?;
     metrics.set_leader(false);
-    let lost = !*leader_rx.borrow() && !*shutdown.borrow();
+    // The loop is stopped and its actions are done or cancelled: only now give the Lease up.
+    let _ = release_tx.send(true);
+    let mut lost = None;
     if let Some(mut t) = election_task {
-        let r = tokio::time::timeout(Duration::from_secs(10), &mut t.0).await;
-        if let Ok(Ok(Err(e))) = r {
-            return Err(e);
+        match tokio::time::timeout(Duration::from_secs(10), &mut t.0).await {
+            Ok(Ok(Err(e))) => lost = Some(e),
+            Ok(Err(e)) => lost = Some(Error::LostLeadership(format!("election task failed: {e}"))),
+            _ => {}
         }
     }
     drop(tasks);
-    if lost {
-        anyhow::bail!("lost leadership; stopping so that only one replica writes");
+    match (stopped, lost) {
+        (_, Some(e)) => Err(e),
+        (Stopped::Fenced, None) => Err(Error::LostLeadership(
+            "stopped leading; stopping so that only one replica acts".into(),
+        )),
+        (Stopped::Shutdown, None) => Ok(()),
     }
-    Ok(())
 }

@@ -55,6 +55,11 @@ struct Inner {
     garbage: BTreeMap<Labels, u64>,
     spot_interruptions: BTreeMap<Labels, u64>,
     spend: BTreeMap<Labels, f64>,
+    actions: BTreeMap<Labels, u64>,
+    action_errors: BTreeMap<Labels, u64>,
+    action_retries: BTreeMap<Labels, u64>,
+    actions_in_flight: f64,
+    invalid_objects: BTreeMap<Labels, f64>,
 }
 
 /// The operator's metrics, shared by the controller and the HTTP server.
@@ -183,6 +188,68 @@ impl Metrics {
         });
     }
 
+    /// An action's end: `ok`, `failed` (given up), `cancelled` (fenced), `superseded` (a
+    /// newer status replaced it) or `skipped` (the same work was in flight).
+    pub fn action(&self, kind: crate::actions::ActionKind, result: &'static str) {
+        self.with(|m| {
+            *m.actions
+                .entry(vec![
+                    ("kind", kind.as_str().into()),
+                    ("result", result.into()),
+                ])
+                .or_default() += 1;
+        });
+    }
+
+    /// One failed attempt of an action, by its error's category.
+    pub fn action_error(
+        &self,
+        kind: crate::actions::ActionKind,
+        category: spillway_core::ErrorCategory,
+    ) {
+        self.with(|m| {
+            *m.action_errors
+                .entry(vec![
+                    ("kind", kind.as_str().into()),
+                    ("category", category.as_str().into()),
+                ])
+                .or_default() += 1;
+        });
+    }
+
+    pub fn action_retried(&self, kind: crate::actions::ActionKind) {
+        self.with(|m| {
+            *m.action_retries
+                .entry(vec![("kind", kind.as_str().into())])
+                .or_default() += 1;
+        });
+    }
+
+    pub fn set_actions_in_flight(&self, n: usize) {
+        self.with(|m| m.actions_in_flight = n as f64);
+    }
+
+    /// Replaces the count of invalid objects per kind (every kind listed, 0 included).
+    pub fn set_invalid_objects(&self, counts: BTreeMap<&'static str, u64>) {
+        self.with(|m| {
+            m.invalid_objects = counts
+                .into_iter()
+                .map(|(k, n)| (vec![("kind", k.to_string())], n as f64))
+                .collect();
+        });
+    }
+
+    /// Actions that ended with `result` so far, over every kind (tests).
+    pub fn actions_total(&self, result: &str) -> u64 {
+        self.with(|m| {
+            m.actions
+                .iter()
+                .filter(|(l, _)| l.iter().any(|(k, v)| *k == "result" && v == result))
+                .map(|(_, n)| n)
+                .sum()
+        })
+    }
+
     /// Total API writes so far (tests use it to check that nothing loops).
     pub fn api_writes_total(&self) -> u64 {
         self.with(|m| m.api_writes.values().sum())
@@ -262,6 +329,41 @@ impl Metrics {
                 "Spot instances that went away without Spillway terminating them, by pool and instance type.",
                 &m.spot_interruptions,
             );
+            family(
+                &mut out,
+                "spillway_actions_total",
+                "counter",
+                "Actions the executor finished, by kind and result (ok, failed, cancelled, superseded, skipped).",
+                &m.actions,
+            );
+            family(
+                &mut out,
+                "spillway_action_errors_total",
+                "counter",
+                "Failed attempts of actions, by kind and error category.",
+                &m.action_errors,
+            );
+            family(
+                &mut out,
+                "spillway_action_retries_total",
+                "counter",
+                "Retries of failed actions, by kind.",
+                &m.action_retries,
+            );
+            family(
+                &mut out,
+                "spillway_invalid_objects",
+                "gauge",
+                "GpuQueues, ComputePools, Datasets and BurstPolicies the operator cannot use, by kind.",
+                &m.invalid_objects,
+            );
+            header(
+                &mut out,
+                "spillway_actions_in_flight",
+                "gauge",
+                "Actions started and not finished.",
+            );
+            let _ = writeln!(out, "spillway_actions_in_flight {}", m.actions_in_flight);
             header(
                 &mut out,
                 "spillway_leader",

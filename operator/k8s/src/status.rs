@@ -24,6 +24,11 @@ pub fn k8s_time(t: Time) -> K8sTime {
     )
 }
 
+/// A Kubernetes time as the core's.
+pub fn core_time(t: &K8sTime) -> Time {
+    Time::from_millis(t.0.as_millisecond())
+}
+
 /// Sets a condition, keeping its `lastTransitionTime` when its status did not change.
 pub fn set_condition(
     conditions: &mut Vec<Condition>,

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
 use spillway_api::job::JobPhase;
-use spillway_api::{ComputePool, Dataset, GpuJob, GpuQueue, convert};
+use spillway_api::{BurstPolicy, ComputePool, Dataset, GpuJob, GpuQueue, convert};
 use spillway_core::{self as core, GpuModel, JobState, Snapshot, Time};
 
 use crate::labels;
@@ -33,6 +33,25 @@ pub struct Inputs {
     /// Jobs the controller has just marked Succeeded or Failed (its write may not be visible
     /// in the cache yet): nothing more to decide for them.
     pub finished: std::collections::HashSet<String>,
+    /// The cluster's BurstPolicies.
+    pub policies: Vec<Arc<BurstPolicy>>,
+    /// BurstPolicies loaded from `--policy-dir` (a cluster object of the same name wins).
+    pub file_policies: Vec<Arc<BurstPolicy>>,
+    /// Spillway objects the caches hold but cannot read (their JSON does not fit the type).
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// An object of one of Spillway's kinds that cannot be read as its type.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Unreadable {
+    /// `GpuJob`, `GpuQueue`, `ComputePool`, `Dataset` or `BurstPolicy`.
+    pub kind: &'static str,
+    pub namespace: Option<String>,
+    pub name: String,
+    pub uid: Option<String>,
+    pub generation: Option<i64>,
+    /// Why it cannot be read.
+    pub error: String,
 }
 
 /// A start the controller has decided and is writing (its pods may not be visible yet).
@@ -449,6 +468,7 @@ pub fn build(
         match convert::queue(q) {
             Ok(q) => snap.queues.push(q),
             Err(e) => {
+                snap.invalid_queues.insert(q.name_any(), e.to_string());
                 built
                     .invalid_objects
                     .insert(format!("GpuQueue/{}", q.name_any()), e.to_string());
@@ -465,6 +485,18 @@ pub fn build(
             }
         }
     }
+    for u in &inputs.unreadable {
+        let why = format!("it cannot be read: {}", u.error);
+        match u.kind {
+            "GpuQueue" => {
+                snap.invalid_queues.insert(u.name.clone(), why);
+            }
+            "Dataset" => {
+                snap.invalid_datasets.insert(u.name.clone(), why);
+            }
+            _ => {}
+        }
+    }
     let valid_pools: Vec<Arc<ComputePool>> = inputs
         .pools
         .iter()
@@ -475,6 +507,7 @@ pub fn build(
         match convert::dataset(d) {
             Ok(d) => snap.datasets.push(d),
             Err(e) => {
+                snap.invalid_datasets.insert(d.name_any(), e.to_string());
                 built
                     .invalid_objects
                     .insert(format!("Dataset/{}", d.name_any()), e.to_string());

@@ -207,7 +207,7 @@ async fn a_failed_launch_cools_the_offering_down() {
     let regions = ["us-east-1".to_string()].into_iter().collect();
     let view: CloudView = c.view(&regions);
     let now = spillway_k8s::controller::now();
-    let offers = c.offerings(&[pool("on-demand")], &view, now);
+    let offers = c.config.offerings(&[pool("on-demand")], &view, now);
     // The launch could not be pinned to a zone, so every zone of g6.xlarge on-demand cools.
     assert!(offers.len() > 1);
     assert!(
@@ -250,14 +250,14 @@ async fn provider_facts_and_spot_interruptions_shape_the_offerings() {
     assert!(c.refresh(&pools).await.is_empty());
     let regions = ["us-east-1".to_string()].into_iter().collect();
     let now = spillway_k8s::controller::now();
-    let offers = c.offerings(&pools, &c.view(&regions), now);
+    let offers = c.config.offerings(&pools, &c.view(&regions), now);
     let got: Vec<(&str, f64, u32)> = offers
         .iter()
         .map(|o| (o.zone.as_str(), o.hourly_price, o.recent_interruptions))
         .collect();
     assert_eq!(got, vec![("us-east-1a", 0.35, 0)]);
     assert_eq!(offers[0].gpu_memory_gib, 22888.0 / 1024.0);
-    assert_eq!(c.describe(&spot, &c.view(&regions)), (1, 0.35));
+    assert_eq!(c.config.describe(&spot, &c.view(&regions)), (1, 0.35));
 
     // The spot instance vanishes without Spillway terminating it: an interruption.
     fake.existing.lock().unwrap().clear();
@@ -266,7 +266,7 @@ async fn provider_facts_and_spot_interruptions_shape_the_offerings() {
         lost.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(),
         ["i-spot"]
     );
-    let offers = c.offerings(&pools, &c.view(&regions), now);
+    let offers = c.config.offerings(&pools, &c.view(&regions), now);
     assert_eq!(offers[0].recent_interruptions, 1);
 
     // One Spillway terminates is not.
@@ -309,7 +309,9 @@ async fn a_failed_spot_price_read_keeps_the_other_facts_and_is_not_retried_every
     }
     assert_eq!(fake.fact_calls.load(Ordering::SeqCst), 1);
     let regions = ["us-east-1".to_string()].into_iter().collect();
-    let offers = c.offerings(&pools, &c.view(&regions), spillway_k8s::controller::now());
+    let offers = c
+        .config
+        .offerings(&pools, &c.view(&regions), spillway_k8s::controller::now());
     let mut prices: Vec<(String, f64)> = offers
         .iter()
         .map(|o| (o.zone.clone(), o.hourly_price))

@@ -55,13 +55,30 @@ pub(crate) fn nesting(src: &str) -> usize {
 
 /// A rule that cannot be compiled.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
-#[error("BurstPolicy {policy} rule {rule}: {field}: {message}")]
+#[error("BurstPolicy {policy} rule {rule}: {field}{}: {message}", at(*.position))]
 pub struct CompileError {
     pub policy: String,
     pub rule: String,
-    /// `when` or `offeringFilter`.
+    /// `when`, `offeringFilter` or `maxWait`.
     pub field: &'static str,
+    /// Where inside the expression the problem is: 1-based line and column, when known.
+    pub position: Option<(usize, usize)>,
     pub message: String,
+}
+
+fn at(position: Option<(usize, usize)>) -> String {
+    match position {
+        Some((1, column)) => format!(" (column {column})"),
+        Some((line, column)) => format!(" (line {line}, column {column})"),
+        None => String::new(),
+    }
+}
+
+impl CompileError {
+    /// Always [`spillway_core::ErrorCategory::InvalidInput`]: the policy must be fixed.
+    pub fn category(&self) -> spillway_core::ErrorCategory {
+        spillway_core::ErrorCategory::InvalidInput
+    }
 }
 
 struct Rule {
@@ -86,12 +103,14 @@ fn compile_expr(
     field: &'static str,
     src: &str,
 ) -> Result<Program, CompileError> {
-    let err = |message: String| CompileError {
+    let err_at = |position: Option<(usize, usize)>, message: String| CompileError {
         policy: policy.to_string(),
         rule: rule.to_string(),
         field,
+        position,
         message,
     };
+    let err = |message: String| err_at(None, message);
     if src.len() > MAX_EXPRESSION_LEN {
         return Err(err(format!(
             "expression is {} bytes long; the limit is {MAX_EXPRESSION_LEN}",
@@ -107,13 +126,18 @@ fn compile_expr(
     if src.chars().filter(|c| matches!(c, '!' | '-')).count() > 4 * MAX_NESTING {
         return Err(err("expression has too many unary operators".to_string()));
     }
-    Program::compile(src).map_err(|e| {
-        err(e
+    Program::compile(src).map_err(|e| match e.errors.first() {
+        // CEL positions are 1-based lines and 1-based columns.
+        Some(first) => err_at(
+            Some((first.pos.0.max(1) as usize, first.pos.1.max(1) as usize)),
+            format!("CEL syntax error: {}", first.msg),
+        ),
+        None => err(e
             .to_string()
             .lines()
             .next()
             .unwrap_or("syntax error")
-            .to_string())
+            .to_string()),
     })
 }
 
@@ -160,6 +184,7 @@ impl PolicyEngine {
                             policy: pname.clone(),
                             rule: r.name.clone(),
                             field: "maxWait",
+                            position: None,
                             message: e.to_string(),
                         });
                         None

@@ -391,8 +391,7 @@ async fn explain_job(
         nodes: list_all::<Node>(&client).await?,
         pods: list_all::<Pod>(&client).await?,
         namespaces: list_all::<Namespace>(&client).await?,
-        needs: Default::default(),
-        finished: Default::default(),
+        ..Inputs::default()
     };
     let policies: Vec<BurstPolicy> = list_all::<BurstPolicy>(&client)
         .await?

@@ -35,9 +35,18 @@ pub struct OperatorArgs {
     /// Name of the leader Lease.
     #[arg(long, value_name = "NAME", default_value = "spillway-operator")]
     pub leader_election_id: String,
-    /// How long a leader's Lease lasts without renewal, in seconds.
+    /// How long a leader's Lease lasts without renewal before another replica may take it,
+    /// in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 15)]
     pub lease_duration: u64,
+    /// How long the leader keeps trying to renew its Lease before it stops acting, in seconds
+    /// (shorter than --lease-duration).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    pub renew_deadline: u64,
+    /// How often the leader renews its Lease and the others try to take it, in seconds
+    /// (shorter than --renew-deadline).
+    #[arg(long, value_name = "SECONDS", default_value_t = 2)]
+    pub retry_period: u64,
     /// The value of the `spillway.io/cluster` tag on this cluster's cloud instances. Spillway
     /// lists, adopts and garbage-collects only instances with this tag: give every cluster
     /// sharing an AWS account its own.
@@ -82,16 +91,24 @@ pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
             format!("{host}-{}", std::process::id())
         });
         let election = args.leader_elect.then(|| Election {
-            namespace: args
-                .leader_election_namespace
-                .clone()
-                .or_else(|| std::env::var("POD_NAMESPACE").ok())
-                .unwrap_or_else(|| "default".into()),
-            name: args.leader_election_id.clone(),
-            identity: identity.clone(),
-            lease_duration: Duration::from_secs(args.lease_duration.max(2)),
-            retry_period: Duration::from_secs((args.lease_duration / 5).clamp(1, 5)),
+            lease_duration: Duration::from_secs(args.lease_duration),
+            renew_deadline: Duration::from_secs(args.renew_deadline),
+            retry_period: Duration::from_secs(args.retry_period),
+            ..Election::new(
+                &args
+                    .leader_election_namespace
+                    .clone()
+                    .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                    .unwrap_or_else(|| "default".into()),
+                &args.leader_election_id,
+                &identity,
+            )
         });
+        if let Some(e) = &election {
+            e.check().map_err(|why| {
+                anyhow::anyhow!("--lease-duration, --renew-deadline, --retry-period: {why}")
+            })?;
+        }
         let catalog_text = match &args.catalog {
             Some(path) => std::fs::read_to_string(path)
                 .map_err(|e| anyhow::anyhow!("{}: cannot read: {e}", path.display()))?,

@@ -1,0 +1,258 @@
+//! What a turn asks for: typed actions that the executor carries out.
+//!
+//! A turn never calls the API or the cloud; it returns [`Action`]s. Each names the object it
+//! acts on ([`Key`]), which the executor uses to keep one object's actions in order and to
+//! retry them; each has a bounded [`ActionKind`] for metrics.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use spillway_api::{ComputePool, GpuJob};
+use spillway_core as core;
+
+/// The object an action is about: `kind` and `namespace/name` (or `name` when cluster-scoped).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    pub kind: &'static str,
+    pub name: String,
+}
+
+impl Key {
+    pub fn new(kind: &'static str, name: impl Into<String>) -> Key {
+        Key {
+            kind,
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.kind, self.name)
+    }
+}
+
+/// The kinds whose status the loop writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StatusKind {
+    GpuJob,
+    GpuQueue,
+    ComputePool,
+    Dataset,
+    BurstPolicy,
+}
+
+impl StatusKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StatusKind::GpuJob => "GpuJob",
+            StatusKind::GpuQueue => "GpuQueue",
+            StatusKind::ComputePool => "ComputePool",
+            StatusKind::Dataset => "Dataset",
+            StatusKind::BurstPolicy => "BurstPolicy",
+        }
+    }
+}
+
+/// A status written by server-side apply (field manager `spillway`, forced).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatusPatch {
+    pub kind: StatusKind,
+    /// The namespace of a GpuJob; `None` for the cluster-scoped kinds.
+    pub namespace: Option<String>,
+    pub name: String,
+    /// The apply body (apiVersion, kind, metadata name/namespace, status).
+    pub body: serde_json::Value,
+}
+
+impl StatusPatch {
+    /// `namespace/name` or `name`: the key the loop remembers what it wrote under.
+    pub fn id(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{ns}/{}", self.name),
+            None => self.name.clone(),
+        }
+    }
+}
+
+/// A Kubernetes Event about one object.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Note {
+    pub regarding: ObjectReference,
+    pub warning: bool,
+    /// PascalCase reason.
+    pub reason: String,
+    /// What was done (`Decide`, `Requeue`, `Launch`, `Validate`, ...).
+    pub action: String,
+    /// One human sentence (truncated to 1,000 bytes when published).
+    pub note: String,
+}
+
+/// Instances to launch for one need.
+#[derive(Clone, Debug)]
+pub struct LaunchOrder {
+    pub launch: core::Launch,
+    pub pool: Arc<ComputePool>,
+    pub job: Arc<GpuJob>,
+}
+
+/// Every kind of action, for metrics labels and retry policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ActionKind {
+    CreatePod,
+    DeletePod,
+    ApplyStatus,
+    Publish,
+    Launch,
+    Cordon,
+    Terminate,
+    DeleteNode,
+    PatchFinalizer,
+    SweepTokens,
+}
+
+impl ActionKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionKind::CreatePod => "create_pod",
+            ActionKind::DeletePod => "delete_pod",
+            ActionKind::ApplyStatus => "apply_status",
+            ActionKind::Publish => "publish_event",
+            ActionKind::Launch => "launch",
+            ActionKind::Cordon => "cordon",
+            ActionKind::Terminate => "terminate",
+            ActionKind::DeleteNode => "delete_node",
+            ActionKind::PatchFinalizer => "patch_finalizer",
+            ActionKind::SweepTokens => "sweep_tokens",
+        }
+    }
+}
+
+/// One thing the executor does.
+#[derive(Clone, Debug)]
+pub enum Action {
+    /// Creates one replica's pod of a start (an existing pod of that name counts as done).
+    /// A failure drops the start's assumption, so the job is decided again.
+    CreatePod { job: String, pod: Box<Pod> },
+    /// Deletes a pod, only if it is still the one with `uid`.
+    DeletePod {
+        namespace: String,
+        name: String,
+        uid: String,
+    },
+    /// Applies a status. A newer status of the same object supersedes one not yet applied.
+    ApplyStatus(StatusPatch),
+    /// Publishes an Event.
+    Publish(Note),
+    /// Adds the cloud finalizer to the job, makes a bootstrap token when the pool joins nodes
+    /// with one, then launches the need's instances (adopting any the need already has).
+    /// Never retried by the executor: a failure cools the offering down and the next turn
+    /// plans again.
+    Launch(Box<LaunchOrder>),
+    /// Marks a node unschedulable (first step of retiring it).
+    Cordon { node: String },
+    /// Terminates an instance, then deletes its Node if it has one.
+    Terminate {
+        instance: String,
+        node: Option<String>,
+        why: String,
+    },
+    /// Deletes a Node whose instance is gone.
+    DeleteNode { node: String, why: String },
+    /// Adds or removes the cloud finalizer of a GpuJob (reading it afresh on each attempt).
+    PatchFinalizer {
+        namespace: String,
+        name: String,
+        add: bool,
+    },
+    /// Deletes Spillway's bootstrap tokens that are done: expired, made for a need whose
+    /// instances all joined, or for a need with no instance left.
+    SweepTokens {
+        joined: BTreeSet<String>,
+        alive: BTreeSet<String>,
+    },
+}
+
+impl Action {
+    pub fn kind(&self) -> ActionKind {
+        match self {
+            Action::CreatePod { .. } => ActionKind::CreatePod,
+            Action::DeletePod { .. } => ActionKind::DeletePod,
+            Action::ApplyStatus(_) => ActionKind::ApplyStatus,
+            Action::Publish(_) => ActionKind::Publish,
+            Action::Launch(_) => ActionKind::Launch,
+            Action::Cordon { .. } => ActionKind::Cordon,
+            Action::Terminate { .. } => ActionKind::Terminate,
+            Action::DeleteNode { .. } => ActionKind::DeleteNode,
+            Action::PatchFinalizer { .. } => ActionKind::PatchFinalizer,
+            Action::SweepTokens { .. } => ActionKind::SweepTokens,
+        }
+    }
+
+    /// The object whose actions must stay in order. Retiring a node (cordon, terminate,
+    /// delete) keys by the node, so those steps run one after the other.
+    pub fn key(&self) -> Key {
+        match self {
+            Action::CreatePod { pod, .. } => Key::new(
+                "Pod",
+                format!(
+                    "{}/{}",
+                    pod.metadata.namespace.as_deref().unwrap_or_default(),
+                    pod.metadata.name.as_deref().unwrap_or_default()
+                ),
+            ),
+            Action::DeletePod {
+                namespace, name, ..
+            } => Key::new("Pod", format!("{namespace}/{name}")),
+            Action::ApplyStatus(p) => Key::new(status_key_kind(p.kind), p.id()),
+            Action::Publish(n) => Key::new(
+                "Event",
+                format!(
+                    "{}/{}",
+                    n.regarding.namespace.as_deref().unwrap_or_default(),
+                    n.regarding.name.as_deref().unwrap_or_default()
+                ),
+            ),
+            Action::Launch(l) => Key::new("Need", l.launch.need.clone()),
+            Action::Cordon { node } | Action::DeleteNode { node, .. } => {
+                Key::new("Node", node.clone())
+            }
+            Action::Terminate { instance, node, .. } => match node {
+                Some(n) => Key::new("Node", n.clone()),
+                None => Key::new("Instance", instance.clone()),
+            },
+            Action::PatchFinalizer {
+                namespace, name, ..
+            } => Key::new("GpuJob", format!("{namespace}/{name}")),
+            Action::SweepTokens { .. } => Key::new("Secret", "bootstrap-tokens"),
+        }
+    }
+
+    /// Whether a newer action of the same key makes this one moot (status writes carry the
+    /// whole status).
+    pub fn supersedable(&self) -> bool {
+        matches!(self, Action::ApplyStatus(_))
+    }
+
+    /// The job id (`namespace/name`) an action is for, when it is for one.
+    pub fn job(&self) -> Option<&str> {
+        match self {
+            Action::CreatePod { job, .. } => Some(job),
+            Action::Launch(l) => Some(&l.launch.job),
+            _ => None,
+        }
+    }
+}
+
+/// Status writes of each kind are ordered apart from the object's other actions.
+fn status_key_kind(kind: StatusKind) -> &'static str {
+    match kind {
+        StatusKind::GpuJob => "GpuJob/status",
+        StatusKind::GpuQueue => "GpuQueue/status",
+        StatusKind::ComputePool => "ComputePool/status",
+        StatusKind::Dataset => "Dataset/status",
+        StatusKind::BurstPolicy => "BurstPolicy/status",
+    }
+}

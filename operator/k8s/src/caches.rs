@@ -1,0 +1,200 @@
+//! The watch caches (kube-runtime reflectors) and what one turn reads from them.
+//!
+//! Spillway's own kinds are read through `DeserializeGuard`, so one object that does not fit
+//! its type cannot stop a watch: it is kept aside as [`Unreadable`] and reported on.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::Api;
+use kube::core::DeserializeGuard;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+use spillway_api::{BurstPolicy, ComputePool, Dataset, GpuJob, GpuQueue};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::error::Error;
+use crate::world::{Inputs, Unreadable};
+
+/// The watch caches, shared by the loop and the readiness check.
+#[derive(Clone)]
+pub struct Caches {
+    pub jobs: Store<DeserializeGuard<GpuJob>>,
+    pub queues: Store<DeserializeGuard<GpuQueue>>,
+    pub pools: Store<DeserializeGuard<ComputePool>>,
+    pub datasets: Store<DeserializeGuard<Dataset>>,
+    pub policies: Store<DeserializeGuard<BurstPolicy>>,
+    pub nodes: Store<Node>,
+    pub pods: Store<Pod>,
+    pub namespaces: Store<Namespace>,
+}
+
+fn spawn_reflector<K>(
+    api: Api<K>,
+    changed: Arc<Notify>,
+    strip: fn(&mut K),
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Store<K>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(strip)
+        .reflect(writer)
+        .touched_objects();
+    tasks.push(tokio::spawn(drain(
+        stream,
+        changed,
+        K::kind(&()).into_owned(),
+    )));
+    reader
+}
+
+async fn drain<S, K>(stream: S, changed: Arc<Notify>, kind: String)
+where
+    S: Stream<Item = Result<K, watcher::Error>>,
+{
+    let mut stream = std::pin::pin!(stream);
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(_) => changed.notify_one(),
+            Err(e) => tracing::warn!(kind = %kind, error = %e, "watch error (retrying)"),
+        }
+    }
+}
+
+fn strip_meta<K: Resource>(o: &mut K) {
+    o.meta_mut().managed_fields = None;
+}
+
+fn strip_guard<K: Resource>(o: &mut DeserializeGuard<K>) {
+    if let Ok(k) = o.0.as_mut() {
+        k.meta_mut().managed_fields = None;
+    }
+}
+
+impl Caches {
+    /// Starts one watch per kind; `changed` is notified on every change. The watch tasks are
+    /// returned for the caller to stop.
+    pub fn start(client: &Client, changed: Arc<Notify>) -> (Caches, Vec<JoinHandle<()>>) {
+        let c = &changed;
+        let mut t = Vec::new();
+        let caches = Caches {
+            jobs: spawn_reflector(Api::all(client.clone()), c.clone(), strip_guard, &mut t),
+            queues: spawn_reflector(Api::all(client.clone()), c.clone(), strip_guard, &mut t),
+            pools: spawn_reflector(Api::all(client.clone()), c.clone(), strip_guard, &mut t),
+            datasets: spawn_reflector(Api::all(client.clone()), c.clone(), strip_guard, &mut t),
+            policies: spawn_reflector(Api::all(client.clone()), c.clone(), strip_guard, &mut t),
+            nodes: spawn_reflector(Api::all(client.clone()), c.clone(), strip_meta, &mut t),
+            pods: spawn_reflector(Api::all(client.clone()), c.clone(), strip_meta, &mut t),
+            namespaces: spawn_reflector(Api::all(client.clone()), c.clone(), strip_meta, &mut t),
+        };
+        (caches, t)
+    }
+
+    /// Waits until every cache has listed once.
+    pub async fn ready(&self) -> Result<(), Error> {
+        let e = |e: reflector::store::WriterDropped| Error::Caches(e.to_string());
+        self.jobs.wait_until_ready().await.map_err(e)?;
+        self.queues.wait_until_ready().await.map_err(e)?;
+        self.pools.wait_until_ready().await.map_err(e)?;
+        self.datasets.wait_until_ready().await.map_err(e)?;
+        self.policies.wait_until_ready().await.map_err(e)?;
+        self.nodes.wait_until_ready().await.map_err(e)?;
+        self.pods.wait_until_ready().await.map_err(e)?;
+        self.namespaces.wait_until_ready().await.map_err(e)?;
+        Ok(())
+    }
+
+    /// The cloud pools that can be read (the cloud poller lists their regions).
+    pub fn pools(&self) -> Vec<Arc<ComputePool>> {
+        readable(&self.pools, "ComputePool", &mut Vec::new())
+    }
+
+    /// What the caches hold, for one turn. `copies` keeps the previous turn's copy of each
+    /// unchanged GpuJob (by uid and resourceVersion), so a turn does not deep-copy every job
+    /// and its pod template.
+    pub fn inputs(&self, copies: &mut HashMap<(String, String), Arc<GpuJob>>) -> Inputs {
+        let mut unreadable = Vec::new();
+        let jobs = readable_jobs(&self.jobs, copies, &mut unreadable);
+        Inputs {
+            jobs,
+            queues: readable(&self.queues, "GpuQueue", &mut unreadable),
+            pools: readable(&self.pools, "ComputePool", &mut unreadable),
+            datasets: readable(&self.datasets, "Dataset", &mut unreadable),
+            policies: readable(&self.policies, "BurstPolicy", &mut unreadable),
+            nodes: self.nodes.state(),
+            pods: self.pods.state(),
+            namespaces: self.namespaces.state(),
+            unreadable,
+            ..Inputs::default()
+        }
+    }
+}
+
+fn unreadable_of<K>(kind: &'static str, g: &DeserializeGuard<K>) -> Option<Unreadable> {
+    let bad = g.0.as_ref().err()?;
+    Some(Unreadable {
+        kind,
+        namespace: bad.metadata.namespace.clone(),
+        name: bad.metadata.name.clone()?,
+        uid: bad.metadata.uid.clone(),
+        generation: bad.metadata.generation,
+        error: bad.error.to_string(),
+    })
+}
+
+fn readable<K: Clone>(
+    store: &Store<DeserializeGuard<K>>,
+    kind: &'static str,
+    unreadable: &mut Vec<Unreadable>,
+) -> Vec<Arc<K>>
+where
+    DeserializeGuard<K>: Resource<DynamicType = ()>,
+{
+    let mut out = Vec::new();
+    for g in store.state() {
+        match &g.0 {
+            Ok(k) => out.push(Arc::new(k.clone())),
+            Err(_) => unreadable.extend(unreadable_of(kind, &g)),
+        }
+    }
+    out
+}
+
+fn readable_jobs(
+    store: &Store<DeserializeGuard<GpuJob>>,
+    cache: &mut HashMap<(String, String), Arc<GpuJob>>,
+    unreadable: &mut Vec<Unreadable>,
+) -> Vec<Arc<GpuJob>> {
+    let mut next = HashMap::with_capacity(cache.len());
+    let mut jobs = Vec::new();
+    for g in store.state() {
+        let Ok(j) = g.0.as_ref() else {
+            unreadable.extend(unreadable_of("GpuJob", &g));
+            continue;
+        };
+        let key = (
+            j.metadata.uid.clone().unwrap_or_default(),
+            j.metadata.resource_version.clone().unwrap_or_default(),
+        );
+        let arc = cache.remove(&key).unwrap_or_else(|| Arc::new(j.clone()));
+        next.insert(key, arc.clone());
+        jobs.push(arc);
+    }
+    *cache = next;
+    jobs
+}

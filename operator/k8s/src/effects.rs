@@ -1,0 +1,428 @@
+//! The executor's effects in the operator: each action as Kubernetes API and cloud calls.
+//!
+//! Every call is preceded by a fence check, so a replica that stopped leading sends nothing
+//! more. Outcomes that mean the work is done count as success: a pod that already exists
+//! (created before a restart), a pod, node or job already gone.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+    Preconditions,
+};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, ResourceExt};
+use spillway_api::{BurstPolicy, ComputePool, Dataset, GpuJob, GpuQueue};
+use spillway_core::{self as core, Time};
+use tokio::sync::Notify;
+
+use crate::actions::{Action, LaunchOrder, Note, StatusKind, StatusPatch};
+use crate::cloud::Cloud;
+use crate::error::Error;
+use crate::executor::{Effects, Fence};
+use crate::metrics::Metrics;
+use crate::{bootstrap, labels};
+
+/// Effects on the cluster and the cloud.
+pub struct KubeEffects {
+    client: Client,
+    recorder: Recorder,
+    cloud: Option<Arc<Cloud>>,
+    metrics: Arc<Metrics>,
+    /// Notified when a launch ends, so the loop turns at once.
+    changed: Arc<Notify>,
+}
+
+impl KubeEffects {
+    pub fn new(
+        client: Client,
+        instance: &str,
+        cloud: Option<Arc<Cloud>>,
+        metrics: Arc<Metrics>,
+        changed: Arc<Notify>,
+    ) -> KubeEffects {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: labels::CONTROLLER.into(),
+                instance: Some(instance.to_string()),
+            },
+        );
+        KubeEffects {
+            client,
+            recorder,
+            cloud,
+            metrics,
+            changed,
+        }
+    }
+
+    /// Records an API write's result; `done` outcomes count as ok.
+    fn wrote<T>(
+        &self,
+        kind: &'static str,
+        r: Result<T, kube::Error>,
+        done: &[u16],
+    ) -> Result<(), Error> {
+        let r = match r {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if done.contains(&s.code) => Ok(()),
+            Err(e) => Err(Error::Kube(e)),
+        };
+        self.metrics.api_write(kind, r.is_ok());
+        r
+    }
+
+    async fn create_pod(&self, pod: &Pod, fence: &Fence) -> Result<(), Error> {
+        let api: Api<Pod> = Api::namespaced(
+            self.client.clone(),
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+        );
+        let params = PostParams {
+            field_manager: Some(labels::FIELD_MANAGER.into()),
+            ..PostParams::default()
+        };
+        fence.check()?;
+        match api.create(&params, pod).await {
+            // Already there: created before a restart; the caches will show it.
+            Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
+                self.metrics.api_write("pod", true);
+                Ok(())
+            }
+            r => self.wrote("pod", r, &[]),
+        }
+    }
+
+    async fn delete_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        fence: &Fence,
+    ) -> Result<(), Error> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            }),
+            ..DeleteParams::background()
+        };
+        fence.check()?;
+        // 404: gone already; 409: a new pod of the same name (not ours to delete).
+        let r = api.delete(name, &params).await;
+        self.wrote("pod-delete", r, &[404, 409])
+    }
+
+    async fn apply_status(&self, p: &StatusPatch, fence: &Fence) -> Result<(), Error> {
+        let params = PatchParams::apply(labels::FIELD_MANAGER).force();
+        let patch = Patch::Apply(&p.body);
+        // Dynamic objects: the answer is not read as the kind's type, so the status of an
+        // object that cannot be read as its type can still be written.
+        let resource = match p.kind {
+            StatusKind::GpuJob => ApiResource::erase::<GpuJob>(&()),
+            StatusKind::GpuQueue => ApiResource::erase::<GpuQueue>(&()),
+            StatusKind::ComputePool => ApiResource::erase::<ComputePool>(&()),
+            StatusKind::Dataset => ApiResource::erase::<Dataset>(&()),
+            StatusKind::BurstPolicy => ApiResource::erase::<BurstPolicy>(&()),
+        };
+        let api: Api<DynamicObject> = match &p.namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
+            None => Api::all_with(self.client.clone(), &resource),
+        };
+        fence.check()?;
+        let r = api.patch_status(&p.name, &params, &patch).await;
+        // The object was deleted meanwhile: nothing to write.
+        self.wrote("status", r, &[404])
+    }
+
+    async fn publish(&self, n: &Note, fence: &Fence) -> Result<(), Error> {
+        let ev = Event {
+            type_: if n.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: n.reason.clone(),
+            note: Some(truncate(&n.note, 1000)),
+            action: n.action.clone(),
+            secondary: None,
+        };
+        fence.check()?;
+        let r = self.recorder.publish(&ev, &n.regarding).await;
+        self.wrote("event", r, &[])
+    }
+
+    async fn launch(&self, order: &LaunchOrder, fence: &Fence) -> Result<(), Error> {
+        let Some(cloud) = &self.cloud else {
+            return Ok(());
+        };
+        let l = &order.launch;
+        tracing::info!(job = %l.job, need = %l.need, instance_type = %l.offering.instance_type,
+            capacity = %l.offering.capacity_type.as_str(), count = l.count, "launching");
+        // No instance without the finalizer that releases it when the job is deleted.
+        let ns = order.job.namespace().unwrap_or_default();
+        set_finalizer(&self.client, &ns, &order.job.name_any(), true, fence)
+            .await
+            .inspect_err(|_| self.metrics.api_write("finalizer", false))?;
+        self.metrics.api_write("finalizer", true);
+        let user_data = join_material(&self.client, cloud, &order.pool, l, fence).await?;
+        fence.check()?;
+        let r = cloud.launch(&order.pool, l, user_data, &self.changed).await;
+        self.metrics.cloud_call("launch", r.is_ok());
+        let list = r?;
+        let ids: Vec<&str> = list.iter().map(|i| i.id.as_str()).collect();
+        tracing::info!(job = %l.job, need = %l.need, instances = ?ids, "launched");
+        Ok(())
+    }
+
+    async fn cordon(&self, node: &str, fence: &Fence) -> Result<(), Error> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let cordon = serde_json::json!({"spec": {"unschedulable": true}});
+        fence.check()?;
+        let r = nodes
+            .patch(node, &PatchParams::default(), &Patch::Merge(&cordon))
+            .await;
+        self.wrote("node-cordon", r, &[404])
+    }
+
+    async fn delete_node(&self, node: &str, fence: &Fence) -> Result<(), Error> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        fence.check()?;
+        let r = nodes.delete(node, &DeleteParams::default()).await;
+        self.wrote("node-delete", r, &[404])
+    }
+
+    async fn terminate(
+        &self,
+        instance: &str,
+        node: Option<&str>,
+        why: &str,
+        fence: &Fence,
+    ) -> Result<(), Error> {
+        let Some(cloud) = &self.cloud else {
+            return Ok(());
+        };
+        // Only instances the poller listed are retired, so their region is known; an unknown
+        // one waits for the next listing rather than being asked of region "".
+        let Some(region) = cloud.region_of(instance) else {
+            return Err(Error::Cloud(spillway_cloud::CloudError::Other(format!(
+                "instance {instance} is not listed yet"
+            ))));
+        };
+        tracing::info!(instance, node, why, "terminating");
+        fence.check()?;
+        let r = cloud.terminate(&region, &[instance.to_string()]).await;
+        self.metrics.cloud_call("terminate", r.is_ok());
+        r?;
+        if let Some(n) = node {
+            self.delete_node(n, fence).await?;
+        }
+        Ok(())
+    }
+
+    async fn sweep(
+        &self,
+        joined: &BTreeSet<String>,
+        alive: &BTreeSet<String>,
+        fence: &Fence,
+    ) -> Result<(), Error> {
+        use crate::bootstrap::{NEED_ANNOTATION, TOKEN_LABEL};
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), "kube-system");
+        fence.check()?;
+        let list = secrets
+            .list(&ListParams::default().labels(&format!("{TOKEN_LABEL}=true")))
+            .await?;
+        let now = crate::controller::now();
+        for s in list.items {
+            let need = s
+                .annotations()
+                .get(NEED_ANNOTATION)
+                .cloned()
+                .unwrap_or_default();
+            let expired = s
+                .data
+                .as_ref()
+                .and_then(|d| d.get("expiration"))
+                .and_then(|e| String::from_utf8(e.0.clone()).ok())
+                .and_then(|e| e.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                .is_some_and(|t| t.as_millisecond() <= now.as_millis());
+            let age = s
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| {
+                    now.since(Time::from_millis(t.0.as_millisecond()))
+                        .as_secs_f64()
+                })
+                .unwrap_or(0.0);
+            let done = joined.contains(&need) || (!alive.contains(&need) && age > 120.0);
+            if expired || done {
+                fence.check()?;
+                let r = secrets
+                    .delete(&s.name_any(), &DeleteParams::default())
+                    .await;
+                self.wrote("secret-delete", r, &[404])?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Effects for KubeEffects {
+    fn accept(&self, action: &Action) -> bool {
+        match (action, &self.cloud) {
+            (Action::Launch(l), Some(cloud)) => {
+                cloud.start_launch(&l.launch.need, &l.launch.offering.pool)
+            }
+            (Action::Terminate { instance, .. }, Some(cloud)) => cloud.start_terminate(instance),
+            (Action::Launch(_) | Action::Terminate { .. }, None) => false,
+            _ => true,
+        }
+    }
+
+    fn run<'a>(&'a self, action: &'a Action, fence: &'a Fence) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(async move {
+            match action {
+                Action::CreatePod { pod, .. } => self.create_pod(pod, fence).await,
+                Action::DeletePod {
+                    namespace,
+                    name,
+                    uid,
+                } => self.delete_pod(namespace, name, uid, fence).await,
+                Action::ApplyStatus(p) => self.apply_status(p, fence).await,
+                Action::Publish(n) => self.publish(n, fence).await,
+                Action::Launch(order) => self.launch(order, fence).await,
+                Action::Cordon { node } => self.cordon(node, fence).await,
+                Action::Terminate {
+                    instance,
+                    node,
+                    why,
+                } => self.terminate(instance, node.as_deref(), why, fence).await,
+                Action::DeleteNode { node, why } => {
+                    tracing::info!(node = %node, why = %why, "deleting node");
+                    self.delete_node(node, fence).await
+                }
+                Action::PatchFinalizer {
+                    namespace,
+                    name,
+                    add,
+                } => {
+                    let r = set_finalizer(&self.client, namespace, name, *add, fence).await;
+                    self.metrics.api_write("finalizer", r.is_ok());
+                    r
+                }
+                Action::SweepTokens { joined, alive } => self.sweep(joined, alive, fence).await,
+            }
+        })
+    }
+
+    fn abandon(&self, action: &Action) {
+        match (action, &self.cloud) {
+            (Action::Launch(l), Some(cloud)) => cloud.cancel_launch(&l.launch.need),
+            (Action::Terminate { instance, .. }, Some(cloud)) => cloud.cancel_terminate(instance),
+            _ => {}
+        }
+    }
+}
+
+/// Adds or removes the cloud finalizer of a GpuJob. It reads the job afresh and writes with its
+/// `resourceVersion`, so a concurrent change (our own status writes included) makes it fail
+/// with a conflict instead of losing a finalizer; the executor then retries, reading again.
+/// A job that is gone needs nothing.
+async fn set_finalizer(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    add: bool,
+    fence: &Fence,
+) -> Result<(), Error> {
+    let api: Api<GpuJob> = Api::namespaced(client.clone(), namespace);
+    fence.check()?;
+    let Some(current) = api.get_opt(name).await? else {
+        return if add {
+            Err(crate::error::api_error(
+                404,
+                "NotFound",
+                &format!("GpuJob {namespace}/{name} is gone"),
+            ))
+        } else {
+            Ok(())
+        };
+    };
+    let mut finalizers = current.metadata.finalizers.clone().unwrap_or_default();
+    let has = finalizers.iter().any(|f| f == labels::CLOUD_FINALIZER);
+    if has == add {
+        return Ok(());
+    }
+    if add {
+        finalizers.push(labels::CLOUD_FINALIZER.to_string());
+    } else {
+        finalizers.retain(|f| f != labels::CLOUD_FINALIZER);
+    }
+    let patch = serde_json::json!({"metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": current.metadata.resource_version,
+    }});
+    fence.check()?;
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 && !add => Ok(()),
+        Err(e) => Err(Error::Kube(e)),
+    }
+}
+
+/// A bootstrap token for the launch (a Secret expiring at the join timeout) and the rendered
+/// user data, when the pool gets user data and the join address is known.
+async fn join_material(
+    client: &Client,
+    cloud: &Cloud,
+    pool: &ComputePool,
+    launch: &core::Launch,
+    fence: &Fence,
+) -> Result<Option<String>, Error> {
+    let Some(join) = &cloud.config.join else {
+        return Ok(None);
+    };
+    if !bootstrap::needs_token(pool) {
+        return Ok(None);
+    }
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "kube-system");
+    let expires =
+        crate::controller::now() + core::Duration::from_secs(cloud.config.join_timeout.as_secs());
+    let token = loop {
+        let token = bootstrap::Token::generate().map_err(|e| Error::Token(e.to_string()))?;
+        let secret = bootstrap::token_secret(&token, &launch.need, expires);
+        fence.check()?;
+        match secrets.create(&PostParams::default(), &secret).await {
+            Ok(_) => break token,
+            // A token id already taken: draw another.
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => return Err(Error::Kube(e)),
+        }
+    };
+    Ok(bootstrap::user_data(
+        pool,
+        join,
+        &token,
+        &cloud.config.cluster,
+        &cloud.gpu_model(&launch.offering.instance_type),
+    ))
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}

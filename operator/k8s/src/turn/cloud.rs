@@ -1,0 +1,362 @@
+//! The cloud's part of a turn: facts into the snapshot, spend, launches and scale-down, the
+//! release of deleted jobs' instances, garbage collection and the bootstrap-token sweep.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use kube::ResourceExt;
+use spillway_api::ComputePool;
+use spillway_core::{self as core, Time};
+
+use super::{CloudInputs, State};
+use crate::actions::{Action, LaunchOrder};
+use crate::labels;
+use crate::metrics::Metrics;
+use crate::spend::{Ledger, Rates};
+use crate::world::{self, Inputs, Lifecycle};
+
+impl State {
+    /// Cloud offerings, instances and idle cloud nodes into the snapshot.
+    pub(super) fn add_cloud_facts(
+        &mut self,
+        built: &mut world::Built,
+        inputs: &Inputs,
+        cloud: CloudInputs<'_>,
+        now: Time,
+    ) {
+        let view = cloud.view;
+        let aws_pools: Vec<Arc<ComputePool>> = inputs
+            .pools
+            .iter()
+            .filter(|p| p.spec.aws.is_some())
+            .filter(|p| built.snapshot.pools.iter().any(|c| c.name == p.name_any()))
+            .cloned()
+            .collect();
+        built.snapshot.offerings = cloud.config.offerings(&aws_pools, view, now);
+        let node_of: HashMap<String, String> = built
+            .snapshot
+            .nodes
+            .iter()
+            .filter_map(|n| Some((n.instance_id.clone()?, n.name.clone())))
+            .collect();
+        for i in &view.instances {
+            let (gpus, price) = cloud.config.describe(i, view);
+            built.snapshot.instances.push(core::Instance {
+                id: i.id.clone(),
+                pool: i.pool.clone(),
+                instance_type: i.instance_type.clone(),
+                capacity_type: i.capacity_type,
+                zone: i.zone.clone(),
+                gpus,
+                hourly_price: price,
+                need: i.need.clone(),
+                queue: i.queue.clone(),
+                node: node_of.get(&i.id).cloned(),
+                launched_at: i.launched_at,
+            });
+        }
+        let cloud_pools: HashSet<String> = aws_pools.iter().map(|p| p.name_any()).collect();
+        let mut idle = HashSet::new();
+        for n in &mut built.snapshot.nodes {
+            // A node whose instance is being terminated takes no new work (it is cordoned
+            // too, but the watch may not have said so yet).
+            if n.instance_id
+                .as_ref()
+                .is_some_and(|id| view.terminating.contains(id))
+            {
+                n.schedulable = false;
+            }
+            if cloud_pools.contains(&n.pool) && n.free_gpus >= n.gpus {
+                n.idle_since = Some(*self.idle_since.entry(n.name.clone()).or_insert(now));
+                idle.insert(n.name.clone());
+            }
+        }
+        self.idle_since.retain(|k, _| idle.contains(k));
+    }
+
+    /// Accrues each instance's price into its queue's and pool's account ([`crate::spend`]);
+    /// gives the core each queue's month-to-date spend (for monthly budgets).
+    pub(super) fn account_spend(
+        &mut self,
+        built: &mut world::Built,
+        inputs: &Inputs,
+        metrics: &Metrics,
+        now: Time,
+    ) -> Rates {
+        self.opened_accounts.clear();
+        for q in &inputs.queues {
+            let spend = q.status.as_ref().and_then(|s| s.spend.as_ref());
+            let through = spend
+                .and_then(|s| s.accrued_through.as_ref())
+                .map(crate::status::core_time);
+            let usd = spend.map(|s| s.this_month_usd);
+            if Ledger::open(&mut self.ledger.queues, &q.name_any(), usd, through, now) {
+                self.opened_accounts
+                    .insert(format!("GpuQueue/{}", q.name_any()));
+            }
+        }
+        for p in inputs.pools.iter().filter(|p| p.spec.aws.is_some()) {
+            let st = p.status.as_ref();
+            let through = st
+                .and_then(|s| s.accrued_through.as_ref())
+                .map(crate::status::core_time);
+            let usd = st.and_then(|s| s.this_month_usd);
+            if Ledger::open(&mut self.ledger.pools, &p.name_any(), usd, through, now) {
+                self.opened_accounts
+                    .insert(format!("ComputePool/{}", p.name_any()));
+            }
+        }
+        let queues: HashSet<String> = inputs.queues.iter().map(|q| q.name_any()).collect();
+        let pools: HashSet<String> = inputs.pools.iter().map(|p| p.name_any()).collect();
+        self.ledger
+            .retain(&|q| queues.contains(q), &|p| pools.contains(p));
+        let rates = self.ledger.accrue(&built.snapshot.instances, metrics, now);
+        for q in &mut built.snapshot.queues {
+            if let Some(a) = self.ledger.queues.get(&q.name) {
+                q.spent_this_month_usd = a.usd;
+            }
+        }
+        rates
+    }
+
+    /// The plan's launches, and its scale-down terminations (cordon first).
+    pub(super) fn launches_and_terminations(
+        &mut self,
+        plan: &core::Plan,
+        pools: &HashMap<String, Arc<ComputePool>>,
+        built: &world::Built,
+        cloud: CloudInputs<'_>,
+    ) {
+        for l in &plan.launches {
+            let (Some(pool), Some(view)) = (pools.get(&l.offering.pool), built.jobs.get(&l.job))
+            else {
+                continue;
+            };
+            // A launch under way answers for itself (the core plans a need with no instance
+            // again, to recover one whose launch failed).
+            if cloud.view.launching.contains_key(&l.need) {
+                continue;
+            }
+            self.emit(Action::Launch(Box::new(LaunchOrder {
+                launch: l.clone(),
+                pool: pool.clone(),
+                job: view.job.clone(),
+            })));
+        }
+        for t in &plan.terminations {
+            self.retire(
+                t.instance_id.clone(),
+                Some(t.node.clone()),
+                "idle past the pool's idleTimeout",
+            );
+        }
+    }
+
+    /// Cordons the node (if any), terminates the instance (if any), then deletes the node.
+    fn retire(&mut self, instance: Option<String>, node: Option<String>, why: &str) {
+        let key = match (&instance, &node) {
+            (Some(i), _) => format!("instance/{i}"),
+            (None, Some(n)) => format!("node/{n}"),
+            (None, None) => return,
+        };
+        if !self.retiring.insert(key) {
+            return;
+        }
+        if let Some(n) = &node {
+            self.emit(Action::Cordon { node: n.clone() });
+        }
+        match instance {
+            Some(instance) => self.emit(Action::Terminate {
+                instance,
+                node,
+                why: why.to_string(),
+            }),
+            None => {
+                if let Some(node) = node {
+                    self.emit(Action::DeleteNode {
+                        node,
+                        why: why.to_string(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Deleted jobs holding the cloud finalizer: terminate their instances (those whose node
+    /// runs nothing else), then remove the finalizer so the deletion completes.
+    pub(super) fn release_deleted_jobs(
+        &mut self,
+        built: &world::Built,
+        inputs: &Inputs,
+        cloud: CloudInputs<'_>,
+    ) {
+        let view = cloud.view;
+        for v in built.jobs.values() {
+            let meta = &v.job.metadata;
+            let ours = meta
+                .finalizers
+                .iter()
+                .flatten()
+                .any(|f| f == labels::CLOUD_FINALIZER);
+            if meta.deletion_timestamp.is_none() || !ours {
+                continue;
+            }
+            let mine: Vec<&spillway_cloud::CloudInstance> =
+                view.instances.iter().filter(|i| i.job == v.id).collect();
+            let ns = v.job.namespace().unwrap_or_default();
+            let name = v.job.name_any();
+            for i in &mine {
+                let node = built
+                    .snapshot
+                    .nodes
+                    .iter()
+                    .find(|n| n.instance_id.as_deref() == Some(i.id.as_str()))
+                    .map(|n| n.name.clone());
+                let shared = node.as_ref().is_some_and(|n| {
+                    inputs.pods.iter().any(|p| {
+                        world::pod_active(p)
+                            && world::pod_node(p).as_deref() == Some(n.as_str())
+                            && !(p.namespace().as_deref() == Some(ns.as_str())
+                                && p.labels().get(labels::JOB_LABEL) == Some(&name))
+                    })
+                });
+                if !shared {
+                    self.retire(Some(i.id.clone()), node, "its GpuJob was deleted");
+                }
+            }
+            let launching = view
+                .launching
+                .keys()
+                .any(|need| need.rsplit_once('#').map(|(j, _)| j) == Some(v.id.as_str()));
+            if mine.is_empty() && !launching && self.releasing.insert(v.id.clone()) {
+                self.emit(Action::PatchFinalizer {
+                    namespace: ns,
+                    name,
+                    add: false,
+                });
+            }
+        }
+        let live: HashSet<&String> = built.jobs.keys().collect();
+        self.releasing.retain(|id| live.contains(id));
+    }
+
+    /// Garbage collection: instances no need wants (or that never joined), and Nodes of cloud
+    /// pools whose instance is gone. Only once every cloud region has been listed.
+    pub(super) fn collect_garbage(
+        &mut self,
+        built: &world::Built,
+        inputs: &Inputs,
+        cloud: CloudInputs<'_>,
+        metrics: &Metrics,
+        now: Time,
+    ) {
+        let (cfg, view) = (cloud.config, cloud.view);
+        if !view.complete {
+            return;
+        }
+        let joined: HashSet<&str> = built
+            .snapshot
+            .nodes
+            .iter()
+            .filter_map(|n| n.instance_id.as_deref())
+            .collect();
+        for i in &view.instances {
+            if joined.contains(i.id.as_str()) {
+                continue;
+            }
+            let age = now.since(i.launched_at).as_secs_f64();
+            let wanted = built.jobs.get(&i.job).filter(|v| {
+                matches!(v.lifecycle, Lifecycle::Provisioning { .. })
+                    && format!("{}#{}", v.id, v.attempt) == i.need
+            });
+            match wanted {
+                None if age > cfg.gc_grace.as_secs_f64() => {
+                    metrics.garbage("instance");
+                    self.retire(Some(i.id.clone()), None, "no need wants it (orphan)");
+                }
+                Some(v) if age > cfg.join_timeout.as_secs_f64() => {
+                    metrics.garbage("instance");
+                    self.retire(Some(i.id.clone()), None, "its node did not join in time");
+                    // Plan the need again, under a new key.
+                    self.attempt_floor.insert(v.id.clone(), v.attempt + 1);
+                }
+                _ => {}
+            }
+        }
+        let live: HashSet<&str> = view.instances.iter().map(|i| i.id.as_str()).collect();
+        let cloud_pools: HashSet<String> = inputs
+            .pools
+            .iter()
+            .filter(|p| p.spec.aws.is_some())
+            .map(|p| p.name_any())
+            .collect();
+        for n in &inputs.nodes {
+            let in_cloud_pool = built
+                .node_pool
+                .get(&n.name_any())
+                .is_some_and(|p| cloud_pools.contains(p));
+            let Some(id) = world::node_instance_id(n) else {
+                continue;
+            };
+            let young = n.metadata.creation_timestamp.as_ref().is_some_and(|t| {
+                now.since(Time::from_millis(t.0.as_millisecond()))
+                    .as_secs_f64()
+                    < 2.0 * cfg.poll.as_secs_f64()
+            });
+            if in_cloud_pool && !live.contains(id.as_str()) && !young {
+                metrics.garbage("node");
+                self.retire(None, Some(n.name_any()), "its instance is gone");
+            }
+        }
+    }
+
+    /// Forgets retirements whose instance and node are both gone.
+    pub(super) fn forget_retired(&mut self, inputs: &Inputs, cloud: CloudInputs<'_>) {
+        let instances: HashSet<&str> = cloud.view.instances.iter().map(|i| i.id.as_str()).collect();
+        let nodes: HashSet<String> = inputs.nodes.iter().map(|n| n.name_any()).collect();
+        self.retiring.retain(|k| match k.split_once('/') {
+            Some(("instance", id)) => instances.contains(id),
+            Some(("node", n)) => nodes.contains(n),
+            _ => false,
+        });
+    }
+
+    /// Every sweep period, deletes the bootstrap tokens that are done.
+    pub(super) fn maybe_sweep_tokens(
+        &mut self,
+        built: &world::Built,
+        cloud: CloudInputs<'_>,
+        now: Time,
+    ) {
+        if cloud.config.join.is_none()
+            || self
+                .last_sweep
+                .is_some_and(|t| now.since(t) < self.settings.sweep_every)
+        {
+            return;
+        }
+        self.last_sweep = Some(now);
+        let joined_ids: HashSet<&str> = built
+            .snapshot
+            .nodes
+            .iter()
+            .filter_map(|n| n.instance_id.as_deref())
+            .collect();
+        let mut by_need: HashMap<&str, (usize, usize)> = HashMap::new();
+        for i in &cloud.view.instances {
+            let e = by_need.entry(i.need.as_str()).or_default();
+            e.0 += 1;
+            if joined_ids.contains(i.id.as_str()) {
+                e.1 += 1;
+            }
+        }
+        let joined: BTreeSet<String> = by_need
+            .iter()
+            .filter(|(_, (n, j))| n == j)
+            .map(|(need, _)| need.to_string())
+            .collect();
+        let mut alive: BTreeSet<String> = by_need.keys().map(|n| n.to_string()).collect();
+        alive.extend(cloud.view.launching.keys().cloned());
+        self.emit(Action::SweepTokens { joined, alive });
+    }
+}

@@ -1,0 +1,378 @@
+//! The jobs' part of a turn: starts (assume, then create the pods), each job's status and
+//! Events, the pods of finished or broken gangs, and requeueing or failing a broken gang.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use kube::{Resource, ResourceExt};
+use spillway_api::job::JobPhase;
+use spillway_api::{ComputePool, GpuJobStatus};
+use spillway_core::{self as core, Environment, Outcome, Time};
+
+use super::State;
+use crate::actions::{Action, StatusKind, StatusPatch};
+use crate::metrics::Metrics;
+use crate::pods;
+use crate::status::{self, CostRate};
+use crate::world::{self, Assumed, Inputs, JobView, Lifecycle};
+
+impl State {
+    /// Assumes each start of the plan at once and asks for its pods.
+    pub(super) fn starts(
+        &mut self,
+        plan: &core::Plan,
+        built: &mut world::Built,
+        pools: &HashMap<String, Arc<ComputePool>>,
+        metrics: &Metrics,
+        now: Time,
+    ) {
+        for start in &plan.starts {
+            let Some(view) = built.jobs.get_mut(&start.job) else {
+                continue;
+            };
+            self.assumed.insert(
+                start.job.clone(),
+                Assumed {
+                    attempt: view.attempt,
+                    pool: start.pool.clone(),
+                    environment: start.environment,
+                    nodes: start.nodes.clone(),
+                    at: now,
+                },
+            );
+            view.lifecycle = Lifecycle::Running {
+                nodes: start.nodes.clone(),
+                pool: Some(start.pool.clone()),
+                started_at: now,
+                all_running: false,
+            };
+            let pool = pools.get(&start.pool).cloned();
+            for (r, node) in start.nodes.iter().enumerate() {
+                let pod =
+                    pods::replica_pod(&view.job, view.attempt, r as u32, node, pool.as_deref());
+                self.out.push(Action::CreatePod {
+                    job: start.job.clone(),
+                    pod: Box::new(pod),
+                });
+            }
+            metrics.job_waited(
+                &view.job.spec.queue,
+                now.since(view.queued_at).as_secs_f64(),
+            );
+            self.wait_observed.insert(view.id.clone());
+        }
+    }
+
+    /// Each job's status, Events and cleanup; returns when to turn again at the latest.
+    pub(super) fn jobs(
+        &mut self,
+        plan: &core::Plan,
+        built: &world::Built,
+        inputs: &Inputs,
+        pools: &HashMap<String, Arc<ComputePool>>,
+        metrics: &Metrics,
+        now: Time,
+    ) -> Option<Time> {
+        let mut wake: Option<Time> = plan.next_wake;
+        let decisions: HashMap<&str, &core::Decision> =
+            plan.decisions.iter().map(|d| (d.job.as_str(), d)).collect();
+        for view in built.jobs.values() {
+            for pod in &view.surplus_pods {
+                self.delete_pod(pod);
+            }
+            if let Lifecycle::Broken { message } = &view.lifecycle {
+                self.broken(view, message, now);
+                continue;
+            }
+            if let Lifecycle::Running { started_at, .. } = &view.lifecycle
+                && let Some(max) = view
+                    .job
+                    .spec
+                    .max_runtime
+                    .as_deref()
+                    .and_then(|m| core::Duration::parse(m).ok())
+            {
+                let at = *started_at + max;
+                wake = Some(wake.map_or(at, |w| w.min(at)));
+            }
+            let pool = view.job.status.as_ref().and_then(|s| s.pool.clone());
+            let pool_name = match &view.lifecycle {
+                Lifecycle::Running { pool, .. } => pool.clone(),
+                _ => pool,
+            };
+            let pool_spec = pool_name.as_ref().and_then(|p| pools.get(p));
+            let environment = pool_spec.map(|p| {
+                if p.spec.aws.is_some() {
+                    Environment::Cloud
+                } else {
+                    Environment::Private
+                }
+            });
+            let private_rate = pool_spec
+                .and_then(|p| p.spec.private.as_ref())
+                .and_then(|p| p.gpu_cost_per_hour)
+                .map(|c| {
+                    c * view.job.spec.replicas.max(1) as f64
+                        * view.job.spec.gpus_per_replica.max(1) as f64
+                })
+                .unwrap_or(0.0);
+            let rate = CostRate {
+                hourly_usd: cloud_job_rate(view, built).unwrap_or(0.0) + private_rate,
+            };
+            let decision = decisions.get(view.id.as_str()).copied();
+            self.write_job_status(view, decision, environment, rate, metrics, now);
+        }
+        let live: HashSet<&String> = built.jobs.keys().collect();
+        self.written.jobs.retain(|k, _| live.contains(k));
+        self.attempt_floor.retain(|k, _| live.contains(k));
+        self.wait_observed.retain(|k| live.contains(k));
+        let active_uids: HashSet<&str> = inputs
+            .pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.metadata.uid.as_deref())
+            .collect();
+        self.deleting.retain(|u| active_uids.contains(u.as_str()));
+        wake
+    }
+
+    fn delete_pod(&mut self, pod: &k8s_openapi::api::core::v1::Pod) {
+        let Some(uid) = pod.metadata.uid.clone() else {
+            return;
+        };
+        if !self.deleting.insert(uid.clone()) {
+            return;
+        }
+        self.emit(Action::DeletePod {
+            namespace: pod.namespace().unwrap_or_default(),
+            name: pod.name_any(),
+            uid,
+        });
+    }
+
+    fn apply_job_status(&mut self, view: &JobView, st: &GpuJobStatus) {
+        self.written.jobs.insert(view.id.clone(), st.clone());
+        self.emit(Action::ApplyStatus(StatusPatch {
+            kind: StatusKind::GpuJob,
+            namespace: view.job.namespace(),
+            name: view.job.name_any(),
+            body: status::apply_body(&view.job, st),
+        }));
+    }
+
+    fn write_job_status(
+        &mut self,
+        view: &JobView,
+        decision: Option<&core::Decision>,
+        environment: Option<Environment>,
+        rate: CostRate,
+        metrics: &Metrics,
+        now: Time,
+    ) {
+        // Build on what was last written, so a write in flight is not repeated.
+        let base_status = self
+            .written
+            .jobs
+            .get(&view.id)
+            .or(view.job.status.as_ref())
+            .cloned();
+        let desired = status::desired(view, base_status.as_ref(), decision, environment, rate, now);
+        if Some(&desired) == base_status.as_ref() {
+            if view.job.status.as_ref() == Some(&desired) {
+                self.written.jobs.remove(&view.id);
+            }
+            return;
+        }
+        let before = base_status.unwrap_or_default();
+        self.events_for(view, &before, &desired, metrics);
+        if matches!(desired.phase, Some(JobPhase::Running))
+            && before.phase != Some(JobPhase::Running)
+        {
+            // Placed by an earlier leader or before a restart: its wait was counted there.
+            self.wait_observed.insert(view.id.clone());
+        }
+        self.apply_job_status(view, &desired);
+    }
+
+    fn events_for(
+        &mut self,
+        view: &JobView,
+        before: &GpuJobStatus,
+        after: &GpuJobStatus,
+        metrics: &Metrics,
+    ) {
+        let key = |s: &GpuJobStatus| {
+            s.decision
+                .as_ref()
+                .map(|d| (d.outcome.clone(), d.reason.clone(), d.rule.clone()))
+        };
+        if key(before) != key(after)
+            && let Some(d) = &after.decision
+        {
+            let outcome = d.outcome.clone().unwrap_or_default();
+            let reason = d.reason.clone().unwrap_or_default();
+            metrics.decision(&outcome, &reason);
+            let warning = outcome == Outcome::Reject.as_str();
+            self.publish(
+                view.job.object_ref(&()),
+                warning,
+                &reason,
+                &outcome,
+                d.message.clone().unwrap_or_default(),
+            );
+        }
+        if before.phase != after.phase
+            && let Some(phase @ (JobPhase::Succeeded | JobPhase::Failed)) = after.phase
+        {
+            let (reason, message) = after
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Running")
+                .map(|c| (c.reason.clone(), c.message.clone()))
+                .unwrap_or_default();
+            self.publish(
+                view.job.object_ref(&()),
+                phase == JobPhase::Failed,
+                &reason,
+                &format!("{phase:?}"),
+                message,
+            );
+        }
+    }
+
+    /// A gang with replicas missing: requeue it (restartable, or never fully started) or fail
+    /// it; its other pods are being deleted.
+    fn broken(&mut self, view: &JobView, message: &str, now: Time) {
+        if self
+            .attempt_floor
+            .get(&view.id)
+            .is_some_and(|a| *a > view.attempt)
+        {
+            return;
+        }
+        let base = self
+            .written
+            .jobs
+            .get(&view.id)
+            .cloned()
+            .or_else(|| view.job.status.clone())
+            .unwrap_or_default();
+        let was_running = base
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Running" && c.status == "True");
+        let mut st = base.clone();
+        let generation = view.job.metadata.generation;
+        if view.job.spec.restartable || !was_running {
+            let next = view.attempt + 1;
+            self.attempt_floor.insert(view.id.clone(), next);
+            st.restarts = Some(next as i32);
+            st.phase = Some(JobPhase::Queued);
+            st.nodes = Vec::new();
+            st.pool = None;
+            st.environment = None;
+            st.started_at = None;
+            let note = format!("{message} The job is requeued (attempt {next}).");
+            status::set_condition(
+                &mut st.conditions,
+                "Admitted",
+                false,
+                "Requeued",
+                &note,
+                generation,
+                now,
+            );
+            status::remove_condition(&mut st.conditions, "Running");
+            self.publish(view.job.object_ref(&()), false, "Requeued", "Requeue", note);
+        } else {
+            st.phase = Some(JobPhase::Failed);
+            st.finished_at = Some(status::k8s_time(now));
+            let note = format!("{message} The job is not restartable, so it failed.");
+            status::set_condition(
+                &mut st.conditions,
+                "Running",
+                false,
+                "ReplicaLost",
+                &note,
+                generation,
+                now,
+            );
+            status::set_condition(
+                &mut st.conditions,
+                "Failed",
+                true,
+                "ReplicaLost",
+                &note,
+                generation,
+                now,
+            );
+            self.publish(
+                view.job.object_ref(&()),
+                true,
+                "ReplicaLost",
+                "Failed",
+                note,
+            );
+        }
+        self.apply_job_status(view, &st);
+    }
+
+    /// GpuJobs that cannot be read as their type: an `Invalid` condition saying why.
+    pub(super) fn unreadable_job(&mut self, u: &world::Unreadable, now: Time) {
+        let Some(ns) = u.namespace.clone() else {
+            return;
+        };
+        let key = format!("GpuJob/{ns}/{}", u.name);
+        let message = format!("The GpuJob cannot be read: {}", u.error);
+        if self.written.unreadable.get(&key) == Some(&message) {
+            return;
+        }
+        self.written.unreadable.insert(key, message.clone());
+        let mut st = GpuJobStatus {
+            phase: Some(JobPhase::Queued),
+            observed_generation: u.generation,
+            ..GpuJobStatus::default()
+        };
+        status::set_condition(
+            &mut st.conditions,
+            "Invalid",
+            true,
+            "InvalidSpec",
+            &message,
+            u.generation,
+            now,
+        );
+        self.emit(Action::ApplyStatus(StatusPatch {
+            kind: StatusKind::GpuJob,
+            namespace: Some(ns.clone()),
+            name: u.name.clone(),
+            body: serde_json::json!({
+                "apiVersion": "spillway.io/v1alpha1", "kind": "GpuJob",
+                "metadata": {"name": u.name, "namespace": ns}, "status": st,
+            }),
+        }));
+    }
+}
+
+/// What a cloud job costs per hour: its share of each instance it runs on.
+fn cloud_job_rate(view: &JobView, built: &world::Built) -> Option<f64> {
+    let Lifecycle::Running { nodes, .. } = &view.lifecycle else {
+        return None;
+    };
+    let per_replica = view.job.spec.gpus_per_replica.max(1) as f64;
+    let mut total = 0.0;
+    let mut any = false;
+    for n in nodes {
+        let Some(i) = built
+            .snapshot
+            .instances
+            .iter()
+            .find(|i| i.node.as_deref() == Some(n.as_str()))
+        else {
+            continue;
+        };
+        any = true;
+        total += i.hourly_price * per_replica / f64::from(i.gpus.max(1));
+    }
+    any.then_some(total)
+}

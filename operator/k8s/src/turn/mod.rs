@@ -1,0 +1,314 @@
+//! The turn: from what the caches hold, what the cloud reported and the clock, to the actions
+//! that bring the cluster to what the core decided. No I/O: everything arrives as an argument
+//! and leaves as an [`Action`]; the executor carries the actions out and reports failures back
+//! ([`State::feedback`]). Unit tests drive it with literal objects (`turn/tests`).
+//!
+//! One turn, in order:
+//! 1. policies compiled (once per change of the set), each BurstPolicy's validity noted;
+//! 2. the snapshot built from the caches plus the starts assumed but not yet visible
+//!    ([`crate::world`]); cloud offerings, instances and idle cloud nodes laid over it; spend
+//!    accrued ([`crate::spend`]);
+//! 3. `decide`;
+//! 4. starts assumed at once (their GPUs are taken for the next turn) and their pods created;
+//! 5. launches, scale-down, release of deleted jobs' instances, garbage collection;
+//! 6. each job's status and Events; the pods of finished, failed or broken gangs deleted;
+//! 7. the status of every GpuQueue, ComputePool, Dataset and BurstPolicy, with its `Ready`
+//!    condition, and the metrics.
+//!
+//! The state kept between turns is what the loop has assumed or written and not yet seen in
+//! the caches; everything else is derived again each turn from the cluster.
+
+mod cloud;
+mod jobs;
+mod objects;
+mod policies;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::{Resource, ResourceExt};
+use spillway_api::dataset::DatasetStatus;
+use spillway_api::job::JobPhase;
+use spillway_api::policy::BurstPolicyStatus;
+use spillway_api::pool::ComputePoolStatus;
+use spillway_api::queue::GpuQueueStatus;
+use spillway_api::{ComputePool, GpuJobStatus};
+use spillway_core::{self as core, Time};
+
+use crate::actions::{Action, Note, StatusKind};
+use crate::cloud::{CloudConfig, CloudView};
+use crate::executor::Failure;
+use crate::metrics::Metrics;
+use crate::spend::Ledger;
+use crate::world::{self, Assumed, Inputs};
+
+/// The turn's knobs.
+#[derive(Clone, Debug)]
+pub struct TurnSettings {
+    /// The core's knobs.
+    pub core: core::Settings,
+    /// An assumed start whose pods have not all appeared after this long is dropped.
+    pub assume_timeout: core::Duration,
+    /// Bootstrap tokens are swept this often.
+    pub sweep_every: core::Duration,
+}
+
+impl Default for TurnSettings {
+    fn default() -> Self {
+        TurnSettings {
+            core: core::Settings::default(),
+            assume_timeout: core::Duration::from_secs(120),
+            sweep_every: core::Duration::from_secs(30),
+        }
+    }
+}
+
+/// The cloud as one turn sees it.
+#[derive(Clone, Copy)]
+pub struct CloudInputs<'a> {
+    pub config: &'a CloudConfig,
+    pub view: &'a CloudView,
+}
+
+/// What one turn asks for.
+#[derive(Debug, Default)]
+pub struct Turn {
+    pub actions: Vec<Action>,
+    /// Turn again at this time at the latest (a wait threshold, a job's `maxRuntime`).
+    pub wake: Option<Time>,
+}
+
+/// Statuses the loop wrote, by object, until the caches show them.
+#[derive(Debug, Default)]
+struct Written {
+    jobs: HashMap<String, GpuJobStatus>,
+    queues: HashMap<String, GpuQueueStatus>,
+    pools: HashMap<String, ComputePoolStatus>,
+    datasets: HashMap<String, DatasetStatus>,
+    policies: HashMap<String, BurstPolicyStatus>,
+    /// Objects that cannot be read, by `Kind/namespace/name`, with the message written.
+    unreadable: HashMap<String, String>,
+}
+
+/// What the loop remembers between turns.
+pub struct State {
+    settings: TurnSettings,
+    /// Starts decided whose pods may not all be visible yet, by job id.
+    assumed: HashMap<String, Assumed>,
+    /// Attempts jobs were moved to whose status write may not be visible yet.
+    attempt_floor: HashMap<String, u32>,
+    written: Written,
+    /// Pods whose deletion was asked for (by uid).
+    deleting: HashSet<String>,
+    /// Jobs whose wait was already observed in the wait histogram.
+    wait_observed: HashSet<String>,
+    policies: policies::Compiled,
+    /// Deleted jobs whose cloud finalizer is being removed.
+    releasing: HashSet<String>,
+    /// Instances (`instance/ID`) and nodes (`node/NAME`) being retired.
+    retiring: HashSet<String>,
+    ledger: Ledger,
+    /// Accounts opened from status this turn (`Kind/name`): their spend is written at once,
+    /// so the gap a restart or failover left is billed and shown by the first turn.
+    opened_accounts: HashSet<String>,
+    /// Cloud nodes seen idle, since when.
+    idle_since: HashMap<String, Time>,
+    last_sweep: Option<Time>,
+    /// This turn's actions.
+    out: Vec<Action>,
+}
+
+impl State {
+    pub fn new(settings: TurnSettings) -> State {
+        State {
+            settings,
+            assumed: HashMap::new(),
+            attempt_floor: HashMap::new(),
+            written: Written::default(),
+            deleting: HashSet::new(),
+            wait_observed: HashSet::new(),
+            policies: policies::Compiled::default(),
+            releasing: HashSet::new(),
+            retiring: HashSet::new(),
+            ledger: Ledger::default(),
+            opened_accounts: HashSet::new(),
+            idle_since: HashMap::new(),
+            last_sweep: None,
+            out: Vec::new(),
+        }
+    }
+
+    /// One turn; see the module documentation.
+    pub fn turn(
+        &mut self,
+        mut inputs: Inputs,
+        cloud: Option<CloudInputs<'_>>,
+        metrics: &Metrics,
+        now: Time,
+    ) -> Turn {
+        self.out.clear();
+        inputs.finished = self
+            .written
+            .jobs
+            .iter()
+            .filter(|(_, st)| matches!(st.phase, Some(JobPhase::Succeeded | JobPhase::Failed)))
+            .map(|(id, _)| id.clone())
+            .collect();
+        if let Some(c) = cloud {
+            for i in &c.view.instances {
+                inputs.needs.insert(i.need.clone(), i.pool.clone());
+            }
+            inputs
+                .needs
+                .extend(c.view.launching.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        let engine = self.policies.engine(&inputs);
+        self.unreadable(&inputs, now);
+
+        // Assumptions whose pods are all visible, or that are too old, are done.
+        let mut built = self.build(&inputs, now);
+        let timeout = self.settings.assume_timeout;
+        let settled: Vec<String> = self
+            .assumed
+            .iter()
+            .filter(|(id, a)| {
+                let visible = built
+                    .jobs
+                    .get(*id)
+                    .map(|v| v.pods.len())
+                    .unwrap_or(usize::MAX);
+                let done = visible >= a.nodes.len();
+                if !done && now.since(a.at) > timeout {
+                    tracing::warn!(job = %id, "pods of an assumed start did not all appear; dropping the assumption");
+                    return true;
+                }
+                done
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        if !settled.is_empty() {
+            for id in &settled {
+                self.assumed.remove(id);
+            }
+            built = self.build(&inputs, now);
+        }
+
+        let pools: HashMap<String, Arc<ComputePool>> = inputs
+            .pools
+            .iter()
+            .map(|p| (p.name_any(), p.clone()))
+            .collect();
+        if let Some(c) = cloud {
+            self.add_cloud_facts(&mut built, &inputs, c, now);
+        }
+        let rates = self.account_spend(&mut built, &inputs, metrics, now);
+        let plan = core::decide(&built.snapshot, engine.as_ref(), now);
+        metrics.set_policy_errors(engine.runtime_errors());
+
+        self.starts(&plan, &mut built, &pools, metrics, now);
+        if let Some(c) = cloud {
+            self.forget_retired(&inputs, c);
+            self.launches_and_terminations(&plan, &pools, &built, c);
+            self.release_deleted_jobs(&built, &inputs, c);
+            self.collect_garbage(&built, &inputs, c, metrics, now);
+            self.maybe_sweep_tokens(&built, c, now);
+        }
+        let wake = self.jobs(&plan, &built, &inputs, &pools, metrics, now);
+        self.objects(&built, &inputs, &plan, cloud, &rates, metrics, now);
+        Turn {
+            actions: std::mem::take(&mut self.out),
+            wake,
+        }
+    }
+
+    fn build(&self, inputs: &Inputs, now: Time) -> world::Built {
+        world::build(
+            inputs,
+            &self.assumed,
+            &self.attempt_floor,
+            self.settings.core.clone(),
+            now,
+        )
+    }
+
+    /// Takes back what a failed action assumed; returns what to do about it now.
+    pub fn feedback(&mut self, f: &Failure) -> Vec<Action> {
+        match &f.action {
+            Action::CreatePod { job, .. } => {
+                tracing::warn!(job = %job, error = %f.error, "creating pods failed; deciding again");
+                self.assumed.remove(job);
+                Vec::new()
+            }
+            Action::ApplyStatus(p) => {
+                tracing::warn!(kind = p.kind.as_str(), object = %p.id(), error = %f.error, "status write failed; writing it again at the next turn");
+                let id = p.id();
+                match p.kind {
+                    StatusKind::GpuJob => self.written.jobs.remove(&id).map(|_| ()),
+                    StatusKind::GpuQueue => self.written.queues.remove(&id).map(|_| ()),
+                    StatusKind::ComputePool => self.written.pools.remove(&id).map(|_| ()),
+                    StatusKind::Dataset => self.written.datasets.remove(&id).map(|_| ()),
+                    StatusKind::BurstPolicy => self.written.policies.remove(&id).map(|_| ()),
+                };
+                let key = format!("{}/{id}", p.kind.as_str());
+                self.written.unreadable.remove(&key);
+                Vec::new()
+            }
+            Action::Launch(order) => {
+                let l = &order.launch;
+                vec![Action::Publish(Note {
+                    regarding: order.job.object_ref(&()),
+                    warning: true,
+                    reason: "LaunchFailed".into(),
+                    action: "Launch".into(),
+                    note: format!(
+                        "Launching {} x {} ({}) for need {} failed: {}. The offering cools down and the next decision picks another.",
+                        l.count,
+                        l.offering.instance_type,
+                        l.offering.capacity_type.as_str(),
+                        l.need,
+                        f.error
+                    ),
+                })]
+            }
+            Action::PatchFinalizer {
+                namespace, name, ..
+            } => {
+                self.releasing.remove(&format!("{namespace}/{name}"));
+                Vec::new()
+            }
+            Action::Terminate { instance, .. } => {
+                self.retiring.remove(&format!("instance/{instance}"));
+                Vec::new()
+            }
+            Action::Cordon { node } | Action::DeleteNode { node, .. } => {
+                self.retiring.remove(&format!("node/{node}"));
+                Vec::new()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn emit(&mut self, action: Action) {
+        self.out.push(action);
+    }
+
+    fn publish(
+        &mut self,
+        regarding: ObjectReference,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        self.emit(Action::Publish(Note {
+            regarding,
+            warning,
+            reason: reason.to_string(),
+            action: action.to_string(),
+            note,
+        }));
+    }
+}

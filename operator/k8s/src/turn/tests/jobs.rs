@@ -1,0 +1,215 @@
+//! Jobs: placement, gangs, lost nodes, completion, and undoing a failed start.
+
+use serde_json::json;
+
+use super::fixtures::*;
+use crate::actions::{Action, StatusKind};
+use crate::error::api_error;
+use crate::executor::Failure;
+
+#[test]
+fn a_job_that_fits_starts_on_a_private_node_with_its_status_and_an_event() {
+    let mut i = cluster();
+    i.nodes = vec![node("a", "onprem", 8)];
+    i.jobs = vec![job("train").gpus(4).build()];
+    let mut l = Loop::new();
+    let t = l.turn(&i, None, noon());
+    assert_eq!(
+        creates(&t),
+        vec![("team/train".into(), "train-0-0".into(), "a".into())]
+    );
+    let st = status_of(&t, StatusKind::GpuJob, "train").expect("job status");
+    assert_eq!(st["phase"], "Running");
+    assert_eq!(st["environment"], "private");
+    assert_eq!(st["pool"], "onprem");
+    assert_eq!(st["decision"]["reason"], "FitsPrivate");
+    assert!(events(&t).contains(&("train".into(), "FitsPrivate".into(), false)));
+
+    // The start is assumed: the next turn, before the pod is visible, does not place the job
+    // again, nor put another job on the same GPUs.
+    i.jobs.push(job("second").gpus(8).build());
+    let t = l.turn(&i, None, noon() + minutes(1));
+    assert!(creates(&t).is_empty(), "{:?}", kinds(&t));
+    let st = status_of(&t, StatusKind::GpuJob, "second").expect("second waits");
+    assert_eq!(st["phase"], "Queued");
+}
+
+#[test]
+fn a_gang_starts_whole_on_two_nodes_or_not_at_all() {
+    let mut i = cluster();
+    i.nodes = vec![node("a", "onprem", 8), node("b", "onprem", 8)];
+    let busy = job("busy")
+        .gpus(8)
+        .status(json!({"phase": "Running"}))
+        .build();
+    i.pods = vec![pod(&busy, 0, 0, "b", "Running")];
+    i.jobs = vec![busy, job("gang").replicas(2).gpus(8).build()];
+    let mut l = Loop::new();
+    let t = l.turn(&i, None, noon());
+    assert!(
+        creates(&t).is_empty(),
+        "one node is busy: {:?}",
+        creates(&t)
+    );
+    let st = status_of(&t, StatusKind::GpuJob, "gang").expect("gang status");
+    assert_eq!(st["phase"], "Queued");
+
+    // The busy job finishes: both replicas start at once, one per node.
+    i.pods = vec![pod(&i.jobs[0], 0, 0, "b", "Succeeded")];
+    let t = l.turn(&i, None, noon() + minutes(1));
+    let mut nodes: Vec<String> = creates(&t)
+        .into_iter()
+        .filter(|(j, ..)| j == "team/gang")
+        .map(|(_, _, n)| n)
+        .collect();
+    nodes.sort();
+    assert_eq!(nodes, vec!["a", "b"]);
+}
+
+#[test]
+fn a_replica_lost_with_its_node_requeues_a_restartable_gang() {
+    let mut i = cluster();
+    i.nodes = vec![node("a", "onprem", 8)]; // node "b" is gone
+    let j = job("gang")
+        .replicas(2)
+        .gpus(8)
+        .restartable()
+        .status(json!({"phase": "Running", "conditions": [
+            {"type": "Running", "status": "True", "reason": "AllReplicasRunning", "message": "",
+             "lastTransitionTime": "2026-03-10T11:00:00Z"}]}))
+        .build();
+    i.pods = vec![pod(&j, 0, 0, "a", "Running"), pod(&j, 0, 1, "b", "Running")];
+    i.jobs = vec![j];
+    let mut l = Loop::new();
+    let t = l.turn(&i, None, noon());
+    let deleted: Vec<String> = t
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::DeletePod { name, .. } => Some(name.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deleted, vec!["gang-0-0", "gang-0-1"]);
+    let st = status_of(&t, StatusKind::GpuJob, "gang").expect("requeued");
+    assert_eq!(st["phase"], "Queued");
+    assert_eq!(st["restarts"], 1);
+    assert!(events(&t).contains(&("gang".into(), "Requeued".into(), false)));
+
+    // The deletions are not asked for twice while they are under way.
+    let t = l.turn(&i, None, noon() + minutes(1));
+    assert!(
+        !t.actions
+            .iter()
+            .any(|a| matches!(a, Action::DeletePod { .. })),
+        "{:?}",
+        kinds(&t)
+    );
+}
+
+#[test]
+fn a_lost_replica_fails_a_gang_that_cannot_restart() {
+    let mut i = cluster();
+    i.nodes = vec![node("a", "onprem", 8)];
+    let j = job("once")
+        .replicas(2)
+        .gpus(8)
+        .status(json!({"phase": "Running", "conditions": [
+            {"type": "Running", "status": "True", "reason": "AllReplicasRunning", "message": "",
+             "lastTransitionTime": "2026-03-10T11:00:00Z"}]}))
+        .build();
+    i.pods = vec![pod(&j, 0, 0, "a", "Running"), pod(&j, 0, 1, "b", "Running")];
+    i.jobs = vec![j];
+    let t = Loop::new().turn(&i, None, noon());
+    let st = status_of(&t, StatusKind::GpuJob, "once").expect("failed");
+    assert_eq!(st["phase"], "Failed");
+    assert_eq!(condition(&st, "Failed").expect("Failed").1, "ReplicaLost");
+    assert!(events(&t).contains(&("once".into(), "ReplicaLost".into(), true)));
+}
+
+#[test]
+fn a_finished_job_is_marked_succeeded_once_and_decided_no_more() {
+    let mut i = cluster();
+    i.nodes = vec![node("a", "onprem", 8)];
+    let j = job("done")
+        .status(json!({"phase": "Running", "startedAt": "2026-03-10T11:00:00Z"}))
+        .build();
+    i.pods = vec![pod(&j, 0, 0, "a", "Succeeded")];
+    i.jobs = vec![j];
+    let mut l = Loop::new();
+    let t = l.turn(&i, None, noon());
+    let st = status_of(&t, StatusKind::GpuJob, "done").expect("succeeded");
+    assert_eq!(st["phase"], "Succeeded");
+    assert!(events(&t).contains(&("done".into(), "Succeeded".into(), false)));
+    let t = l.turn(&i, None, noon() + minutes(1));
+    assert!(t.actions.is_empty(), "nothing more: {:?}", kinds(&t));
+}
+
+#[test]
+fn a_failed_pod_create_drops_the_assumption_and_the_job_is_placed_again() {
+    let mut i = cluster();
+    i.nodes = vec![node("a", "onprem", 8)];
+    i.jobs = vec![job("train").build()];
+    let mut l = Loop::new();
+    let t = l.turn(&i, None, noon());
+    let create = t
+        .actions
+        .iter()
+        .find(|a| matches!(a, Action::CreatePod { .. }))
+        .cloned()
+        .expect("a create");
+    let again = l.state.feedback(&Failure {
+        action: create,
+        error: api_error(403, "Forbidden", "pods is forbidden"),
+    });
+    assert!(again.is_empty());
+    let t = l.turn(&i, None, noon() + minutes(1));
+    assert_eq!(creates(&t).len(), 1, "placed again: {:?}", kinds(&t));
+}
+
+#[test]
+fn a_failed_status_write_is_written_again_next_turn() {
+    let mut i = cluster();
+    i.jobs = vec![job("waits").build()];
+    let mut l = Loop::new();
+    let t = l.turn(&i, None, noon());
+    let write = t
+        .actions
+        .iter()
+        .find(|a| matches!(a, Action::ApplyStatus(_)))
+        .cloned()
+        .expect("a status write");
+    // Unchanged, nothing is written again...
+    assert!(status_of(&l.turn(&i, None, noon()), StatusKind::GpuJob, "waits").is_none());
+    // ...unless the write failed.
+    l.state.feedback(&Failure {
+        action: write,
+        error: api_error(500, "InternalError", "etcd timeout"),
+    });
+    let t = l.turn(&i, None, noon());
+    assert!(status_of(&t, StatusKind::GpuJob, "waits").is_some());
+}
+
+#[test]
+fn a_job_past_its_max_runtime_is_stopped_and_failed() {
+    let mut i = cluster();
+    i.nodes = vec![node("a", "onprem", 8)];
+    let mut j =
+        job("long").status(json!({"phase": "Running", "startedAt": "2026-03-10T10:00:00Z"}));
+    j.0["spec"]["maxRuntime"] = json!("1h");
+    let j = j.build();
+    i.pods = vec![pod(&j, 0, 0, "a", "Running")];
+    i.jobs = vec![j];
+    let t = Loop::new().turn(&i, None, noon());
+    let st = status_of(&t, StatusKind::GpuJob, "long").expect("failed");
+    assert_eq!(st["phase"], "Failed");
+    assert_eq!(
+        condition(&st, "Failed").expect("Failed").1,
+        "MaxRuntimeExceeded"
+    );
+    assert!(
+        t.actions
+            .iter()
+            .any(|a| matches!(a, Action::DeletePod { name, .. } if name == "long-0-0"))
+    );
+}

@@ -1,0 +1,8 @@
+//! Unit tests of the turn: literal objects and a clock in, actions out. No API server, no
+//! cloud; milliseconds each. New operator behaviour is tested here first.
+
+mod fixtures;
+
+mod cloud;
+mod jobs;
+mod objects;
