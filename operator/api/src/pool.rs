@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Taint;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -227,7 +227,7 @@ pub struct ComputePoolStatus {
     /// `thisMonthUSD` holds every instance's spend up to this time; after a restart or a
     /// failover the operator bills from here, so no time is billed twice or lost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub accrued_through: Option<Time>,
+    pub accrued_through: Option<MicroTime>,
     /// `Ready` (`False` with reason `Invalid` and the field when the pool cannot be used) and,
     /// for cloud pools, `LaunchHealthy` (recent capacity errors, throttling and offerings
     /// cooling down).

@@ -1,6 +1,6 @@
 //! `GpuQueue`: where jobs wait, with a private quota, a fair share and a burst policy.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, MicroTime};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -170,7 +170,7 @@ pub struct QueueSpend {
     /// failover the operator bills each instance from here (or from its launch, if later), so
     /// the time no operator was running is billed exactly once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub accrued_through: Option<Time>,
+    pub accrued_through: Option<MicroTime>,
 }
 
 /// The observed state of a GpuQueue.

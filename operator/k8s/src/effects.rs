@@ -26,9 +26,14 @@ use crate::executor::{Effects, Fence};
 use crate::metrics::Metrics;
 use crate::{bootstrap, labels};
 
+/// Where Events about cluster-scoped objects go.
+pub const CLUSTER_EVENTS_NAMESPACE: &str = "kube-system";
+
 /// Effects on the cluster and the cloud.
 pub struct KubeEffects {
     client: Client,
+    /// This replica's name in Events.
+    instance: String,
     recorder: Recorder,
     cloud: Option<Arc<Cloud>>,
     metrics: Arc<Metrics>,
@@ -53,6 +58,7 @@ impl KubeEffects {
         );
         KubeEffects {
             client,
+            instance: instance.to_string(),
             recorder,
             cloud,
             metrics,
@@ -140,6 +146,9 @@ impl KubeEffects {
     }
 
     async fn publish(&self, n: &Note, fence: &Fence) -> Result<(), Error> {
+        if n.regarding.namespace.is_none() {
+            return self.publish_cluster_scoped(n, fence).await;
+        }
         let ev = Event {
             type_: if n.warning {
                 EventType::Warning
@@ -153,6 +162,46 @@ impl KubeEffects {
         };
         fence.check()?;
         let r = self.recorder.publish(&ev, &n.regarding).await;
+        self.wrote("event", r, &[])
+    }
+
+    /// An Event about a cluster-scoped object (a GpuQueue, ComputePool, Dataset or
+    /// BurstPolicy) goes to `kube-system`: the only namespace every Kubernetes version accepts
+    /// for one (1.20 refuses `default`, which kube's recorder would use).
+    async fn publish_cluster_scoped(&self, n: &Note, fence: &Fence) -> Result<(), Error> {
+        use k8s_openapi::api::events::v1::Event as K8sEvent;
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+            k8s_openapi::jiff::Timestamp::now(),
+        );
+        // Named like kube's recorder names Events (`object.unique`); API servers before 1.22
+        // refuse a `generateName` ending in a dot.
+        let unique = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let name = format!(
+            "{}.{unique:x}",
+            n.regarding.name.as_deref().unwrap_or("object")
+        );
+        let ev = K8sEvent {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(name),
+                namespace: Some(CLUSTER_EVENTS_NAMESPACE.into()),
+                ..Default::default()
+            },
+            action: Some(n.action.clone()),
+            reason: Some(n.reason.clone()),
+            note: Some(truncate(&n.note, 1000)),
+            type_: Some(if n.warning { "Warning" } else { "Normal" }.into()),
+            regarding: Some(n.regarding.clone()),
+            event_time: Some(now),
+            reporting_controller: Some(labels::CONTROLLER.into()),
+            reporting_instance: Some(self.instance.clone()),
+            ..Default::default()
+        };
+        let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), CLUSTER_EVENTS_NAMESPACE);
+        fence.check()?;
+        let r = api.create(&PostParams::default(), &ev).await;
         self.wrote("event", r, &[])
     }
 

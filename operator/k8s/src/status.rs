@@ -6,7 +6,7 @@
 //! `desired == current` means "nothing to write", and a job that keeps waiting for the same
 //! reason costs no API writes.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time as K8sTime};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, Time as K8sTime};
 use kube::ResourceExt;
 use spillway_api::GpuJobStatus;
 use spillway_api::job::{DecisionStatus, JobCost, JobPhase, OfferingStatus};
@@ -27,6 +27,19 @@ pub fn k8s_time(t: Time) -> K8sTime {
 /// A Kubernetes time as the core's.
 pub fn core_time(t: &K8sTime) -> Time {
     Time::from_millis(t.0.as_millisecond())
+}
+
+/// A Kubernetes micro-time as the core's (milliseconds kept).
+pub fn core_micro_time(t: &MicroTime) -> Time {
+    Time::from_millis(t.0.as_millisecond())
+}
+
+/// The core's time as a Kubernetes micro-time (to the millisecond).
+pub fn micro_time(t: Time) -> MicroTime {
+    MicroTime(
+        k8s_openapi::jiff::Timestamp::from_millisecond(t.as_millis())
+            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+    )
 }
 
 /// Sets a condition, keeping its `lastTransitionTime` when its status did not change.

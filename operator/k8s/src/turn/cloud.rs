@@ -75,20 +75,26 @@ impl State {
     }
 
     /// Accrues each instance's price into its queue's and pool's account ([`crate::spend`]);
-    /// gives the core each queue's month-to-date spend (for monthly budgets).
+    /// gives the core each queue's month-to-date spend (for monthly budgets). Nothing is
+    /// accrued before every cloud region has been listed: an account moved past a gap while
+    /// its instances were not known yet would never bill that gap.
     pub(super) fn account_spend(
         &mut self,
         built: &mut world::Built,
         inputs: &Inputs,
+        cloud: Option<CloudInputs<'_>>,
         metrics: &Metrics,
         now: Time,
     ) -> Rates {
         self.opened_accounts.clear();
+        if !cloud.is_some_and(|c| c.view.complete) {
+            return Rates::default();
+        }
         for q in &inputs.queues {
             let spend = q.status.as_ref().and_then(|s| s.spend.as_ref());
             let through = spend
                 .and_then(|s| s.accrued_through.as_ref())
-                .map(crate::status::core_time);
+                .map(crate::status::core_micro_time);
             let usd = spend.map(|s| s.this_month_usd);
             if Ledger::open(&mut self.ledger.queues, &q.name_any(), usd, through, now) {
                 self.opened_accounts
@@ -99,7 +105,7 @@ impl State {
             let st = p.status.as_ref();
             let through = st
                 .and_then(|s| s.accrued_through.as_ref())
-                .map(crate::status::core_time);
+                .map(crate::status::core_micro_time);
             let usd = st.and_then(|s| s.this_month_usd);
             if Ledger::open(&mut self.ledger.pools, &p.name_any(), usd, through, now) {
                 self.opened_accounts

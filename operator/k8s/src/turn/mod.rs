@@ -204,7 +204,7 @@ impl State {
         if let Some(c) = cloud {
             self.add_cloud_facts(&mut built, &inputs, c, now);
         }
-        let rates = self.account_spend(&mut built, &inputs, metrics, now);
+        let rates = self.account_spend(&mut built, &inputs, cloud, metrics, now);
         let plan = core::decide(&built.snapshot, engine.as_ref(), now);
         metrics.set_policy_errors(engine.runtime_errors());
 

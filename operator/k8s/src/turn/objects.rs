@@ -207,7 +207,10 @@ impl State {
                 match spend_to_write(
                     self.ledger.queues.get(&name),
                     written.this_month_usd,
-                    written.accrued_through.as_ref().map(status::core_time),
+                    written
+                        .accrued_through
+                        .as_ref()
+                        .map(status::core_micro_time),
                     written.hourly_usd != hourly
                         || self.opened_accounts.contains(&format!("GpuQueue/{name}")),
                     now,
@@ -282,7 +285,7 @@ impl State {
                 && let Some((usd, through)) = spend_to_write(
                     self.ledger.pools.get(&name),
                     base.this_month_usd.unwrap_or(0.0),
-                    base.accrued_through.as_ref().map(status::core_time),
+                    base.accrued_through.as_ref().map(status::core_micro_time),
                     base.hourly_usd != st.hourly_usd
                         || self
                             .opened_accounts
@@ -563,7 +566,10 @@ fn spend_to_write(
     written_through: Option<Time>,
     now_please: bool,
     now: Time,
-) -> Option<(f64, k8s_openapi::apimachinery::pkg::apis::meta::v1::Time)> {
+) -> Option<(
+    f64,
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime,
+)> {
     let a = account?;
     let usd = round_cents(a.usd);
     let stale = match written_through {
@@ -573,7 +579,7 @@ fn spend_to_write(
                 || (usd != written_usd && now.since(t) >= SPEND_REFRESH)
         }
     };
-    stale.then(|| (usd, k8s_time(a.through)))
+    stale.then(|| (usd, status::micro_time(a.through)))
 }
 
 /// A cloud pool's `LaunchHealthy`: False while an offering cools down after a failed launch

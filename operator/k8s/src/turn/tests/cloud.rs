@@ -185,12 +185,12 @@ fn spend_continues_from_the_pair_in_status_after_a_restart() {
     // Ten minutes at 0.8048 USD/h since 11:50, once.
     let expected = ((1.0 + 0.8048 / 6.0) * 10_000.0_f64).round() / 10_000.0;
     assert_eq!(q["spend"]["thisMonthUSD"], json!(expected));
-    assert_eq!(q["spend"]["accruedThrough"], "2026-03-10T12:00:00Z");
+    assert_eq!(q["spend"]["accruedThrough"], "2026-03-10T12:00:00.000000Z");
     let p = status_of(&t, StatusKind::ComputePool, "aws").expect("pool status");
     assert_eq!(p["instances"], 1);
     // The pool had no account yet: it starts now.
     assert_eq!(p["thisMonthUSD"], json!(0.0));
-    assert_eq!(p["accruedThrough"], "2026-03-10T12:00:00Z");
+    assert_eq!(p["accruedThrough"], "2026-03-10T12:00:00.000000Z");
 }
 
 #[test]
@@ -306,4 +306,38 @@ fn a_deleted_job_releases_its_instance_then_its_finalizer() {
             |a| matches!(a, Action::PatchFinalizer { name, add: false, .. } if name == "train")
         )
     );
+}
+
+#[test]
+fn nothing_is_accrued_before_every_region_was_listed() {
+    let mut i = bursting("0s", None);
+    i.queues = vec![queue_with_status(
+        "q",
+        json!({"burst": {"enabled": true, "pools": ["aws"]}}),
+        json!({"spend": {"thisMonthUSD": 1.0, "hourlyUSD": 0.8048,
+                         "accruedThrough": "2026-03-10T11:50:00Z"}}),
+    )];
+    let mut c = cloud();
+    c.view.complete = false;
+    let mut l = Loop::new();
+    let t = l.turn(&i, Some(&c), noon());
+    if let Some(q) = status_of(&t, StatusKind::GpuQueue, "q") {
+        assert_eq!(
+            q["spend"]["accruedThrough"], "2026-03-10T11:50:00.000000Z",
+            "{q}"
+        );
+    }
+    // Listed now: the instance that ran all along is billed from 11:50.
+    c.view.complete = true;
+    c.instance(
+        "i-1",
+        "aws",
+        "team/train#0",
+        "g6.xlarge",
+        at("2026-03-10T11:00:00Z"),
+    );
+    let t = l.turn(&i, Some(&c), noon());
+    let q = status_of(&t, StatusKind::GpuQueue, "q").expect("queue status");
+    let expected = ((1.0 + 0.8048 / 6.0) * 10_000.0_f64).round() / 10_000.0;
+    assert_eq!(q["spend"]["thisMonthUSD"], json!(expected));
 }

@@ -1,0 +1,7 @@
+//! Bursting to EC2 end to end: moto's EC2 server, the real API server and scheduler, the fake
+//! kubelet, and the harness booting a Node for each instance.
+
+mod bursting;
+mod lifecycle;
+mod spend;
+mod world;

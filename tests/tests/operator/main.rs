@@ -1,0 +1,7 @@
+//! The operator end to end: the real API server and scheduler, the fake kubelet for GPU nodes.
+
+mod leadership;
+mod lifecycle;
+mod placement;
+mod validity;
+mod world;
