@@ -10,51 +10,61 @@ use spillway_tests::workload::WAIT;
 
 use crate::world::World;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_replicas_one_leader_and_handover_when_it_dies() {
-    use k8s_openapi::api::coordination::v1::Lease;
-    let _turn = serial().await;
-    let w = World::new("op-leader").await;
-    w.nodes(1, 8, None).await;
-    let election = |identity: &str| spillway_k8s::Election {
-        namespace: w.ns.clone(),
-        name: "spillway-operator".into(),
-        identity: identity.into(),
+/// Quick leader election for tests: a 4 s lease, a 3 s renew deadline, a 1 s retry period.
+fn election(ns: &str, identity: &str) -> spillway_k8s::Election {
+    spillway_k8s::Election {
         lease_duration: Duration::from_secs(4),
         renew_deadline: Duration::from_secs(3),
         retry_period: Duration::from_secs(1),
-    };
-    let leases: Api<Lease> = Api::namespaced(w.client.clone(), &w.ns);
-    let holder = || {
-        let leases = leases.clone();
-        async move {
-            leases
-                .get_opt("spillway-operator")
-                .await
-                .map_err(|e| e.to_string())
-                .map(|l| l.and_then(|l| l.spec?.holder_identity))
-        }
-    };
-    let a = RunningOperator::start(w.client.clone(), Some(election("replica-a")))
+        ..spillway_k8s::Election::new(ns, "spillway-operator", identity)
+    }
+}
+
+/// Who holds the test's Lease.
+async fn holder(w: &World) -> Result<Option<String>, String> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    Api::<Lease>::namespaced(w.client.clone(), &w.ns)
+        .get_opt("spillway-operator")
         .await
-        .expect("a");
-    eventually(WAIT, "replica-a to lead", || async {
-        match holder().await? {
-            Some(h) if h == "replica-a" => Ok(()),
+        .map_err(|e| e.to_string())
+        .map(|l| l.and_then(|l| l.spec?.holder_identity))
+}
+
+async fn wait_leader(w: &World, identity: &str) {
+    eventually(WAIT, &format!("{identity} to lead"), || async {
+        match holder(w).await? {
+            Some(h) if h == identity => Ok(()),
             other => Err(format!("{other:?}")),
         }
     })
     .await;
-    let b = RunningOperator::start(w.client.clone(), Some(election("replica-b")))
+}
+
+/// Starts a standby and waits until its caches are synced.
+async fn standby(w: &World, identity: &str) -> RunningOperator {
+    let b = RunningOperator::start(w.client.clone(), Some(election(&w.ns, identity)))
         .await
-        .expect("b");
-    eventually(WAIT, "replica-b to be ready", || async {
+        .expect("standby");
+    eventually(WAIT, &format!("{identity} to be ready"), || async {
         match b.get("/readyz").await {
             Ok((200, _)) => Ok(()),
             other => Err(format!("{other:?}")),
         }
     })
     .await;
+    b
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_one_leader_and_handover_when_it_dies() {
+    let _turn = serial().await;
+    let w = World::new("op-leader").await;
+    w.nodes(1, 8, None).await;
+    let a = RunningOperator::start(w.client.clone(), Some(election(&w.ns, "replica-a")))
+        .await
+        .expect("a");
+    wait_leader(&w, "replica-a").await;
+    let b = standby(&w, "replica-b").await;
     w.submit("one", json!({}), None).await;
     w.wait_phase("one", JobPhase::Running).await;
     assert_eq!(
@@ -74,13 +84,7 @@ async fn two_replicas_one_leader_and_handover_when_it_dies() {
     // The leader dies without releasing the lease; the standby takes over once it expires.
     a.kill();
     let killed = std::time::Instant::now();
-    eventually(WAIT, "replica-b to lead", || async {
-        match holder().await? {
-            Some(h) if h == "replica-b" => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    wait_leader(&w, "replica-b").await;
     let handover = killed.elapsed();
     // Lease 4 s, checks every 1 s: within the lease time plus two checks.
     assert!(
@@ -93,7 +97,7 @@ async fn two_replicas_one_leader_and_handover_when_it_dies() {
 
     // A clean stop releases the lease at once.
     b.stop().await.expect("clean stop");
-    assert_eq!(holder().await.expect("lease"), None);
+    assert_eq!(holder(&w).await.expect("lease"), None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -164,7 +168,6 @@ async fn health_endpoints_and_metrics_pass_promtool() {
 /// partition heals nothing more arrives from it, and the standby places every job once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_leader_stops_at_its_renew_deadline_and_sends_nothing_after() {
-    use k8s_openapi::api::coordination::v1::Lease;
     use spillway_tests::cluster::TestCluster;
     use spillway_tests::partition::Partition;
     use std::time::Instant;
@@ -175,49 +178,17 @@ async fn a_partitioned_leader_stops_at_its_renew_deadline_and_sends_nothing_afte
     let partition = Partition::start(&cluster.server_url)
         .await
         .expect("partition proxy");
-    let election = |identity: &str| spillway_k8s::Election {
-        lease_duration: Duration::from_secs(4),
-        renew_deadline: Duration::from_secs(3),
-        retry_period: Duration::from_secs(1),
-        ..spillway_k8s::Election::new(&w.ns, "spillway-operator", identity)
-    };
-    let leases: Api<Lease> = Api::namespaced(w.client.clone(), &w.ns);
-    let holder = || {
-        let leases = leases.clone();
-        async move {
-            leases
-                .get_opt("spillway-operator")
-                .await
-                .map_err(|e| e.to_string())
-                .map(|l| l.and_then(|l| l.spec?.holder_identity))
-        }
-    };
     let a = RunningOperator::start(
         partition
             .client(cluster)
             .await
             .expect("client via the proxy"),
-        Some(election("replica-a")),
+        Some(election(&w.ns, "replica-a")),
     )
     .await
     .expect("a");
-    eventually(WAIT, "replica-a to lead", || async {
-        match holder().await? {
-            Some(h) if h == "replica-a" => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
-    let b = RunningOperator::start(w.client.clone(), Some(election("replica-b")))
-        .await
-        .expect("b");
-    eventually(WAIT, "replica-b to be ready", || async {
-        match b.get("/readyz").await {
-            Ok((200, _)) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    wait_leader(&w, "replica-a").await;
+    let b = standby(&w, "replica-b").await;
     w.submit("before", json!({"gpusPerReplica": 2}), None).await;
     w.wait_phase("before", JobPhase::Running).await;
 
@@ -243,7 +214,7 @@ async fn a_partitioned_leader_stops_at_its_renew_deadline_and_sends_nothing_afte
         "stopped {took:?} after the cut"
     );
     assert_eq!(
-        holder().await.expect("lease").as_deref(),
+        holder(&w).await.expect("lease").as_deref(),
         Some("replica-a"),
         "it stopped before anyone could take over"
     );
@@ -262,13 +233,7 @@ async fn a_partitioned_leader_stops_at_its_renew_deadline_and_sends_nothing_afte
 
     partition.heal();
     let healed_at = Instant::now();
-    eventually(WAIT, "replica-b to lead", || async {
-        match holder().await? {
-            Some(h) if h == "replica-b" => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    wait_leader(&w, "replica-b").await;
     for i in 0..3 {
         let job = w
             .wait_phase(&format!("during-{i}"), JobPhase::Running)

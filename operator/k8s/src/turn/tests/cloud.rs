@@ -158,16 +158,26 @@ fn an_instance_no_need_wants_is_collected_after_the_grace_period() {
     );
 }
 
-#[test]
-fn spend_continues_from_the_pair_in_status_after_a_restart() {
-    let mut i = bursting("0s", None);
-    // The previous leader wrote 1.00 USD through 11:50; the instance ran all along.
-    i.queues = vec![queue_with_status(
+/// Queue `q` whose status says a previous leader billed 1.00 USD through 11:50.
+fn queue_billed_through_1150() -> std::sync::Arc<spillway_api::GpuQueue> {
+    queue_with_status(
         "q",
         json!({"burst": {"enabled": true, "pools": ["aws"]}}),
         json!({"spend": {"thisMonthUSD": 1.0, "hourlyUSD": 0.8048,
                          "accruedThrough": "2026-03-10T11:50:00Z"}}),
-    )];
+    )
+}
+
+/// 1.00 USD plus ten minutes of a g6.xlarge, as status rounds it.
+fn billed_to_noon() -> serde_json::Value {
+    json!(((1.0 + 0.8048 / 6.0) * 10_000.0_f64).round() / 10_000.0)
+}
+
+#[test]
+fn spend_continues_from_the_pair_in_status_after_a_restart() {
+    let mut i = bursting("0s", None);
+    // The previous leader wrote 1.00 USD through 11:50; the instance ran all along.
+    i.queues = vec![queue_billed_through_1150()];
     let j = job("train").status(json!({"phase": "Running"})).build();
     i.nodes.push(cloud_node("ip-1", "aws", 1, "i-1"));
     i.pods.push(pod(&j, 0, 0, "ip-1", "Running"));
@@ -183,8 +193,7 @@ fn spend_continues_from_the_pair_in_status_after_a_restart() {
     let t = Loop::new().turn(&i, Some(&c), noon());
     let q = status_of(&t, StatusKind::GpuQueue, "q").expect("queue status");
     // Ten minutes at 0.8048 USD/h since 11:50, once.
-    let expected = ((1.0 + 0.8048 / 6.0) * 10_000.0_f64).round() / 10_000.0;
-    assert_eq!(q["spend"]["thisMonthUSD"], json!(expected));
+    assert_eq!(q["spend"]["thisMonthUSD"], billed_to_noon());
     assert_eq!(q["spend"]["accruedThrough"], "2026-03-10T12:00:00.000000Z");
     let p = status_of(&t, StatusKind::ComputePool, "aws").expect("pool status");
     assert_eq!(p["instances"], 1);
@@ -311,12 +320,7 @@ fn a_deleted_job_releases_its_instance_then_its_finalizer() {
 #[test]
 fn nothing_is_accrued_before_every_region_was_listed() {
     let mut i = bursting("0s", None);
-    i.queues = vec![queue_with_status(
-        "q",
-        json!({"burst": {"enabled": true, "pools": ["aws"]}}),
-        json!({"spend": {"thisMonthUSD": 1.0, "hourlyUSD": 0.8048,
-                         "accruedThrough": "2026-03-10T11:50:00Z"}}),
-    )];
+    i.queues = vec![queue_billed_through_1150()];
     let mut c = cloud();
     c.view.complete = false;
     let mut l = Loop::new();
@@ -338,6 +342,5 @@ fn nothing_is_accrued_before_every_region_was_listed() {
     );
     let t = l.turn(&i, Some(&c), noon());
     let q = status_of(&t, StatusKind::GpuQueue, "q").expect("queue status");
-    let expected = ((1.0 + 0.8048 / 6.0) * 10_000.0_f64).round() / 10_000.0;
-    assert_eq!(q["spend"]["thisMonthUSD"], json!(expected));
+    assert_eq!(q["spend"]["thisMonthUSD"], billed_to_noon());
 }
