@@ -112,6 +112,15 @@ impl Duration {
     }
 }
 
+impl std::ops::Add for Duration {
+    type Output = Duration;
+
+    /// Saturating: durations never wrap.
+    fn add(self, other: Duration) -> Duration {
+        Duration::from_millis(self.as_millis().saturating_add(other.as_millis()))
+    }
+}
+
 impl std::str::FromStr for Duration {
     type Err = ParseDurationError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
