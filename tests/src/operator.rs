@@ -100,24 +100,52 @@ impl RunningOperator {
 
     /// GET on its HTTP endpoint: (status code, body).
     pub async fn get(&self, path: &str) -> anyhow::Result<(u16, String)> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut stream = tokio::net::TcpStream::connect(self.metrics_addr).await?;
-        let request =
-            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await?;
-        let code = response
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        let body = response
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
+        let (code, _, body) = http_get(self.metrics_addr, path).await?;
         Ok((code, body))
     }
+}
+
+/// A plain HTTP/1.1 GET: (status code, headers, body).
+pub async fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    let code = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let (headers, body) = response
+        .split_once("\r\n\r\n")
+        .map(|(h, b)| (h.to_string(), b.to_string()))
+        .unwrap_or_default();
+    Ok((code, headers, body))
+}
+
+/// Identity settings for tests: the issuer served on a free loopback port over plain HTTP,
+/// its keys in `namespace`.
+pub fn test_identity(
+    namespace: &str,
+    lifetime_s: u64,
+    rotation_s: u64,
+) -> anyhow::Result<spillway_k8s::identity::IdentityConfig> {
+    let port = crate::process::free_port()?;
+    Ok(spillway_k8s::identity::IdentityConfig {
+        issuer: format!("http://127.0.0.1:{port}"),
+        audiences: vec!["spillway".into(), "sts.amazonaws.com".into()],
+        schedule: spillway_identity::Schedule {
+            token_lifetime: spillway_core::Duration::from_secs(lifetime_s),
+            rotation: spillway_core::Duration::from_secs(rotation_s),
+            algorithm: spillway_identity::Algorithm::ES256,
+        },
+        namespace: namespace.to_string(),
+        secret: "spillway-identity-keys".into(),
+        addr: Some(([127, 0, 0, 1], port).into()),
+        tls: None,
+    })
 }
 
 /// Polls `check` until it returns `Some`, or fails after `timeout` with `what` and the last

@@ -93,8 +93,11 @@ pub struct GpuJobSpec {
     #[serde(default)]
     pub placement: Placement,
 
-    /// The pod each replica runs. Spillway adds the GPU limits, node placement, identity and
-    /// telemetry settings. The API server checks it fully when the pods are created.
+    /// The pod each replica runs. Spillway adds the GPU limits, the node placement and the
+    /// workload identity (a token mounted at `/var/run/secrets/spillway.io/identity/token`,
+    /// `SPILLWAY_IDENTITY_TOKEN_FILE`, and with the queue's AWS role `AWS_ROLE_ARN` and
+    /// `AWS_WEB_IDENTITY_TOKEN_FILE`; variables and volumes of its own win). The API server
+    /// checks it fully when the pods are created.
     #[schemars(schema_with = "preserve_unknown_object")]
     pub template: PodTemplateSpec,
 }

@@ -64,6 +64,26 @@ pub struct GpuQueueSpec {
     /// Dollar limits on this queue's cloud spend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
+
+    /// The workload identity of this queue's pods (every pod gets a token from Spillway's
+    /// issuer; this narrows its audiences and names an AWS role).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<QueueIdentity>,
+}
+
+/// Workload identity settings of a queue.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueIdentity {
+    /// The audiences of this queue's tokens: a subset of the operator's `--identity-audience`
+    /// values. Empty means all of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub audiences: Vec<String>,
+    /// An IAM role the pods assume through STS with their token, on private and cloud nodes
+    /// alike: they get `AWS_ROLE_ARN` and `AWS_WEB_IDENTITY_TOKEN_FILE`, which every AWS SDK
+    /// reads. Its trust policy must trust Spillway's issuer (see docs/identity.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aws_role_arn: Option<String>,
 }
 
 fn default_true() -> bool {

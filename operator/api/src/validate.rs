@@ -221,6 +221,29 @@ pub fn gpu_queue(spec: &GpuQueueSpec) -> Result<(), FieldErrors> {
         errs.non_negative("spec.budget.monthlyUSD", b.monthly_usd);
         errs.non_negative("spec.budget.hourlyUSD", b.hourly_usd);
     }
+    if let Some(id) = &spec.identity {
+        errs.unique("spec.identity.audiences", &id.audiences);
+        for (i, a) in id.audiences.iter().enumerate() {
+            if a.trim().is_empty() {
+                errs.push(format!("spec.identity.audiences[{i}]"), "must not be empty");
+            }
+        }
+        if let Some(arn) = &id.aws_role_arn {
+            let parts: Vec<&str> = arn.splitn(6, ':').collect();
+            let ok = parts.len() == 6
+                && parts[0] == "arn"
+                && parts[1].starts_with("aws")
+                && parts[2] == "iam"
+                && parts[5].starts_with("role/")
+                && parts[5].len() > "role/".len();
+            if !ok {
+                errs.push(
+                    "spec.identity.awsRoleArn",
+                    format!("{arn:?} is not an IAM role ARN (arn:aws:iam::ACCOUNT:role/NAME)"),
+                );
+            }
+        }
+    }
     errs.into_result()
 }
 

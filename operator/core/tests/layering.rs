@@ -20,16 +20,33 @@ const FORBIDDEN: &[&str] = &[
     "spillway-cloud",
     "spillway-sim",
     "spillway-policy",
+    "spillway-identity",
 ];
 
 #[test]
 fn core_depends_on_no_io_crate() {
+    check_pure("spillway-core", FORBIDDEN);
+}
+
+/// The identity crate is pure too (keys, tokens and verification; the operator does the I/O),
+/// and below the operator.
+#[test]
+fn identity_depends_on_no_io_crate() {
+    let forbidden: Vec<&str> = FORBIDDEN
+        .iter()
+        .copied()
+        .filter(|c| *c != "spillway-identity")
+        .collect();
+    check_pure("spillway-identity", &forbidden);
+}
+
+fn check_pure(package: &str, forbidden: &[&str]) {
     let output = Command::new(env!("CARGO"))
         .args([
             "tree",
             "--offline",
             "--package",
-            "spillway-core",
+            package,
             "--edges",
             "normal,build",
             "--all-features",
@@ -51,13 +68,10 @@ fn core_depends_on_no_io_crate() {
         .lines()
         .filter_map(|l| l.split_whitespace().next())
         .collect();
-    assert!(
-        crates.contains(&"spillway-core"),
-        "cargo tree listed: {tree}"
-    );
-    let bad: Vec<&&str> = crates.iter().filter(|c| FORBIDDEN.contains(c)).collect();
+    assert!(crates.contains(&package), "cargo tree listed: {tree}");
+    let bad: Vec<&&str> = crates.iter().filter(|c| forbidden.contains(c)).collect();
     assert!(
         bad.is_empty(),
-        "spillway-core must stay pure, but depends on {bad:?}"
+        "{package} must stay pure, but depends on {bad:?}"
     );
 }

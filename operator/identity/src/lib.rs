@@ -23,7 +23,7 @@ pub mod verify;
 pub use keys::{Algorithm, KeyRing, SigningKey};
 pub use rotation::Schedule;
 pub use token::{Claims, Issued, Request, Workload};
-pub use verify::{VerifyError, Verifier};
+pub use verify::{Verifier, VerifyError};
 
 use spillway_core::ErrorCategory;
 

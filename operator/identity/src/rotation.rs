@@ -70,8 +70,7 @@ pub fn plan(ring: &KeyRing, schedule: &Schedule, now: Time) -> Result<Option<Key
         // Only pending keys left (cannot happen with a ring this function kept): wait.
         None => false,
         Some(s) => {
-            s.alg != schedule.algorithm
-                || now.since(s.activates) + lifetime >= schedule.rotation
+            s.alg != schedule.algorithm || now.since(s.activates) + lifetime >= schedule.rotation
         }
     };
     if due && !pending {
@@ -83,6 +82,31 @@ pub fn plan(ring: &KeyRing, schedule: &Schedule, now: Time) -> Result<Option<Key
         changed = true;
     }
     Ok(changed.then_some(KeyRing { keys }))
+}
+
+/// The next moment at which [`plan`] would change the ring or its signer changes: a pending
+/// key starting to sign, the next key being due, a retired key leaving.
+pub fn next_change(ring: &KeyRing, schedule: &Schedule, now: Time) -> Option<Time> {
+    let lifetime = schedule.token_lifetime;
+    let mut times: Vec<Time> = Vec::new();
+    let mut activations: Vec<Time> = ring.keys.iter().map(|k| k.activates).collect();
+    activations.sort();
+    for k in &ring.keys {
+        times.push(k.activates);
+        if let Some(next) = activations.iter().find(|a| **a > k.activates) {
+            times.push(*next + lifetime + RETIRE_LEEWAY);
+        }
+    }
+    if let Some(s) = ring.signer(now) {
+        let due_after = Duration::from_millis(
+            schedule
+                .rotation
+                .as_millis()
+                .saturating_sub(lifetime.as_millis()),
+        );
+        times.push(s.activates + due_after);
+    }
+    times.into_iter().filter(|t| *t > now).min()
 }
 
 #[cfg(test)]
@@ -108,7 +132,11 @@ mod tests {
         let start = Time::from_millis(1_800_000_000_000);
         let mut ring = plan(&KeyRing::default(), &s, start).unwrap().unwrap();
         assert_eq!(ring.keys.len(), 1);
-        assert_eq!(ring.signer(start).unwrap().activates, start, "the first key signs at once");
+        assert_eq!(
+            ring.signer(start).unwrap().activates,
+            start,
+            "the first key signs at once"
+        );
         // kid -> (first token, last token) seen signed.
         let mut signed: std::collections::BTreeMap<String, (Time, Time)> = Default::default();
         let mut kids_seen = std::collections::BTreeSet::new();
@@ -133,9 +161,16 @@ mod tests {
             }
             assert!(ring.keys.len() <= 3, "{} keys at +{h}h", ring.keys.len());
         }
-        assert!(kids_seen.len() >= 5, "rotated weekly: {} keys", kids_seen.len());
+        assert!(
+            kids_seen.len() >= 5,
+            "rotated weekly: {} keys",
+            kids_seen.len()
+        );
         for (first, last) in signed.values().take(3) {
-            assert!(last.since(*first) <= s.rotation, "a key signs for a week at most");
+            assert!(
+                last.since(*first) <= s.rotation,
+                "a key signs for a week at most"
+            );
         }
     }
 

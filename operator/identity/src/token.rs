@@ -67,7 +67,9 @@ pub struct Claims {
 
 /// The subject of a pod's token: the service account it runs as.
 pub fn subject(namespace: &str, service_account: Option<&str>) -> String {
-    let sa = service_account.filter(|s| !s.is_empty()).unwrap_or("default");
+    let sa = service_account
+        .filter(|s| !s.is_empty())
+        .unwrap_or("default");
     format!("system:serviceaccount:{namespace}:{sa}")
 }
 
@@ -95,7 +97,9 @@ pub fn issue(ring: &KeyRing, request: Request<'_>, now: Time) -> Result<Issued, 
         .signer(now)
         .ok_or_else(|| Error::Keys("no signing key is active yet".into()))?;
     if request.audiences.is_empty() {
-        return Err(Error::Settings("a token needs at least one audience".into()));
+        return Err(Error::Settings(
+            "a token needs at least one audience".into(),
+        ));
     }
     let iat = now.as_millis().div_euclid(1000);
     let claims = Claims {

@@ -75,8 +75,8 @@ pub struct Verifier {
 impl Verifier {
     /// A verifier over a JWKS document.
     pub fn new(jwks_json: &[u8], issuer: &str, audience: &str) -> Result<Verifier, VerifyError> {
-        let jwks: JwkSet = serde_json::from_slice(jwks_json)
-            .map_err(|e| VerifyError::BadJwks(e.to_string()))?;
+        let jwks: JwkSet =
+            serde_json::from_slice(jwks_json).map_err(|e| VerifyError::BadJwks(e.to_string()))?;
         Ok(Verifier {
             jwks,
             issuer: issuer.to_string(),
@@ -161,7 +161,9 @@ fn check_key(jwk: &Jwk, kid: &str, alg: &str) -> Result<(), VerifyError> {
         Err(VerifyError::AlgorithmMismatch {
             kid: kid.to_string(),
             alg: alg.to_string(),
-            key: named.map(|n| format!("{family} {n}")).unwrap_or(family.into()),
+            key: named
+                .map(|n| format!("{family} {n}"))
+                .unwrap_or(family.into()),
         })
     }
 }
@@ -196,7 +198,7 @@ fn check_claims(claims: &Value, v: &Verifier, now: Time) -> Result<(), VerifyErr
             .collect(),
         _ => return Err(VerifyError::MissingClaim("aud")),
     };
-    if !aud.iter().any(|a| *a == v.audience) {
+    if !aud.contains(&v.audience) {
         return Err(VerifyError::WrongAudience {
             found: aud,
             expected: v.audience.clone(),

@@ -69,7 +69,9 @@ fn kid(ring: &KeyRing) -> String {
 fn valid_es256_and_rs256_tokens_verify_with_their_claims() {
     for alg in [Algorithm::ES256, Algorithm::RS256] {
         let r = ring(alg);
-        let claims = verifier(&r).verify(&token(&r, now()), now()).expect("valid");
+        let claims = verifier(&r)
+            .verify(&token(&r, now()), now())
+            .expect("valid");
         assert_eq!(claims.iss, ISSUER);
         assert_eq!(claims.sub, "system:serviceaccount:team:trainer");
         assert_eq!(claims.aud.0, vec![AUDIENCE.to_string()]);
@@ -104,9 +106,12 @@ fn hs256_signed_with_the_public_key_as_secret_is_refused() {
     let public = serde_json::to_vec(&r.keys[0].public_jwk().unwrap()).unwrap();
     let mut header = Header::new(jsonwebtoken::Algorithm::HS256);
     header.kid = Some(kid(&r));
-    let forged =
-        jsonwebtoken::encode(&header, &claims, &EncodingKey::from_secret(&public).unwrap())
-            .unwrap();
+    let forged = jsonwebtoken::encode(
+        &header,
+        &claims,
+        &EncodingKey::from_secret(&public).unwrap(),
+    )
+    .unwrap();
     assert_eq!(
         verifier(&r).verify(&forged, now()),
         Err(VerifyError::AlgorithmNotAccepted("HS256".into()))
@@ -187,7 +192,10 @@ fn a_payload_or_signature_changed_after_signing_is_refused() {
     let (h, mut c, sig) = parts(&t);
     c["spillway.io"]["environment"] = json!("private");
     let changed = format!("{}.{}.{sig}", t.split('.').next().unwrap(), b64(&c));
-    assert_eq!(verifier(&r).verify(&changed, now()), Err(VerifyError::BadSignature));
+    assert_eq!(
+        verifier(&r).verify(&changed, now()),
+        Err(VerifyError::BadSignature)
+    );
     let mut raw = URL_SAFE_NO_PAD.decode(&sig).unwrap();
     raw[10] ^= 0x01;
     let resigned = format!(
@@ -196,7 +204,10 @@ fn a_payload_or_signature_changed_after_signing_is_refused() {
         t.split('.').nth(1).unwrap(),
         URL_SAFE_NO_PAD.encode(raw)
     );
-    assert_eq!(verifier(&r).verify(&resigned, now()), Err(VerifyError::BadSignature));
+    assert_eq!(
+        verifier(&r).verify(&resigned, now()),
+        Err(VerifyError::BadSignature)
+    );
 }
 
 #[test]
@@ -257,7 +268,10 @@ fn a_key_of_the_ring_is_never_printed() {
     assert!(!format!("{:?}", r).contains(&secret));
     assert!(!format!("{:?}", r.keys[0]).contains(&secret));
     let jwks = serde_json::to_string(&jwks(&r).unwrap()).unwrap();
-    assert!(!jwks.contains("\"d\""), "no private part in the JWKS: {jwks}");
+    assert!(
+        !jwks.contains("\"d\""),
+        "no private part in the JWKS: {jwks}"
+    );
 }
 
 proptest! {

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Secret};
 use spillway_api::{ComputePool, GpuJob};
 use spillway_core as core;
 
@@ -98,6 +98,32 @@ pub struct LaunchOrder {
     pub job: Arc<GpuJob>,
 }
 
+/// A Secret written by server-side apply. Its data (a token, private keys) never shows in
+/// `Debug` output, so it cannot reach a log.
+#[derive(Clone, PartialEq)]
+pub struct SecretApply(pub Box<Secret>);
+
+impl SecretApply {
+    pub fn namespace(&self) -> &str {
+        self.0.metadata.namespace.as_deref().unwrap_or_default()
+    }
+
+    pub fn name(&self) -> &str {
+        self.0.metadata.name.as_deref().unwrap_or_default()
+    }
+}
+
+impl fmt::Debug for SecretApply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Secret {}/{} (data hidden)",
+            self.namespace(),
+            self.name()
+        )
+    }
+}
+
 /// Every kind of action, for metrics labels and retry policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ActionKind {
@@ -111,6 +137,7 @@ pub enum ActionKind {
     DeleteNode,
     PatchFinalizer,
     SweepTokens,
+    ApplySecret,
 }
 
 impl ActionKind {
@@ -126,6 +153,7 @@ impl ActionKind {
             ActionKind::DeleteNode => "delete_node",
             ActionKind::PatchFinalizer => "patch_finalizer",
             ActionKind::SweepTokens => "sweep_tokens",
+            ActionKind::ApplySecret => "apply_secret",
         }
     }
 }
@@ -173,6 +201,8 @@ pub enum Action {
         joined: BTreeSet<String>,
         alive: BTreeSet<String>,
     },
+    /// Writes a Secret (a job's identity token, the issuer's keys) by server-side apply.
+    ApplySecret(SecretApply),
 }
 
 impl Action {
@@ -188,6 +218,7 @@ impl Action {
             Action::DeleteNode { .. } => ActionKind::DeleteNode,
             Action::PatchFinalizer { .. } => ActionKind::PatchFinalizer,
             Action::SweepTokens { .. } => ActionKind::SweepTokens,
+            Action::ApplySecret(_) => ActionKind::ApplySecret,
         }
     }
 
@@ -227,13 +258,14 @@ impl Action {
                 namespace, name, ..
             } => Key::new("GpuJob", format!("{namespace}/{name}")),
             Action::SweepTokens { .. } => Key::new("Secret", "bootstrap-tokens"),
+            Action::ApplySecret(s) => Key::new("Secret", format!("{}/{}", s.namespace(), s.name())),
         }
     }
 
     /// Whether a newer action of the same key makes this one moot (status writes carry the
     /// whole status).
     pub fn supersedable(&self) -> bool {
-        matches!(self, Action::ApplyStatus(_))
+        matches!(self, Action::ApplyStatus(_) | Action::ApplySecret(_))
     }
 
     /// The job id (`namespace/name`) an action is for, when it is for one.

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret};
 use kube::api::Api;
 use kube::core::DeserializeGuard;
 use kube::runtime::reflector::{self, Store};
@@ -32,10 +32,14 @@ pub struct Caches {
     pub nodes: Store<Node>,
     pub pods: Store<Pod>,
     pub namespaces: Store<Namespace>,
+    /// The identity issuer's keys Secret (a watch on that one Secret of the operator's
+    /// namespace; no other Secret is read).
+    pub keys: Option<Store<Secret>>,
 }
 
 fn spawn_reflector<K>(
     api: Api<K>,
+    config: watcher::Config,
     changed: Arc<Notify>,
     strip: fn(&mut K),
     tasks: &mut Vec<JoinHandle<()>>,
@@ -50,7 +54,7 @@ where
         + 'static,
 {
     let (reader, writer) = reflector::store();
-    let stream = watcher(api, watcher::Config::default())
+    let stream = watcher(api, config)
         .default_backoff()
         .modify(strip)
         .reflect(writer)
@@ -89,18 +93,81 @@ fn strip_guard<K: Resource>(o: &mut DeserializeGuard<K>) {
 impl Caches {
     /// Starts one watch per kind; `changed` is notified on every change. The watch tasks are
     /// returned for the caller to stop.
-    pub fn start(client: &Client, changed: Arc<Notify>) -> (Caches, Vec<JoinHandle<()>>) {
+    /// `keys` names the identity issuer's Secret (namespace, name), when there is one.
+    pub fn start(
+        client: &Client,
+        changed: Arc<Notify>,
+        keys: Option<(&str, &str)>,
+    ) -> (Caches, Vec<JoinHandle<()>>) {
         let c = &changed;
+        let all = watcher::Config::default;
         let mut t = Vec::new();
         let caches = Caches {
-            jobs: spawn_reflector(Api::all(client.clone()), c.clone(), strip_guard, &mut t),
-            queues: spawn_reflector(Api::all(client.clone()), c.clone(), strip_guard, &mut t),
-            pools: spawn_reflector(Api::all(client.clone()), c.clone(), strip_guard, &mut t),
-            datasets: spawn_reflector(Api::all(client.clone()), c.clone(), strip_guard, &mut t),
-            policies: spawn_reflector(Api::all(client.clone()), c.clone(), strip_guard, &mut t),
-            nodes: spawn_reflector(Api::all(client.clone()), c.clone(), strip_meta, &mut t),
-            pods: spawn_reflector(Api::all(client.clone()), c.clone(), strip_meta, &mut t),
-            namespaces: spawn_reflector(Api::all(client.clone()), c.clone(), strip_meta, &mut t),
+            jobs: spawn_reflector(
+                Api::all(client.clone()),
+                all(),
+                c.clone(),
+                strip_guard,
+                &mut t,
+            ),
+            queues: spawn_reflector(
+                Api::all(client.clone()),
+                all(),
+                c.clone(),
+                strip_guard,
+                &mut t,
+            ),
+            pools: spawn_reflector(
+                Api::all(client.clone()),
+                all(),
+                c.clone(),
+                strip_guard,
+                &mut t,
+            ),
+            datasets: spawn_reflector(
+                Api::all(client.clone()),
+                all(),
+                c.clone(),
+                strip_guard,
+                &mut t,
+            ),
+            policies: spawn_reflector(
+                Api::all(client.clone()),
+                all(),
+                c.clone(),
+                strip_guard,
+                &mut t,
+            ),
+            nodes: spawn_reflector(
+                Api::all(client.clone()),
+                all(),
+                c.clone(),
+                strip_meta,
+                &mut t,
+            ),
+            pods: spawn_reflector(
+                Api::all(client.clone()),
+                all(),
+                c.clone(),
+                strip_meta,
+                &mut t,
+            ),
+            namespaces: spawn_reflector(
+                Api::all(client.clone()),
+                all(),
+                c.clone(),
+                strip_meta,
+                &mut t,
+            ),
+            keys: keys.map(|(ns, name)| {
+                spawn_reflector(
+                    Api::namespaced(client.clone(), ns),
+                    watcher::Config::default().fields(&format!("metadata.name={name}")),
+                    c.clone(),
+                    strip_meta,
+                    &mut t,
+                )
+            }),
         };
         (caches, t)
     }
@@ -116,6 +183,9 @@ impl Caches {
         self.nodes.wait_until_ready().await.map_err(e)?;
         self.pods.wait_until_ready().await.map_err(e)?;
         self.namespaces.wait_until_ready().await.map_err(e)?;
+        if let Some(keys) = &self.keys {
+            keys.wait_until_ready().await.map_err(e)?;
+        }
         Ok(())
     }
 
@@ -139,6 +209,7 @@ impl Caches {
             nodes: self.nodes.state(),
             pods: self.pods.state(),
             namespaces: self.namespaces.state(),
+            identity_keys: self.keys.as_ref().and_then(|k| k.state().first().cloned()),
             unreadable,
             ..Inputs::default()
         }

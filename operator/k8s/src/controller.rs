@@ -52,6 +52,8 @@ pub struct Settings {
     pub instance: String,
     /// Cloud bursting; `None` runs private pools only (cloud pools get no offerings).
     pub cloud: Option<crate::cloud::CloudConfig>,
+    /// Workload identity; `None` issues no tokens and serves no issuer.
+    pub identity: Option<crate::identity::IdentityConfig>,
 }
 
 impl Default for Settings {
@@ -66,6 +68,7 @@ impl Default for Settings {
             assume_timeout: Duration::from_secs(120),
             instance: "spillway".into(),
             cloud: None,
+            identity: None,
         }
     }
 }
@@ -115,6 +118,7 @@ impl Controller {
             core: settings.core.clone(),
             assume_timeout: core_duration(settings.assume_timeout),
             sweep_every: core_duration(settings.resync),
+            identity: settings.identity.clone(),
         });
         let cloud = settings.cloud.clone().map(Cloud::new);
         Controller {

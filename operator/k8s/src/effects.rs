@@ -19,7 +19,7 @@ use spillway_api::{BurstPolicy, ComputePool, Dataset, GpuJob, GpuQueue};
 use spillway_core::{self as core, Time};
 use tokio::sync::Notify;
 
-use crate::actions::{Action, LaunchOrder, Note, StatusKind, StatusPatch};
+use crate::actions::{Action, LaunchOrder, Note, SecretApply, StatusKind, StatusPatch};
 use crate::cloud::Cloud;
 use crate::error::Error;
 use crate::executor::{Effects, Fence};
@@ -205,6 +205,25 @@ impl KubeEffects {
         self.wrote("event", r, &[])
     }
 
+    async fn apply_secret(&self, secret: &SecretApply, fence: &Fence) -> Result<(), Error> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), secret.namespace());
+        let mut body = (*secret.0).clone();
+        body.metadata.managed_fields = None;
+        let value = serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": body.metadata, "type": body.type_, "data": body.data,
+        });
+        fence.check()?;
+        let r = api
+            .patch(
+                secret.name(),
+                &PatchParams::apply(labels::FIELD_MANAGER).force(),
+                &Patch::Apply(&value),
+            )
+            .await;
+        self.wrote("secret", r, &[])
+    }
+
     async fn launch(&self, order: &LaunchOrder, fence: &Fence) -> Result<(), Error> {
         let Some(cloud) = &self.cloud else {
             return Ok(());
@@ -365,6 +384,7 @@ impl Effects for KubeEffects {
                     r
                 }
                 Action::SweepTokens { joined, alive } => self.sweep(joined, alive, fence).await,
+                Action::ApplySecret(secret) => self.apply_secret(secret, fence).await,
             }
         })
     }

@@ -21,6 +21,7 @@ pub mod effects;
 pub mod error;
 pub mod executor;
 pub mod http;
+pub mod identity;
 pub mod labels;
 pub mod leader;
 pub mod metrics;
@@ -103,9 +104,42 @@ pub async fn run(
         health.clone(),
     ))]);
 
+    let identity = config.controller.identity.clone();
+    if let Some(id) = &identity {
+        id.schedule
+            .check()
+            .map_err(|e| Error::Settings(e.to_string()))?;
+        if id.audiences.is_empty() {
+            return Err(Error::Settings(
+                "at least one --identity-audience is needed".into(),
+            ));
+        }
+    }
     let changed = Arc::new(Notify::new());
-    let (caches, watch_tasks) = Caches::start(&client, changed.clone());
+    let (caches, watch_tasks) = Caches::start(
+        &client,
+        changed.clone(),
+        identity
+            .as_ref()
+            .map(|i| (i.namespace.as_str(), i.secret.as_str())),
+    );
     tasks.0.extend(watch_tasks);
+    // Every replica serves the issuer's documents from its cache, leader or not.
+    if let (Some(id), Some(keys)) = (&identity, &caches.keys)
+        && let Some(addr) = id.addr
+    {
+        let tls = id.tls.as_ref().map(identity::tls_acceptor).transpose()?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| Error::Listen { addr, source })?;
+        tracing::info!(%addr, issuer = %id.issuer, tls = tls.is_some(), "serving the identity issuer's discovery document and JWKS");
+        tasks.0.push(tokio::spawn(identity::serve(
+            listener,
+            id.issuer.clone(),
+            keys.clone(),
+            tls,
+        )));
+    }
     tokio::select! {
         r = caches.ready() => r?,
         _ = shutdown.changed() => return Ok(()),

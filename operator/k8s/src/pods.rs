@@ -17,8 +17,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, EnvVar, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
-    PodSpec, ResourceRequirements, Toleration,
+    Affinity, Container, EnvVar, KeyToPath, NodeAffinity, NodeSelector, NodeSelectorRequirement,
+    NodeSelectorTerm, Pod, PodSpec, ResourceRequirements, SecretVolumeSource, Toleration, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -41,9 +42,10 @@ pub fn check(job: &GpuJob) -> Result<(), String> {
         );
     }
     let longest = pod_name(&job.name_any(), 999, job.spec.replicas.max(1) as u32);
-    if longest.len() > 253 {
+    let token = crate::identity::token_secret_name(&job.name_any());
+    if longest.len() > 253 || token.len() > 253 {
         return Err(format!(
-            "metadata.name: too long to name its pods ({} characters; at most 240)",
+            "metadata.name: too long to name its pods and token Secret ({} characters; at most 240)",
             job.name_any().len()
         ));
     }
@@ -174,5 +176,99 @@ pub fn owner_reference(job: &GpuJob) -> OwnerReference {
         uid: job.metadata.uid.clone().unwrap_or_default(),
         controller: Some(true),
         block_owner_deletion: Some(true),
+    }
+}
+
+/// What a pod needs to carry its workload identity.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodIdentity {
+    /// The job's token Secret.
+    pub secret: String,
+    /// The queue's AWS role, if it names one.
+    pub aws_role_arn: Option<String>,
+}
+
+/// Mounts the job's token read-only at [`crate::identity::TOKEN_FILE`] in every container (init
+/// containers too) and points `SPILLWAY_IDENTITY_TOKEN_FILE` at it; with an AWS role, sets
+/// `AWS_WEB_IDENTITY_TOKEN_FILE` and `AWS_ROLE_ARN` too, so every AWS SDK assumes the role.
+/// What the user set wins: an env variable of the same name, a volume named
+/// `spillway-identity`, a mount at the same path are kept, and listed in the answer.
+pub fn inject_identity(pod: &mut Pod, identity: &PodIdentity) -> Vec<String> {
+    use crate::identity::{TOKEN_DIR, TOKEN_FILE, TOKEN_KEY, VOLUME};
+    let mut kept = Vec::new();
+    let Some(spec) = pod.spec.as_mut() else {
+        return kept;
+    };
+    let volumes = spec.volumes.get_or_insert_with(Vec::new);
+    let own_volume = if volumes.iter().any(|v| v.name == VOLUME) {
+        kept.push(format!("volume {VOLUME}"));
+        false
+    } else {
+        volumes.push(Volume {
+            name: VOLUME.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(identity.secret.clone()),
+                items: Some(vec![KeyToPath {
+                    key: TOKEN_KEY.into(),
+                    path: "token".into(),
+                    ..KeyToPath::default()
+                }]),
+                // Readable by the owner and group only (the pod's fsGroup applies).
+                default_mode: Some(0o440),
+                optional: Some(false),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+        true
+    };
+    let mut env = vec![("SPILLWAY_IDENTITY_TOKEN_FILE", TOKEN_FILE.to_string())];
+    if let Some(role) = &identity.aws_role_arn {
+        env.push(("AWS_WEB_IDENTITY_TOKEN_FILE", TOKEN_FILE.to_string()));
+        env.push(("AWS_ROLE_ARN", role.clone()));
+    }
+    let containers = spec
+        .init_containers
+        .iter_mut()
+        .flatten()
+        .chain(spec.containers.iter_mut());
+    for c in containers {
+        inject_into(c, own_volume, &env, TOKEN_DIR, &mut kept);
+    }
+    kept
+}
+
+fn inject_into(
+    c: &mut Container,
+    own_volume: bool,
+    env: &[(&str, String)],
+    dir: &str,
+    kept: &mut Vec<String>,
+) {
+    use crate::identity::VOLUME;
+    if own_volume {
+        let mounts = c.volume_mounts.get_or_insert_with(Vec::new);
+        if mounts.iter().any(|m| m.mount_path == dir) {
+            kept.push(format!("container {}: mount at {dir}", c.name));
+        } else {
+            mounts.push(VolumeMount {
+                name: VOLUME.into(),
+                mount_path: dir.into(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            });
+        }
+    }
+    let vars = c.env.get_or_insert_with(Vec::new);
+    for (name, value) in env {
+        if vars.iter().any(|v| v.name == *name) {
+            kept.push(format!("container {}: env {name}", c.name));
+        } else {
+            vars.push(EnvVar {
+                name: (*name).into(),
+                value: Some(value.clone()),
+                value_from: None,
+            });
+        }
     }
 }

@@ -39,6 +39,8 @@ pub struct Inputs {
     pub file_policies: Vec<Arc<BurstPolicy>>,
     /// Spillway objects the caches hold but cannot read (their JSON does not fit the type).
     pub unreadable: Vec<Unreadable>,
+    /// The identity issuer's keys Secret, when it exists.
+    pub identity_keys: Option<Arc<k8s_openapi::api::core::v1::Secret>>,
 }
 
 /// An object of one of Spillway's kinds that cannot be read as its type.

@@ -347,5 +347,6 @@ fn empty_queue() -> GpuQueueSpec {
         weight: 1,
         burst: None,
         budget: None,
+        identity: None,
     }
 }

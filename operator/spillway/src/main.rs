@@ -14,6 +14,8 @@ use clap::{Parser, Subcommand};
 
 mod explain;
 #[cfg(feature = "cluster")]
+mod identity_cmd;
+#[cfg(feature = "cluster")]
 mod kubectl_cmd;
 #[cfg(feature = "cluster")]
 mod operator_cmd;
@@ -51,6 +53,18 @@ enum Command {
     },
     /// Replay a GPU trace with no cluster and no cloud, comparing strategies.
     Simulate(Box<simulate::SimulateArgs>),
+    /// Workload tokens: verify one against an issuer's JWKS.
+    #[cfg(feature = "cluster")]
+    Token {
+        #[command(subcommand)]
+        command: identity_cmd::TokenCommand,
+    },
+    /// The workload identity issuer: publish its documents as static files.
+    #[cfg(feature = "cluster")]
+    Identity {
+        #[command(subcommand)]
+        command: identity_cmd::IdentityCommand,
+    },
     /// Print the CustomResourceDefinitions of all Spillway kinds (the YAML in crds/).
     Crds {
         /// Write one file per CRD into this directory instead of printing them.
@@ -81,6 +95,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status(args) => kubectl_cmd::status(args),
         #[cfg(feature = "cluster")]
         Command::Jobs(args) => kubectl_cmd::jobs(args),
+        #[cfg(feature = "cluster")]
+        Command::Token { command } => identity_cmd::token(command),
+        #[cfg(feature = "cluster")]
+        Command::Identity { command } => identity_cmd::identity(command),
         Command::Crds { out } => {
             crds(out)?;
             Ok(ExitCode::SUCCESS)

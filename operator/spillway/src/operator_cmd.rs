@@ -72,6 +72,40 @@ pub struct OperatorArgs {
     /// A full decision cycle at least this often, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     pub resync: u64,
+    /// Issue workload identity tokens to every GpuJob's pods and serve the issuer.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub identity: bool,
+    /// Address of the identity issuer's OIDC discovery document and JWKS.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8443")]
+    pub identity_addr: SocketAddr,
+    /// The issuer URL: the `iss` of every token (default: the in-cluster Service,
+    /// https://spillway-identity.NAMESPACE.svc). Verifiers fetch
+    /// ISSUER/.well-known/openid-configuration.
+    #[arg(long, value_name = "URL")]
+    pub identity_issuer: Option<String>,
+    /// An audience of the tokens (repeatable); a GpuQueue may narrow them.
+    #[arg(long = "identity-audience", value_name = "AUD", default_values_t = ["spillway".to_string()])]
+    pub identity_audiences: Vec<String>,
+    /// How long a token is valid (refreshed at 80 %), such as `1h`.
+    #[arg(long, value_name = "DURATION", default_value = "1h")]
+    pub identity_token_lifetime: String,
+    /// How long a signing key signs before the next one takes over, such as `7d`.
+    #[arg(long, value_name = "DURATION", default_value = "7d")]
+    pub identity_key_rotation: String,
+    /// Algorithm of new signing keys: ES256 or RS256.
+    #[arg(long, value_name = "ALG", default_value = "ES256")]
+    pub identity_algorithm: String,
+    /// TLS certificate (PEM chain) of the issuer's endpoint; with --identity-tls-key it serves
+    /// HTTPS.
+    #[arg(long, value_name = "FILE", requires = "identity_tls_key")]
+    pub identity_tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM) of the issuer's endpoint.
+    #[arg(long, value_name = "FILE", requires = "identity_tls_cert")]
+    pub identity_tls_key: Option<PathBuf>,
+    /// Name of the Secret that keeps the issuer's signing keys, in the operator's namespace
+    /// ($POD_NAMESPACE, else the leader election namespace).
+    #[arg(long, value_name = "NAME", default_value = "spillway-identity-keys")]
+    pub identity_keys_secret: String,
 }
 
 pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
@@ -139,6 +173,15 @@ pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
             capacity_cooldown: Duration::from_secs(300),
             join,
         };
+        let namespace = args
+            .leader_election_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "default".into());
+        let issuer = args
+            .identity
+            .then(|| identity_config(&args, &namespace))
+            .transpose()?;
         let config = OperatorConfig {
             metrics_addr: args.metrics_addr,
             election,
@@ -147,6 +190,7 @@ pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
                 resync: Duration::from_secs(args.resync.max(1)),
                 instance: identity,
                 cloud: Some(cloud),
+                identity: issuer,
                 ..Settings::default()
             },
         };
@@ -158,6 +202,45 @@ pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
         });
         spillway_k8s::run(client, config, Arc::new(Metrics::default()), shutdown_rx).await?;
         Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// The identity issuer's settings from the flags.
+fn identity_config(
+    args: &OperatorArgs,
+    namespace: &str,
+) -> anyhow::Result<spillway_k8s::identity::IdentityConfig> {
+    let duration = |flag: &str, v: &str| {
+        spillway_core::Duration::parse(v).map_err(|e| anyhow::anyhow!("{flag} {v:?}: {e}"))
+    };
+    let schedule = spillway_identity::Schedule {
+        token_lifetime: duration("--identity-token-lifetime", &args.identity_token_lifetime)?,
+        rotation: duration("--identity-key-rotation", &args.identity_key_rotation)?,
+        algorithm: spillway_identity::Algorithm::parse(&args.identity_algorithm)
+            .map_err(|e| anyhow::anyhow!("--identity-algorithm: {e}"))?,
+    };
+    schedule.check().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let issuer = args
+        .identity_issuer
+        .clone()
+        .unwrap_or_else(|| format!("https://spillway-identity.{namespace}.svc"));
+    if !(issuer.starts_with("https://") || issuer.starts_with("http://")) {
+        anyhow::bail!("--identity-issuer {issuer:?} must be an https:// URL");
+    }
+    Ok(spillway_k8s::identity::IdentityConfig {
+        issuer: issuer.trim_end_matches('/').to_string(),
+        audiences: args.identity_audiences.clone(),
+        schedule,
+        namespace: namespace.to_string(),
+        secret: args.identity_keys_secret.clone(),
+        addr: Some(args.identity_addr),
+        tls: match (&args.identity_tls_cert, &args.identity_tls_key) {
+            (Some(cert), Some(key)) => Some(spillway_k8s::identity::TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            _ => None,
+        },
     })
 }
 

@@ -103,6 +103,85 @@ async fn operator_binary_and_kubectl_plugin() {
         .and_then(|l| l.local_addr())
         .expect("port")
         .port();
+    let identity_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    // The issuer over TLS, with a test CA and a certificate for 127.0.0.1 made here.
+    let tls_dir = std::env::temp_dir().join(format!("spillway-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&tls_dir).expect("dir");
+    let (ca, cert, key) = (
+        tls_dir.join("ca.pem"),
+        tls_dir.join("cert.pem"),
+        tls_dir.join("key.pem"),
+    );
+    std::fs::write(
+        tls_dir.join("leaf.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .expect("ext");
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    for args in [
+        [
+            &["req", "-x509"][..],
+            &ec,
+            &[
+                "-days",
+                "1",
+                "-subj",
+                "/CN=spillway-test-ca",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
+            ],
+        ]
+        .concat(),
+        [
+            &["req"][..],
+            &ec,
+            &[
+                "-subj",
+                "/CN=spillway-identity",
+                "-keyout",
+                "key.pem",
+                "-out",
+                "leaf.csr",
+            ],
+        ]
+        .concat(),
+        vec![
+            "x509",
+            "-req",
+            "-in",
+            "leaf.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            "leaf.ext",
+            "-out",
+            "cert.pem",
+        ],
+    ] {
+        let made = Command::new("openssl")
+            .args(&args)
+            .current_dir(&tls_dir)
+            .output()
+            .expect("openssl");
+        assert!(made.status.success(), "openssl {args:?}: {}", text(&made));
+    }
+    let issuer = format!("https://127.0.0.1:{identity_port}");
     let mut operator = Command::new(&bin)
         .args([
             "operator",
@@ -112,6 +191,14 @@ async fn operator_binary_and_kubectl_plugin() {
             &format!("127.0.0.1:{port}"),
             "--leader-election-namespace",
             &ns,
+            "--identity-addr",
+            &format!("127.0.0.1:{identity_port}"),
+            "--identity-issuer",
+            &issuer,
+            "--identity-tls-cert",
+            &cert.display().to_string(),
+            "--identity-tls-key",
+            &key.display().to_string(),
         ])
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -221,6 +308,115 @@ async fn operator_binary_and_kubectl_plugin() {
     );
     assert!(!out.status.success());
     assert!(text(&out).contains("not found"), "{}", text(&out));
+
+    // The running job's token verifies with `spillway token verify` against the JWKS the
+    // operator serves; the wrong audience is refused with a reason and exit code 1.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
+    let token = eventually(Duration::from_secs(60), "the token Secret", || async {
+        let s = secrets
+            .get_opt("fits-identity")
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("no Secret yet")?;
+        let t = s
+            .data
+            .and_then(|d| d.get("token").cloned())
+            .ok_or("no token")?;
+        String::from_utf8(t.0).map_err(|e| e.to_string())
+    })
+    .await;
+    let jwks = format!("{issuer}/openid/v1/jwks");
+    let verify = |audience: &str| {
+        run(
+            &bin,
+            &[
+                "token",
+                "verify",
+                "--jwks",
+                &jwks,
+                "--cacert",
+                &ca.display().to_string(),
+                "--issuer",
+                &issuer,
+                "--audience",
+                audience,
+                &token,
+            ],
+        )
+    };
+    let ok = verify("spillway");
+    assert!(ok.status.success(), "{}", text(&ok));
+    let claims: serde_json::Value = serde_json::from_slice(&ok.stdout).expect("the claims as JSON");
+    assert_eq!(claims["sub"], format!("system:serviceaccount:{ns}:default"));
+    assert_eq!(claims["spillway.io"]["environment"], "private");
+    assert_eq!(claims["spillway.io"]["job"], "fits");
+    let refused = verify("vault");
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        text(&refused).contains("token rejected: the audience"),
+        "{}",
+        text(&refused)
+    );
+    // Without the CA the endpoint's certificate is not trusted.
+    let untrusted = run(
+        &bin,
+        &[
+            "token",
+            "verify",
+            "--jwks",
+            &jwks,
+            "--issuer",
+            &issuer,
+            "--audience",
+            "spillway",
+            &token,
+        ],
+    );
+    assert_eq!(untrusted.status.code(), Some(1));
+    assert!(
+        text(&untrusted).contains("cannot read the JWKS"),
+        "{}",
+        text(&untrusted)
+    );
+    // The same documents as static files, for a bucket.
+    let out_dir = dir.join("issuer");
+    let published = run(
+        &bin,
+        &[
+            "identity",
+            "publish",
+            "--out",
+            &out_dir.display().to_string(),
+            "--issuer",
+            &issuer,
+            "--namespace",
+            &ns,
+            "--kubeconfig",
+            &kubeconfig,
+        ],
+    );
+    assert!(published.status.success(), "{}", text(&published));
+    let file = out_dir.join("openid/v1/jwks");
+    let from_file = run(
+        &bin,
+        &[
+            "token",
+            "verify",
+            "--jwks",
+            &file.display().to_string(),
+            "--issuer",
+            &issuer,
+            "--audience",
+            "spillway",
+            &token,
+        ],
+    );
+    assert!(from_file.status.success(), "{}", text(&from_file));
+    let discovery: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(out_dir.join(".well-known/openid-configuration")).expect("discovery"),
+    )
+    .expect("json");
+    assert_eq!(discovery["jwks_uri"], jwks);
 
     // SIGTERM: a clean stop that releases the leader lease.
     let _ = Command::new("kill")

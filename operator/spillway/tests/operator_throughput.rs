@@ -89,6 +89,8 @@ async fn place_1000_jobs() {
             &kubeconfig,
             "--metrics-addr",
             &format!("127.0.0.1:{port}"),
+            "--identity-addr",
+            "127.0.0.1:0",
             "--leader-elect=false",
         ])
         .env("RUST_LOG", "warn")

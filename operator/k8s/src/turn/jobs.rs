@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use kube::{Resource, ResourceExt};
 use spillway_api::job::JobPhase;
-use spillway_api::{ComputePool, GpuJobStatus};
+use spillway_api::{ComputePool, GpuJobStatus, GpuQueue};
 use spillway_core::{self as core, Environment, Outcome, Time};
 
 use super::State;
@@ -23,6 +23,7 @@ impl State {
         plan: &core::Plan,
         built: &mut world::Built,
         pools: &HashMap<String, Arc<ComputePool>>,
+        queues: &HashMap<String, Arc<GpuQueue>>,
         metrics: &Metrics,
         now: Time,
     ) {
@@ -47,13 +48,31 @@ impl State {
                 all_running: false,
             };
             let pool = pools.get(&start.pool).cloned();
+            let identity = self.pod_identity(view, queues);
+            let mut kept = std::collections::BTreeSet::new();
             for (r, node) in start.nodes.iter().enumerate() {
-                let pod =
+                let mut pod =
                     pods::replica_pod(&view.job, view.attempt, r as u32, node, pool.as_deref());
+                if let Some(id) = &identity {
+                    kept.extend(pods::inject_identity(&mut pod, id));
+                }
                 self.out.push(Action::CreatePod {
                     job: start.job.clone(),
                     pod: Box::new(pod),
                 });
+            }
+            if !kept.is_empty() {
+                let list: Vec<String> = kept.into_iter().collect();
+                self.publish(
+                    view.job.object_ref(&()),
+                    true,
+                    "IdentityNotInjected",
+                    "Start",
+                    format!(
+                        "The pod template's own settings were kept where Spillway's identity would have gone: {}. The workload may not find its token.",
+                        list.join("; ")
+                    ),
+                );
             }
             metrics.job_waited(
                 &view.job.spec.queue,

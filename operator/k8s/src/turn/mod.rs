@@ -19,6 +19,7 @@
 //! the caches; everything else is derived again each turn from the cluster.
 
 mod cloud;
+mod identity;
 mod jobs;
 mod objects;
 mod policies;
@@ -35,7 +36,7 @@ use spillway_api::job::JobPhase;
 use spillway_api::policy::BurstPolicyStatus;
 use spillway_api::pool::ComputePoolStatus;
 use spillway_api::queue::GpuQueueStatus;
-use spillway_api::{ComputePool, GpuJobStatus};
+use spillway_api::{ComputePool, GpuJobStatus, GpuQueue};
 use spillway_core::{self as core, Time};
 
 use crate::actions::{Action, Note, StatusKind};
@@ -54,6 +55,8 @@ pub struct TurnSettings {
     pub assume_timeout: core::Duration,
     /// Bootstrap tokens are swept this often.
     pub sweep_every: core::Duration,
+    /// Workload identity; `None` issues no tokens.
+    pub identity: Option<crate::identity::IdentityConfig>,
 }
 
 impl Default for TurnSettings {
@@ -62,6 +65,7 @@ impl Default for TurnSettings {
             core: core::Settings::default(),
             assume_timeout: core::Duration::from_secs(120),
             sweep_every: core::Duration::from_secs(30),
+            identity: None,
         }
     }
 }
@@ -117,6 +121,10 @@ pub struct State {
     /// Cloud nodes seen idle, since when.
     idle_since: HashMap<String, Time>,
     last_sweep: Option<Time>,
+    /// The issuer's key ring last written, until the cache shows it.
+    keys_written: Option<spillway_identity::KeyRing>,
+    /// Tokens issued, by job id.
+    tokens: HashMap<String, identity::TokenRecord>,
     /// This turn's actions.
     out: Vec<Action>,
 }
@@ -137,6 +145,8 @@ impl State {
             opened_accounts: HashSet::new(),
             idle_since: HashMap::new(),
             last_sweep: None,
+            keys_written: None,
+            tokens: HashMap::new(),
             out: Vec::new(),
         }
     }
@@ -195,6 +205,13 @@ impl State {
             }
             built = self.build(&inputs, now);
         }
+        self.check_queue_identity(&mut built, &inputs);
+        let ring = self.keys(&inputs, now);
+        let queues: HashMap<String, Arc<GpuQueue>> = inputs
+            .queues
+            .iter()
+            .map(|q| (q.name_any(), q.clone()))
+            .collect();
 
         let pools: HashMap<String, Arc<ComputePool>> = inputs
             .pools
@@ -208,7 +225,8 @@ impl State {
         let plan = core::decide(&built.snapshot, engine.as_ref(), now);
         metrics.set_policy_errors(engine.runtime_errors());
 
-        self.starts(&plan, &mut built, &pools, metrics, now);
+        self.starts(&plan, &mut built, &pools, &queues, metrics, now);
+        let identity_wake = self.tokens(&built, ring.as_ref(), &queues, &pools, now);
         if let Some(c) = cloud {
             self.forget_retired(&inputs, c);
             self.launches_and_terminations(&plan, &pools, &built, c);
@@ -217,6 +235,10 @@ impl State {
             self.maybe_sweep_tokens(&built, c, now);
         }
         let wake = self.jobs(&plan, &built, &inputs, &pools, metrics, now);
+        let wake = match (wake, identity_wake) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         self.objects(&built, &inputs, &plan, cloud, &rates, metrics, now);
         Turn {
             actions: std::mem::take(&mut self.out),
@@ -281,6 +303,11 @@ impl State {
             }
             Action::Terminate { instance, .. } => {
                 self.retiring.remove(&format!("instance/{instance}"));
+                Vec::new()
+            }
+            Action::ApplySecret(secret) => {
+                tracing::warn!(secret = %format!("{}/{}", secret.namespace(), secret.name()), error = %f.error, "writing a Secret failed; writing it again at the next turn");
+                self.token_failed(secret.namespace(), secret.name());
                 Vec::new()
             }
             Action::Cordon { node } | Action::DeleteNode { node, .. } => {

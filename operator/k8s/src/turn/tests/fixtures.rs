@@ -260,8 +260,12 @@ pub struct Loop {
 
 impl Loop {
     pub fn new() -> Loop {
+        Loop::with(TurnSettings::default())
+    }
+
+    pub fn with(settings: TurnSettings) -> Loop {
         Loop {
-            state: State::new(TurnSettings::default()),
+            state: State::new(settings),
             metrics: Metrics::default(),
         }
     }

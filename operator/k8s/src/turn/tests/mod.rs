@@ -4,5 +4,6 @@
 mod fixtures;
 
 mod cloud;
+mod identity;
 mod jobs;
 mod objects;

@@ -1,0 +1,269 @@
+//! The operator's side of workload identity: its settings, the Secrets it keeps (the issuer's
+//! keys in its own namespace; one token per GpuJob in the job's namespace), and the issuer's
+//! HTTP endpoint (OIDC discovery and JWKS), served by every replica from its watch cache.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
+use kube::runtime::reflector::Store;
+use spillway_api::GpuJob;
+use spillway_identity::documents::{self, DISCOVERY_PATH, JWKS_PATH};
+use spillway_identity::{Issued, KeyRing, Schedule};
+use tokio::net::TcpListener;
+
+use crate::error::Error;
+use crate::{labels, pods};
+
+/// Where every pod finds its token.
+pub const TOKEN_DIR: &str = "/var/run/secrets/spillway.io/identity";
+/// The token file.
+pub const TOKEN_FILE: &str = "/var/run/secrets/spillway.io/identity/token";
+/// The volume that carries it.
+pub const VOLUME: &str = "spillway-identity";
+/// The key of the token in its Secret, and of the keys in the issuer's Secret.
+pub const TOKEN_KEY: &str = "token";
+pub const KEYS_KEY: &str = "keys.json";
+/// On token Secrets: what they are.
+pub const IDENTITY_LABEL: &str = "spillway.io/identity";
+/// On token Secrets: when the token expires, and the key that signed it.
+pub const EXPIRES_ANNOTATION: &str = "spillway.io/token-expires";
+pub const KID_ANNOTATION: &str = "spillway.io/token-kid";
+/// How long the discovery document and the JWKS may be cached (well under a token lifetime,
+/// which is how long a new key is published before it signs).
+pub const CACHE_SECONDS: u32 = 300;
+
+/// TLS for the issuer's endpoint.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// How the operator issues identity tokens.
+#[derive(Clone, Debug)]
+pub struct IdentityConfig {
+    /// The `iss` of every token, and the base URL of the discovery document.
+    pub issuer: String,
+    /// The audiences of tokens (a queue may narrow them).
+    pub audiences: Vec<String>,
+    pub schedule: Schedule,
+    /// Where the issuer's keys Secret lives, and its name.
+    pub namespace: String,
+    pub secret: String,
+    /// Where discovery and the JWKS are served; `None` serves nothing (tests).
+    pub addr: Option<SocketAddr>,
+    pub tls: Option<TlsFiles>,
+}
+
+/// The name of a job's token Secret.
+pub fn token_secret_name(job: &str) -> String {
+    format!("{job}-identity")
+}
+
+/// The key ring a keys Secret holds.
+pub fn ring_of(secret: &Secret) -> Result<KeyRing, spillway_identity::Error> {
+    let bytes = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(KEYS_KEY))
+        .ok_or_else(|| spillway_identity::Error::Keys(format!("no {KEYS_KEY} in the Secret")))?;
+    KeyRing::from_json(&bytes.0)
+}
+
+/// The issuer's keys Secret holding `ring`.
+pub fn keys_secret(config: &IdentityConfig, ring: &KeyRing) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(config.secret.clone()),
+            namespace: Some(config.namespace.clone()),
+            labels: Some(BTreeMap::from([(
+                "app.kubernetes.io/managed-by".to_string(),
+                "spillway".to_string(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        type_: Some("Opaque".into()),
+        data: Some(BTreeMap::from([(
+            KEYS_KEY.to_string(),
+            ByteString(ring.to_json()),
+        )])),
+        ..Secret::default()
+    }
+}
+
+/// A job's token Secret: owned by the job, so it goes with it.
+pub fn token_secret(job: &GpuJob, issued: &Issued) -> Secret {
+    let expires = crate::status::k8s_time(spillway_core::Time::from_millis(
+        issued.claims.exp.saturating_mul(1000),
+    ));
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(token_secret_name(&job.name_any())),
+            namespace: job.namespace(),
+            labels: Some(BTreeMap::from([
+                (labels::JOB_LABEL.to_string(), job.name_any()),
+                (IDENTITY_LABEL.to_string(), "token".to_string()),
+            ])),
+            annotations: Some(BTreeMap::from([
+                (EXPIRES_ANNOTATION.to_string(), expires.0.to_string()),
+                (KID_ANNOTATION.to_string(), issued.kid.clone()),
+            ])),
+            owner_references: Some(vec![pods::owner_reference(job)]),
+            ..ObjectMeta::default()
+        },
+        type_: Some("Opaque".into()),
+        data: Some(BTreeMap::from([(
+            TOKEN_KEY.to_string(),
+            ByteString(issued.token.clone().into_bytes()),
+        )])),
+        ..Secret::default()
+    }
+}
+
+fn respond(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    if status == StatusCode::OK
+        && let Ok(v) = http::HeaderValue::from_str(&format!("public, max-age={CACHE_SECONDS}"))
+    {
+        h.insert(http::header::CACHE_CONTROL, v);
+    }
+    r
+}
+
+/// The answer to one request of the issuer's endpoint.
+pub fn route(path: &str, issuer: &str, ring: Option<KeyRing>) -> Response<Full<Bytes>> {
+    match path {
+        DISCOVERY_PATH => respond(
+            StatusCode::OK,
+            documents::openid_configuration(issuer).to_string(),
+        ),
+        JWKS_PATH => match ring.map(|r| documents::jwks(&r)) {
+            Some(Ok(set)) => respond(
+                StatusCode::OK,
+                serde_json::to_string(&set).unwrap_or_default(),
+            ),
+            Some(Err(e)) => {
+                tracing::error!(error = %e, "cannot publish the issuer's keys");
+                respond(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    r#"{"error":"the issuer's keys cannot be read"}"#.into(),
+                )
+            }
+            None => respond(
+                StatusCode::SERVICE_UNAVAILABLE,
+                r#"{"error":"no signing keys yet"}"#.into(),
+            ),
+        },
+        _ => respond(StatusCode::NOT_FOUND, r#"{"error":"not found"}"#.into()),
+    }
+}
+
+/// TLS for the endpoint from PEM files.
+pub fn tls_acceptor(files: &TlsFiles) -> Result<tokio_rustls::TlsAcceptor, Error> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let bad = |what: &str, path: &PathBuf, e: String| {
+        Error::Settings(format!("{what} {}: {e}", path.display()))
+    };
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
+        .map_err(|e| bad("--identity-tls-cert", &files.cert, e.to_string()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| bad("--identity-tls-cert", &files.cert, e.to_string()))?;
+    if certs.is_empty() {
+        return Err(bad(
+            "--identity-tls-cert",
+            &files.cert,
+            "no certificate".into(),
+        ));
+    }
+    let key = PrivateKeyDer::from_pem_file(&files.key)
+        .map_err(|e| bad("--identity-tls-key", &files.key, e.to_string()))?;
+    let provider = Arc::new(tokio_rustls::rustls::crypto::aws_lc_rs::default_provider());
+    let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Settings(format!("TLS: {e}")))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| {
+            bad(
+                "--identity-tls-cert/--identity-tls-key",
+                &files.cert,
+                e.to_string(),
+            )
+        })?;
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Serves discovery and the JWKS from the keys cache until the task is dropped.
+pub async fn serve(
+    listener: TcpListener,
+    issuer: String,
+    keys: Store<Secret>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) {
+    let issuer = Arc::new(issuer);
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "identity endpoint: accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let (issuer, keys, tls) = (issuer.clone(), keys.clone(), tls.clone());
+        tokio::spawn(async move {
+            let service = service_fn(move |req: Request<Incoming>| {
+                let ring = keys.state().first().and_then(|s| match ring_of(s) {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        tracing::error!(error = %e, "the issuer's keys Secret cannot be read");
+                        None
+                    }
+                });
+                let r = route(req.uri().path(), &issuer, ring);
+                async move { Ok::<_, Infallible>(r) }
+            });
+            let result = match tls {
+                Some(acceptor) => match acceptor.accept(stream).await {
+                    Ok(s) => {
+                        http1::Builder::new()
+                            .serve_connection(TokioIo::new(s), service)
+                            .await
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "identity endpoint: TLS handshake failed");
+                        return;
+                    }
+                },
+                None => {
+                    http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await
+                }
+            };
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "identity endpoint: connection ended with an error");
+            }
+        });
+    }
+}

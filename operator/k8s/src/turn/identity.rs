@@ -1,0 +1,228 @@
+//! Identity's part of a turn: the issuer's keys rotated on schedule, and a token for every
+//! running job, issued when it starts (or moves) and refreshed at 80 % of its lifetime, until
+//! it ends. Tokens are signed only with keys the keys Secret already holds (seen in the cache),
+//! so no token can name a key that was never published.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use kube::ResourceExt;
+use spillway_api::{ComputePool, GpuQueue};
+use spillway_core::{Duration, Time};
+use spillway_identity::token::{self, Request, Workload};
+use spillway_identity::{KeyRing, rotation};
+
+use super::State;
+use crate::actions::{Action, SecretApply};
+use crate::identity::{self, IdentityConfig};
+use crate::pods::PodIdentity;
+use crate::world::{self, Inputs, Lifecycle};
+
+/// A token issued, and when to issue the next.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct TokenRecord {
+    /// (attempt, pool) it was issued for: a job that moves gets a new one.
+    placement: (u32, String),
+    refresh_at: Time,
+}
+
+impl State {
+    fn identity_config(&self) -> Option<&IdentityConfig> {
+        self.settings.identity.as_ref()
+    }
+
+    /// Queues whose `identity.audiences` name an audience the issuer does not offer are
+    /// invalid (their jobs wait, saying so).
+    pub(super) fn check_queue_identity(&self, built: &mut world::Built, inputs: &Inputs) {
+        let Some(cfg) = self.identity_config() else {
+            return;
+        };
+        for q in &inputs.queues {
+            let Some(id) = &q.spec.identity else { continue };
+            let bad: Vec<String> = id
+                .audiences
+                .iter()
+                .enumerate()
+                .filter(|(_, a)| !cfg.audiences.contains(a))
+                .map(|(i, a)| format!("spec.identity.audiences[{i}]: {a:?}"))
+                .collect();
+            if bad.is_empty() {
+                continue;
+            }
+            let why = format!(
+                "{} not among the operator's --identity-audience values ({})",
+                bad.join(", "),
+                cfg.audiences.join(", ")
+            );
+            let name = q.name_any();
+            built.snapshot.queues.retain(|c| c.name != name);
+            built
+                .snapshot
+                .invalid_queues
+                .insert(name.clone(), why.clone());
+            built
+                .invalid_objects
+                .entry(format!("GpuQueue/{name}"))
+                .or_insert(why);
+        }
+    }
+
+    /// What a job's pods carry for their identity.
+    pub(super) fn pod_identity(
+        &self,
+        view: &world::JobView,
+        queues: &HashMap<String, Arc<GpuQueue>>,
+    ) -> Option<PodIdentity> {
+        self.identity_config()?;
+        Some(PodIdentity {
+            secret: identity::token_secret_name(&view.job.name_any()),
+            aws_role_arn: queues
+                .get(&view.job.spec.queue)
+                .and_then(|q| q.spec.identity.as_ref())
+                .and_then(|i| i.aws_role_arn.clone()),
+        })
+    }
+
+    /// Rotates the keys; returns the ring tokens are signed with (what the Secret holds).
+    pub(super) fn keys(&mut self, inputs: &Inputs, now: Time) -> Option<KeyRing> {
+        let cfg = self.identity_config()?.clone();
+        let stored = match inputs.identity_keys.as_deref().map(identity::ring_of) {
+            Some(Ok(ring)) => Some(ring),
+            Some(Err(e)) => {
+                tracing::error!(secret = %format!("{}/{}", cfg.namespace, cfg.secret), error = %e,
+                    "the issuer's keys cannot be read; starting a new key ring (tokens signed by the old keys stop verifying)");
+                None
+            }
+            None => None,
+        };
+        if self.keys_written.is_some() && self.keys_written == stored {
+            self.keys_written = None;
+        }
+        let base = self
+            .keys_written
+            .clone()
+            .or_else(|| stored.clone())
+            .unwrap_or_default();
+        match rotation::plan(&base, &cfg.schedule, now) {
+            Ok(Some(ring)) => {
+                let kids: Vec<&str> = ring.keys.iter().map(|k| k.kid.as_str()).collect();
+                tracing::info!(keys = ?kids, "the issuer's key ring changes");
+                self.emit(Action::ApplySecret(SecretApply(Box::new(
+                    identity::keys_secret(&cfg, &ring),
+                ))));
+                self.keys_written = Some(ring);
+            }
+            Ok(None) => {}
+            Err(e) => tracing::error!(error = %e, "cannot rotate the issuer's keys"),
+        }
+        stored
+    }
+
+    /// Issues or refreshes the token of every running job; returns when the next is due.
+    pub(super) fn tokens(
+        &mut self,
+        built: &world::Built,
+        ring: Option<&KeyRing>,
+        queues: &HashMap<String, Arc<GpuQueue>>,
+        pools: &HashMap<String, Arc<ComputePool>>,
+        now: Time,
+    ) -> Option<Time> {
+        let cfg = self.identity_config()?.clone();
+        let mut wake: Option<Time> =
+            ring.and_then(|r| rotation::next_change(r, &cfg.schedule, now));
+        let mut running = HashSet::new();
+        for view in built.jobs.values() {
+            let Lifecycle::Running {
+                pool: Some(pool), ..
+            } = &view.lifecycle
+            else {
+                continue;
+            };
+            running.insert(view.id.clone());
+            let placement = (view.attempt, pool.clone());
+            let due = self
+                .tokens
+                .get(&view.id)
+                .is_none_or(|t| t.placement != placement || now >= t.refresh_at);
+            if !due {
+                continue;
+            }
+            let Some(ring) = ring else { continue };
+            let environment = match pools.get(pool).map(|p| p.spec.aws.is_some()) {
+                Some(true) => "cloud",
+                _ => "private",
+            };
+            let queue = queues.get(&view.job.spec.queue);
+            let audiences = queue
+                .and_then(|q| q.spec.identity.as_ref())
+                .map(|i| i.audiences.clone())
+                .filter(|a| !a.is_empty())
+                .unwrap_or_else(|| cfg.audiences.clone());
+            let template = view.job.spec.template.spec.as_ref();
+            let account =
+                template.and_then(|s| s.service_account_name.clone().or(s.service_account.clone()));
+            let request = Request {
+                issuer: &cfg.issuer,
+                subject: token::subject(&view.namespace_or_default(), account.as_deref()),
+                audiences,
+                workload: Workload {
+                    job: view.job.name_any(),
+                    queue: view.job.spec.queue.clone(),
+                    environment: environment.into(),
+                    pool: pool.clone(),
+                },
+                lifetime: cfg.schedule.token_lifetime,
+            };
+            match token::issue(ring, request, now) {
+                Ok(issued) => {
+                    let refresh_at = now + refresh_after(cfg.schedule.token_lifetime);
+                    self.emit(Action::ApplySecret(SecretApply(Box::new(
+                        identity::token_secret(&view.job, &issued),
+                    ))));
+                    self.tokens.insert(
+                        view.id.clone(),
+                        TokenRecord {
+                            placement,
+                            refresh_at,
+                        },
+                    );
+                }
+                Err(e) => tracing::error!(job = %view.id, error = %e, "cannot issue a token"),
+            }
+        }
+        self.tokens.retain(|id, _| running.contains(id));
+        for t in self.tokens.values() {
+            wake = Some(wake.map_or(t.refresh_at, |w| w.min(t.refresh_at)));
+        }
+        wake
+    }
+
+    /// A token write failed: issue it again next turn.
+    pub(super) fn token_failed(&mut self, namespace: &str, name: &str) {
+        if let Some(cfg) = self.identity_config()
+            && cfg.namespace == namespace
+            && cfg.secret == name
+        {
+            self.keys_written = None;
+            return;
+        }
+        let secret = format!("{namespace}/{name}");
+        self.tokens
+            .retain(|id, _| identity::token_secret_name(id) != secret);
+    }
+}
+
+/// Tokens are refreshed at 80 % of their lifetime.
+fn refresh_after(lifetime: Duration) -> Duration {
+    Duration::from_millis(lifetime.as_millis() / 5 * 4)
+}
+
+trait Namespaced {
+    fn namespace_or_default(&self) -> String;
+}
+
+impl Namespaced for world::JobView {
+    fn namespace_or_default(&self) -> String {
+        self.job.namespace().unwrap_or_else(|| "default".into())
+    }
+}

@@ -1,0 +1,319 @@
+//! Identity: the issuer's keys, a token in every running job's pods, refresh and rotation.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use serde_json::json;
+use spillway_core::{Duration, Time};
+use spillway_identity::{Algorithm, KeyRing, Schedule, Verifier};
+
+use super::fixtures::*;
+use crate::actions::{Action, StatusKind};
+use crate::identity::{IdentityConfig, ring_of};
+use crate::turn::{Turn, TurnSettings};
+
+const ISSUER: &str = "https://spillway-identity.spillway-system.svc";
+
+fn config() -> IdentityConfig {
+    IdentityConfig {
+        issuer: ISSUER.into(),
+        audiences: vec!["spillway".into(), "sts.amazonaws.com".into()],
+        schedule: Schedule {
+            token_lifetime: Duration::from_secs(3600),
+            rotation: Duration::from_secs(7 * 24 * 3600),
+            algorithm: Algorithm::ES256,
+        },
+        namespace: "spillway-system".into(),
+        secret: "spillway-identity-keys".into(),
+        addr: None,
+        tls: None,
+    }
+}
+
+fn with_identity() -> Loop {
+    Loop::with(TurnSettings {
+        identity: Some(config()),
+        ..TurnSettings::default()
+    })
+}
+
+/// The Secrets a turn writes, by name.
+fn secrets(t: &Turn) -> Vec<Secret> {
+    t.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::ApplySecret(s) => Some((*s.0).clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn secret(t: &Turn, name: &str) -> Option<Secret> {
+    secrets(t)
+        .into_iter()
+        .find(|s| s.metadata.name.as_deref() == Some(name))
+}
+
+fn token_of(s: &Secret) -> String {
+    String::from_utf8(s.data.as_ref().unwrap()["token"].0.clone()).unwrap()
+}
+
+fn pods(t: &Turn) -> Vec<Pod> {
+    t.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::CreatePod { pod, .. } => Some((**pod).clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn verifier(ring: &KeyRing, audience: &str) -> Verifier {
+    let doc = serde_json::to_vec(&spillway_identity::documents::jwks(ring).unwrap()).unwrap();
+    Verifier::new(&doc, ISSUER, audience).unwrap()
+}
+
+/// A cluster whose issuer's keys exist (written by an earlier turn at `at`).
+fn cluster_with_keys(at: Time) -> (crate::world::Inputs, KeyRing) {
+    let mut l = with_identity();
+    let t = l.turn(&cluster(), None, at);
+    let keys = secret(&t, "spillway-identity-keys").expect("the first turn makes keys");
+    let ring = ring_of(&keys).unwrap();
+    let mut i = cluster();
+    i.identity_keys = Some(Arc::new(keys));
+    (i, ring)
+}
+
+#[test]
+fn the_first_turn_makes_the_keys_and_signs_nothing_before_they_are_stored() {
+    let mut i = cluster();
+    i.nodes = vec![node("a", "onprem", 8)];
+    i.jobs = vec![job("train").build()];
+    let mut l = with_identity();
+    let t = l.turn(&i, None, noon());
+    let keys = secret(&t, "spillway-identity-keys").expect("keys");
+    assert_eq!(keys.metadata.namespace.as_deref(), Some("spillway-system"));
+    assert_eq!(ring_of(&keys).unwrap().keys.len(), 1);
+    assert!(
+        secret(&t, "train-identity").is_none(),
+        "not signed with unstored keys"
+    );
+    // The pod is created anyway, mounting the token (the kubelet waits for it).
+    let pod = &pods(&t)[0];
+    let spec = pod.spec.as_ref().unwrap();
+    let volume = spec
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "spillway-identity")
+        .expect("the identity volume");
+    assert_eq!(
+        volume.secret.as_ref().unwrap().secret_name.as_deref(),
+        Some("train-identity")
+    );
+    let c = &spec.containers[0];
+    assert!(c.volume_mounts.iter().flatten().any(|m| {
+        m.mount_path == "/var/run/secrets/spillway.io/identity" && m.read_only == Some(true)
+    }));
+    assert!(
+        c.env
+            .iter()
+            .flatten()
+            .any(|e| e.name == "SPILLWAY_IDENTITY_TOKEN_FILE"
+                && e.value.as_deref() == Some("/var/run/secrets/spillway.io/identity/token"))
+    );
+    // Once stored, the running job gets its token.
+    let mut i2 = i.clone();
+    i2.identity_keys = Some(Arc::new(keys));
+    let t = l.turn(&i2, None, noon() + Duration::from_secs(1));
+    assert!(secret(&t, "train-identity").is_some(), "{:?}", kinds(&t));
+}
+
+#[test]
+fn a_running_job_gets_a_token_that_verifies_with_its_claims_and_is_refreshed_at_80_percent() {
+    let (mut i, ring) = cluster_with_keys(noon());
+    i.nodes = vec![node("a", "onprem", 8)];
+    let mut j = job("train").status(json!({"phase": "Running"}));
+    j.0["spec"]["template"]["spec"]["serviceAccountName"] = json!("trainer");
+    let j = j.build();
+    i.pods = vec![pod(&j, 0, 0, "a", "Running")];
+    i.jobs = vec![j];
+    let mut l = with_identity();
+    let t = l.turn(&i, None, noon());
+    let s = secret(&t, "train-identity").expect("a token Secret");
+    assert_eq!(s.metadata.namespace.as_deref(), Some(NS));
+    let owner = &s.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("GpuJob", "train")
+    );
+    let claims = verifier(&ring, "spillway")
+        .verify(&token_of(&s), noon())
+        .expect("verifies");
+    assert_eq!(claims.iss, ISSUER);
+    assert_eq!(claims.sub, "system:serviceaccount:team:trainer");
+    assert_eq!(claims.spillway.environment, "private");
+    assert_eq!(claims.spillway.pool, "onprem");
+    assert_eq!(claims.spillway.queue, "q");
+    assert_eq!(claims.aud.0, vec!["spillway", "sts.amazonaws.com"]);
+    assert!(format!("{:?}", t.actions).contains("(data hidden)"));
+    assert!(
+        !format!("{:?}", t.actions).contains(&token_of(&s)),
+        "never printed"
+    );
+
+    assert!(secret(&l.turn(&i, None, noon() + minutes(47)), "train-identity").is_none());
+    let t = l.turn(&i, None, noon() + minutes(48));
+    assert!(secret(&t, "train-identity").is_some(), "refreshed at 80 %");
+    assert!(t.wake.is_some_and(|w| w <= noon() + minutes(48 + 48)));
+
+    // Finished: no more refreshes.
+    i.pods = vec![pod(&i.jobs[0], 0, 0, "a", "Succeeded")];
+    l.turn(&i, None, noon() + minutes(50));
+    assert!(secret(&l.turn(&i, None, noon() + minutes(200)), "train-identity").is_none());
+}
+
+#[test]
+fn a_queue_narrows_the_audiences_and_names_an_aws_role() {
+    let (mut i, ring) = cluster_with_keys(noon());
+    i.queues = vec![queue(
+        "q",
+        json!({"identity": {"audiences": ["sts.amazonaws.com"],
+                            "awsRoleArn": "arn:aws:iam::123456789012:role/trainer"}}),
+    )];
+    i.nodes = vec![node("a", "onprem", 8)];
+    i.jobs = vec![job("train").build()];
+    let mut l = with_identity();
+    let t = l.turn(&i, None, noon());
+    let env: Vec<(String, String)> = pods(&t)[0].spec.as_ref().unwrap().containers[0]
+        .env
+        .iter()
+        .flatten()
+        .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+        .collect();
+    assert!(env.contains(&(
+        "AWS_ROLE_ARN".into(),
+        "arn:aws:iam::123456789012:role/trainer".into()
+    )));
+    assert!(env.contains(&(
+        "AWS_WEB_IDENTITY_TOKEN_FILE".into(),
+        "/var/run/secrets/spillway.io/identity/token".into()
+    )));
+    let s = secret(&t, "train-identity").expect("token");
+    let claims = verifier(&ring, "sts.amazonaws.com")
+        .verify(&token_of(&s), noon())
+        .unwrap();
+    assert_eq!(claims.aud.0, vec!["sts.amazonaws.com"]);
+    assert!(
+        verifier(&ring, "spillway")
+            .verify(&token_of(&s), noon())
+            .is_err()
+    );
+}
+
+#[test]
+fn an_audience_the_issuer_does_not_offer_makes_the_queue_invalid() {
+    let (mut i, _) = cluster_with_keys(noon());
+    i.queues = vec![queue("q", json!({"identity": {"audiences": ["vault"]}}))];
+    i.nodes = vec![node("a", "onprem", 8)];
+    i.jobs = vec![job("train").build()];
+    let t = with_identity().turn(&i, None, noon());
+    let q = status_of(&t, StatusKind::GpuQueue, "q").expect("queue status");
+    let (status, _, message) = condition(&q, "Ready").unwrap();
+    assert_eq!(status, "False");
+    assert!(message.contains("spec.identity.audiences[0]"), "{message}");
+    assert!(creates(&t).is_empty());
+}
+
+#[test]
+fn the_users_own_env_and_mounts_win_and_an_event_says_so() {
+    let (mut i, _) = cluster_with_keys(noon());
+    i.nodes = vec![node("a", "onprem", 8)];
+    let mut j = job("train");
+    j.0["spec"]["template"]["spec"]["containers"][0]["env"] =
+        json!([{"name": "SPILLWAY_IDENTITY_TOKEN_FILE", "value": "/mine"}]);
+    i.jobs = vec![j.build()];
+    let t = with_identity().turn(&i, None, noon());
+    let created = pods(&t);
+    let c = &created[0].spec.as_ref().unwrap().containers[0];
+    let mine: Vec<_> = c
+        .env
+        .iter()
+        .flatten()
+        .filter(|e| e.name == "SPILLWAY_IDENTITY_TOKEN_FILE")
+        .collect();
+    assert_eq!(mine.len(), 1);
+    assert_eq!(mine[0].value.as_deref(), Some("/mine"));
+    assert!(events(&t).contains(&("train".into(), "IdentityNotInjected".into(), true)));
+}
+
+#[test]
+fn keys_rotate_on_schedule_and_a_new_key_is_published_a_lifetime_before_it_signs() {
+    let (i, ring) = cluster_with_keys(noon());
+    let first = ring.keys[0].kid.clone();
+    let mut l = with_identity();
+    // Six days and 23 hours later the next key is due.
+    let due = noon() + Duration::from_secs(7 * 24 * 3600 - 3600);
+    assert!(
+        secret(
+            &l.turn(&i, None, due - minutes(1)),
+            "spillway-identity-keys"
+        )
+        .is_none()
+    );
+    let t = l.turn(&i, None, due);
+    let next = ring_of(&secret(&t, "spillway-identity-keys").expect("rotated")).unwrap();
+    assert_eq!(next.keys.len(), 2);
+    assert_eq!(
+        next.signer(due).unwrap().kid,
+        first,
+        "the old key still signs"
+    );
+    let second = next.keys[1].clone();
+    assert_eq!(second.activates, due + Duration::from_secs(3600));
+    // Written once, not again while the write is on its way.
+    assert!(
+        secret(
+            &l.turn(&i, None, due + minutes(1)),
+            "spillway-identity-keys"
+        )
+        .is_none()
+    );
+}
+
+#[test]
+fn a_job_that_moves_gets_a_new_token_for_its_new_place() {
+    let (mut i, ring) = cluster_with_keys(noon());
+    i.pools.push(aws_pool("aws", json!({})));
+    i.nodes = vec![node("a", "onprem", 8), cloud_node("ip-1", "aws", 1, "i-1")];
+    let j = job("train")
+        .restartable()
+        .status(json!({"phase": "Running"}))
+        .build();
+    i.pods = vec![pod(&j, 0, 0, "a", "Running")];
+    i.jobs = vec![j.clone()];
+    let mut l = with_identity();
+    let t = l.turn(&i, None, noon());
+    let private = token_of(&secret(&t, "train-identity").unwrap());
+    // Requeued and running again on the cloud node (attempt 1).
+    let moved = job("train")
+        .restartable()
+        .status(json!({"phase": "Running", "restarts": 1}))
+        .build();
+    i.pods = vec![pod(&moved, 1, 0, "ip-1", "Running")];
+    i.jobs = vec![moved];
+    let t = l.turn(&i, None, noon() + minutes(5));
+    let cloud = token_of(&secret(&t, "train-identity").expect("a new token"));
+    let v = verifier(&ring, "spillway");
+    let (a, b) = (
+        v.verify(&private, noon()).unwrap(),
+        v.verify(&cloud, noon() + minutes(5)).unwrap(),
+    );
+    assert_eq!(
+        (a.iss.clone(), a.sub.clone()),
+        (b.iss.clone(), b.sub.clone())
+    );
+    assert_eq!(a.spillway.environment, "private");
+    assert_eq!(b.spillway.environment, "cloud");
+    assert_eq!(b.spillway.pool, "aws");
+}
