@@ -62,7 +62,7 @@ pub struct ComputePoolSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub node_taints: Vec<Taint>,
 
-    /// Telemetry settings injected into the pods that run in this pool.
+    /// Telemetry of the pods that run in this pool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub telemetry: Option<PoolTelemetry>,
 }
@@ -171,7 +171,9 @@ pub struct PoolLimits {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PoolTelemetry {
-    /// OTLP endpoint the pods of this pool export to, for example `http://otel-collector:4317`.
+    /// OTLP endpoint the pods of this pool export to (`OTEL_EXPORTER_OTLP_ENDPOINT`), for
+    /// example `http://otel-collector:4317`: the collector this pool's nodes can reach. It wins
+    /// over the queue's; the pod template's own value wins over both.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub otlp_endpoint: Option<String>,
 }

@@ -69,6 +69,20 @@ pub struct GpuQueueSpec {
     /// issuer; this narrows its audiences and names an AWS role).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<QueueIdentity>,
+
+    /// Telemetry of this queue's pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<QueueTelemetry>,
+}
+
+/// Telemetry settings of a queue.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueTelemetry {
+    /// OTLP endpoint of this queue's pods (`OTEL_EXPORTER_OTLP_ENDPOINT`) when their pool sets
+    /// none, for example `http://otel-collector.research:4317`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otlp_endpoint: Option<String>,
 }
 
 /// Workload identity settings of a queue.

@@ -221,6 +221,17 @@ pub fn gpu_queue(spec: &GpuQueueSpec) -> Result<(), FieldErrors> {
         errs.non_negative("spec.budget.monthlyUSD", b.monthly_usd);
         errs.non_negative("spec.budget.hourlyUSD", b.hourly_usd);
     }
+    if let Some(endpoint) = spec
+        .telemetry
+        .as_ref()
+        .and_then(|t| t.otlp_endpoint.as_deref())
+        && !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
+    {
+        errs.push(
+            "spec.telemetry.otlpEndpoint",
+            format!("{endpoint:?} must be an http:// or https:// URL"),
+        );
+    }
     if let Some(id) = &spec.identity {
         errs.unique("spec.identity.audiences", &id.audiences);
         for (i, a) in id.audiences.iter().enumerate() {

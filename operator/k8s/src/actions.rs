@@ -138,6 +138,7 @@ pub enum ActionKind {
     PatchFinalizer,
     SweepTokens,
     ApplySecret,
+    Annotate,
 }
 
 impl ActionKind {
@@ -154,6 +155,7 @@ impl ActionKind {
             ActionKind::PatchFinalizer => "patch_finalizer",
             ActionKind::SweepTokens => "sweep_tokens",
             ActionKind::ApplySecret => "apply_secret",
+            ActionKind::Annotate => "annotate",
         }
     }
 }
@@ -203,6 +205,13 @@ pub enum Action {
     },
     /// Writes a Secret (a job's identity token, the issuer's keys) by server-side apply.
     ApplySecret(SecretApply),
+    /// Sets one annotation of a GpuJob (its trace context), by merge patch.
+    Annotate {
+        namespace: String,
+        name: String,
+        key: String,
+        value: String,
+    },
 }
 
 impl Action {
@@ -219,6 +228,7 @@ impl Action {
             Action::PatchFinalizer { .. } => ActionKind::PatchFinalizer,
             Action::SweepTokens { .. } => ActionKind::SweepTokens,
             Action::ApplySecret(_) => ActionKind::ApplySecret,
+            Action::Annotate { .. } => ActionKind::Annotate,
         }
     }
 
@@ -255,6 +265,9 @@ impl Action {
                 None => Key::new("Instance", instance.clone()),
             },
             Action::PatchFinalizer {
+                namespace, name, ..
+            }
+            | Action::Annotate {
                 namespace, name, ..
             } => Key::new("GpuJob", format!("{namespace}/{name}")),
             Action::SweepTokens { .. } => Key::new("Secret", "bootstrap-tokens"),

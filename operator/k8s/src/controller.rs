@@ -54,6 +54,8 @@ pub struct Settings {
     pub cloud: Option<crate::cloud::CloudConfig>,
     /// Workload identity; `None` issues no tokens and serves no issuer.
     pub identity: Option<crate::identity::IdentityConfig>,
+    /// The OTLP endpoint of pods whose pool and queue name none.
+    pub pod_otlp_endpoint: Option<String>,
 }
 
 impl Default for Settings {
@@ -69,6 +71,7 @@ impl Default for Settings {
             instance: "spillway".into(),
             cloud: None,
             identity: None,
+            pod_otlp_endpoint: None,
         }
     }
 }
@@ -119,6 +122,7 @@ impl Controller {
             assume_timeout: core_duration(settings.assume_timeout),
             sweep_every: core_duration(settings.resync),
             identity: settings.identity.clone(),
+            pod_otlp_endpoint: settings.pod_otlp_endpoint.clone(),
         });
         let cloud = settings.cloud.clone().map(Cloud::new);
         Controller {

@@ -231,11 +231,23 @@ impl KubeEffects {
         let l = &order.launch;
         tracing::info!(job = %l.job, need = %l.need, instance_type = %l.offering.instance_type,
             capacity = %l.offering.capacity_type.as_str(), count = l.count, "launching");
-        // No instance without the finalizer that releases it when the job is deleted.
+        // No instance without the finalizer that releases it when the job is deleted. A launch
+        // is not retried by the executor, so a conflict with our own status writes is retried
+        // here (each attempt reads the job afresh).
         let ns = order.job.namespace().unwrap_or_default();
-        set_finalizer(&self.client, &ns, &order.job.name_any(), true, fence)
-            .await
-            .inspect_err(|_| self.metrics.api_write("finalizer", false))?;
+        let mut attempt = 0;
+        loop {
+            match set_finalizer(&self.client, &ns, &order.job.name_any(), true, fence).await {
+                Ok(()) => break,
+                Err(e) if e.status_code() == Some(409) && attempt < 5 => {
+                    attempt += 1;
+                }
+                Err(e) => {
+                    self.metrics.api_write("finalizer", false);
+                    return Err(e);
+                }
+            }
+        }
         self.metrics.api_write("finalizer", true);
         let user_data = join_material(&self.client, cloud, &order.pool, l, fence).await?;
         fence.check()?;
@@ -385,6 +397,21 @@ impl Effects for KubeEffects {
                 }
                 Action::SweepTokens { joined, alive } => self.sweep(joined, alive, fence).await,
                 Action::ApplySecret(secret) => self.apply_secret(secret, fence).await,
+                Action::Annotate {
+                    namespace,
+                    name,
+                    key,
+                    value,
+                } => {
+                    let api: Api<GpuJob> = Api::namespaced(self.client.clone(), namespace);
+                    let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
+                    fence.check()?;
+                    let r = api
+                        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await;
+                    // A job deleted meanwhile needs nothing.
+                    self.wrote("annotation", r, &[404])
+                }
             }
         })
     }

@@ -29,6 +29,7 @@ pub mod order;
 pub mod pods;
 pub mod spend;
 pub mod status;
+pub mod telemetry;
 pub mod turn;
 pub mod world;
 

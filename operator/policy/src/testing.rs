@@ -348,5 +348,6 @@ fn empty_queue() -> GpuQueueSpec {
         burst: None,
         budget: None,
         identity: None,
+        telemetry: None,
     }
 }

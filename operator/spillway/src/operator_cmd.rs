@@ -72,6 +72,10 @@ pub struct OperatorArgs {
     /// A full decision cycle at least this often, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     pub resync: u64,
+    /// The OTLP endpoint (`OTEL_EXPORTER_OTLP_ENDPOINT`) of pods whose ComputePool and
+    /// GpuQueue name none (default: the operator's own `OTEL_EXPORTER_OTLP_ENDPOINT`, if set).
+    #[arg(long, value_name = "URL")]
+    pub pod_otlp_endpoint: Option<String>,
     /// Issue workload identity tokens to every GpuJob's pods and serve the issuer.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub identity: bool,
@@ -191,6 +195,11 @@ pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
                 instance: identity,
                 cloud: Some(cloud),
                 identity: issuer,
+                pod_otlp_endpoint: args
+                    .pod_otlp_endpoint
+                    .clone()
+                    .or_else(|| std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok())
+                    .filter(|e| !e.trim().is_empty()),
                 ..Settings::default()
             },
         };

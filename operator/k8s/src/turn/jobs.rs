@@ -12,9 +12,9 @@ use spillway_core::{self as core, Environment, Outcome, Time};
 use super::State;
 use crate::actions::{Action, StatusKind, StatusPatch};
 use crate::metrics::Metrics;
-use crate::pods;
 use crate::status::{self, CostRate};
 use crate::world::{self, Assumed, Inputs, JobView, Lifecycle};
+use crate::{pods, telemetry};
 
 impl State {
     /// Assumes each start of the plan at once and asks for its pods.
@@ -50,12 +50,34 @@ impl State {
             let pool = pools.get(&start.pool).cloned();
             let identity = self.pod_identity(view, queues);
             let mut kept = std::collections::BTreeSet::new();
+            let (trace, _) = telemetry::of_job(&view.job);
+            let endpoint = pool
+                .as_ref()
+                .and_then(|p| p.spec.telemetry.as_ref())
+                .and_then(|t| t.otlp_endpoint.clone())
+                .or_else(|| {
+                    queues
+                        .get(&view.job.spec.queue)
+                        .and_then(|q| q.spec.telemetry.as_ref())
+                        .and_then(|t| t.otlp_endpoint.clone())
+                })
+                .or_else(|| self.settings.pod_otlp_endpoint.clone());
             for (r, node) in start.nodes.iter().enumerate() {
                 let mut pod =
                     pods::replica_pod(&view.job, view.attempt, r as u32, node, pool.as_deref());
                 if let Some(id) = &identity {
                     kept.extend(pods::inject_identity(&mut pod, id));
                 }
+                let placement = placement_of(start, node, pool.as_deref(), &built.snapshot);
+                telemetry::inject(
+                    &mut pod,
+                    &telemetry::PodTelemetry {
+                        service_name: view.job.name_any(),
+                        endpoint: endpoint.clone(),
+                        traceparent: trace.header(),
+                        attributes: telemetry::attributes(&view.job, &placement),
+                    },
+                );
                 self.out.push(Action::CreatePod {
                     job: start.job.clone(),
                     pod: Box::new(pod),
@@ -99,6 +121,7 @@ impl State {
             for pod in &view.surplus_pods {
                 self.delete_pod(pod);
             }
+            self.keep_trace_context(view);
             if let Lifecycle::Broken { message } = &view.lifecycle {
                 self.broken(view, message, now);
                 continue;
@@ -143,6 +166,7 @@ impl State {
         }
         let live: HashSet<&String> = built.jobs.keys().collect();
         self.written.jobs.retain(|k, _| live.contains(k));
+        self.annotated.retain(|k| live.contains(k));
         self.attempt_floor.retain(|k, _| live.contains(k));
         self.wait_observed.retain(|k| live.contains(k));
         let active_uids: HashSet<&str> = inputs
@@ -153,6 +177,29 @@ impl State {
             .collect();
         self.deleting.retain(|u| active_uids.contains(u.as_str()));
         wake
+    }
+
+    /// Writes the job's trace context on it, once, unless it carries one already.
+    fn keep_trace_context(&mut self, view: &JobView) {
+        if matches!(view.lifecycle, Lifecycle::Done)
+            || view.job.metadata.deletion_timestamp.is_some()
+        {
+            return;
+        }
+        let (trace, stored) = telemetry::of_job(&view.job);
+        if stored {
+            self.annotated.remove(&view.id);
+            return;
+        }
+        if !self.annotated.insert(view.id.clone()) {
+            return;
+        }
+        self.emit(Action::Annotate {
+            namespace: view.job.namespace().unwrap_or_default(),
+            name: view.job.name_any(),
+            key: telemetry::TRACEPARENT_ANNOTATION.into(),
+            value: trace.header(),
+        });
     }
 
     fn delete_pod(&mut self, pod: &k8s_openapi::api::core::v1::Pod) {
@@ -370,6 +417,30 @@ impl State {
                 "metadata": {"name": u.name, "namespace": ns}, "status": st,
             }),
         }));
+    }
+}
+
+/// Where one replica of a start runs, for its resource attributes.
+fn placement_of(
+    start: &core::Start,
+    node: &str,
+    pool: Option<&ComputePool>,
+    snapshot: &core::Snapshot,
+) -> telemetry::Placement {
+    let cloud = pool.and_then(|p| p.spec.aws.as_ref()).and_then(|aws| {
+        let i = snapshot
+            .instances
+            .iter()
+            .find(|i| i.node.as_deref() == Some(node))?;
+        Some((aws.region.clone(), i.zone.clone(), i.id.clone()))
+    });
+    telemetry::Placement {
+        environment: match start.environment {
+            Environment::Cloud => "cloud",
+            Environment::Private => "private",
+        },
+        pool: start.pool.clone(),
+        cloud,
     }
 }
 

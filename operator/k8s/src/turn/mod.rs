@@ -57,6 +57,8 @@ pub struct TurnSettings {
     pub sweep_every: core::Duration,
     /// Workload identity; `None` issues no tokens.
     pub identity: Option<crate::identity::IdentityConfig>,
+    /// The OTLP endpoint of pods whose pool and queue name none.
+    pub pod_otlp_endpoint: Option<String>,
 }
 
 impl Default for TurnSettings {
@@ -66,6 +68,7 @@ impl Default for TurnSettings {
             assume_timeout: core::Duration::from_secs(120),
             sweep_every: core::Duration::from_secs(30),
             identity: None,
+            pod_otlp_endpoint: None,
         }
     }
 }
@@ -125,6 +128,8 @@ pub struct State {
     keys_written: Option<spillway_identity::KeyRing>,
     /// Tokens issued, by job id.
     tokens: HashMap<String, identity::TokenRecord>,
+    /// Jobs whose trace context annotation was written (until the cache shows it).
+    annotated: HashSet<String>,
     /// This turn's actions.
     out: Vec<Action>,
 }
@@ -147,6 +152,7 @@ impl State {
             last_sweep: None,
             keys_written: None,
             tokens: HashMap::new(),
+            annotated: HashSet::new(),
             out: Vec::new(),
         }
     }
@@ -299,6 +305,12 @@ impl State {
                 namespace, name, ..
             } => {
                 self.releasing.remove(&format!("{namespace}/{name}"));
+                Vec::new()
+            }
+            Action::Annotate {
+                namespace, name, ..
+            } => {
+                self.annotated.remove(&format!("{namespace}/{name}"));
                 Vec::new()
             }
             Action::Terminate { instance, .. } => {

@@ -7,3 +7,4 @@ mod cloud;
 mod identity;
 mod jobs;
 mod objects;
+mod telemetry;
