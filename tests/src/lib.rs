@@ -12,6 +12,7 @@
 //! - [`faults::FaultProxy`]: a proxy in front of moto that answers chosen EC2 actions with errors.
 //! - [`moto::MotoServer`]: moto's EC2-compatible HTTP server, which the real AWS SDK talks to.
 //! - [`workload`]: GpuJobs as the end-to-end tests submit and wait for them.
+//! - [`otlp`]: a real OTLP/gRPC receiver and the operator's telemetry pointed at it.
 //! - [`partition::Partition`]: a TCP proxy in front of the API server that cuts one replica off
 //!   (its requests swallowed, the server's answers and watch events still flowing), and logs
 //!   what it sends.
@@ -26,6 +27,7 @@ pub mod kubelet;
 pub mod machines;
 pub mod moto;
 pub mod operator;
+pub mod otlp;
 pub mod partition;
 mod process;
 pub mod workload;

@@ -5,6 +5,7 @@ use std::future::Future;
 
 use aws_sdk_ec2::Client;
 use aws_sdk_ec2::error::ProvideErrorMetadata;
+use aws_sdk_ec2::operation::RequestId;
 use aws_sdk_ec2::types::{
     Filter, IamInstanceProfileSpecification, InstanceMarketOptionsRequest, InstanceStateName,
     InstanceType, LaunchTemplateSpecification, MarketType, Placement, ResourceType, Tag,
@@ -37,21 +38,44 @@ impl Ec2Provider {
         Ec2Provider::new(Client::new(&config), policy)
     }
 
-    /// Runs `call` with the timeout, retrying throttled attempts with jittered backoff.
-    async fn call<T, F, Fut>(&self, what: &str, mut call: F) -> Result<T, CloudError>
+    /// Runs `call` with the timeout, retrying throttled attempts with jittered backoff. Each
+    /// attempt is a span (`ec2.<Call>`, kind client) with the request id EC2 gave and, when it
+    /// failed, the error's class: exported with the operator's traces, as a child of whatever
+    /// span the caller is in (a job's provisioning).
+    async fn call<T, F, Fut>(&self, what: &'static str, mut call: F) -> Result<T, CloudError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, CloudError>>,
     {
+        use tracing::Instrument;
         let mut attempt = 0;
         loop {
-            let result = match tokio::time::timeout(self.policy.timeout, call()).await {
-                Ok(r) => r,
-                Err(_) => Err(CloudError::Other(format!(
-                    "{what} timed out after {:?}",
-                    self.policy.timeout
-                ))),
-            };
+            let span = tracing::info_span!(
+                "ec2",
+                otel.name = format!("ec2.{what}"),
+                otel.kind = "client",
+                otel.status_code = tracing::field::Empty,
+                rpc.system = "aws-api",
+                rpc.service = "EC2",
+                rpc.method = what,
+                aws.request_id = tracing::field::Empty,
+                error.type = tracing::field::Empty,
+                spillway.attempt = attempt,
+            );
+            let result =
+                match tokio::time::timeout(self.policy.timeout, call().instrument(span.clone()))
+                    .await
+                {
+                    Ok(r) => r,
+                    Err(_) => Err(CloudError::Other(format!(
+                        "{what} timed out after {:?}",
+                        self.policy.timeout
+                    ))),
+                };
+            if let Err(e) = &result {
+                span.record("otel.status_code", "ERROR");
+                span.record("error.type", e.kind());
+            }
             match result {
                 Err(CloudError::Throttled { .. }) if attempt < self.policy.throttle_retries => {
                     let wait = backoff(self.policy.backoff_base, attempt);
@@ -75,7 +99,7 @@ impl Ec2Provider {
                         .describe_instances()
                         .set_filters(Some(filters.clone()))
                         .set_next_token(token.clone());
-                    async move { req.send().await.map_err(sdk_error) }
+                    async move { sent(req.send().await) }
                 })
                 .await?;
             for i in page.reservations().iter().flat_map(|r| r.instances()) {
@@ -89,6 +113,22 @@ impl Ec2Provider {
             }
         }
     }
+}
+
+/// An SDK call's answer, its request id recorded on the current span (the call's attempt).
+fn sent<O, E>(r: Result<O, E>) -> Result<O, CloudError>
+where
+    O: RequestId,
+    E: RequestId + ProvideErrorMetadata + std::fmt::Debug,
+{
+    let id = match &r {
+        Ok(o) => o.request_id(),
+        Err(e) => e.request_id(),
+    };
+    if let Some(id) = id {
+        tracing::Span::current().record("aws.request_id", id);
+    }
+    r.map_err(sdk_error)
 }
 
 fn sdk_error<E: ProvideErrorMetadata + std::fmt::Debug>(e: E) -> CloudError {
@@ -258,7 +298,7 @@ impl CloudProvider for Ec2Provider {
                     if let Some(data) = &r.user_data {
                         req = req.user_data(base64(data.as_bytes()));
                     }
-                    async move { req.send().await.map_err(sdk_error) }
+                    async move { sent(req.send().await) }
                 })
                 .await?;
             Ok(launched
@@ -280,7 +320,7 @@ impl CloudProvider for Ec2Provider {
                         .client
                         .terminate_instances()
                         .set_instance_ids(Some(ids.to_vec()));
-                    async move { req.send().await.map_err(sdk_error) }
+                    async move { sent(req.send().await) }
                 })
                 .await;
             match r {
@@ -316,7 +356,7 @@ impl CloudProvider for Ec2Provider {
                                 .describe_instance_types()
                                 .filters(filter.clone())
                                 .set_next_token(token.clone());
-                            async move { req.send().await.map_err(sdk_error) }
+                            async move { sent(req.send().await) }
                         })
                         .await?;
                     out.extend(page.instance_types().iter().filter_map(to_type_info));
@@ -357,7 +397,7 @@ impl CloudProvider for Ec2Provider {
                             .product_descriptions("Linux/UNIX")
                             .start_time(now)
                             .set_next_token(token.clone());
-                        async move { req.send().await.map_err(sdk_error) }
+                        async move { sent(req.send().await) }
                     })
                     .await?;
                 for p in page.spot_price_history() {

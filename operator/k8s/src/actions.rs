@@ -139,6 +139,7 @@ pub enum ActionKind {
     SweepTokens,
     ApplySecret,
     Annotate,
+    Span,
 }
 
 impl ActionKind {
@@ -156,6 +157,7 @@ impl ActionKind {
             ActionKind::SweepTokens => "sweep_tokens",
             ActionKind::ApplySecret => "apply_secret",
             ActionKind::Annotate => "annotate",
+            ActionKind::Span => "span",
         }
     }
 }
@@ -205,6 +207,9 @@ pub enum Action {
     },
     /// Writes a Secret (a job's identity token, the issuer's keys) by server-side apply.
     ApplySecret(SecretApply),
+    /// Records a span of a job's trace (no API call: the loop hands it to the telemetry
+    /// exporter, which never blocks).
+    Span(Box<crate::otel::SpanRecord>),
     /// Sets one annotation of a GpuJob (its trace context), by merge patch.
     Annotate {
         namespace: String,
@@ -229,6 +234,7 @@ impl Action {
             Action::SweepTokens { .. } => ActionKind::SweepTokens,
             Action::ApplySecret(_) => ActionKind::ApplySecret,
             Action::Annotate { .. } => ActionKind::Annotate,
+            Action::Span(_) => ActionKind::Span,
         }
     }
 
@@ -272,6 +278,7 @@ impl Action {
             } => Key::new("GpuJob", format!("{namespace}/{name}")),
             Action::SweepTokens { .. } => Key::new("Secret", "bootstrap-tokens"),
             Action::ApplySecret(s) => Key::new("Secret", format!("{}/{}", s.namespace(), s.name())),
+            Action::Span(s) => Key::new("Span", s.name),
         }
     }
 

@@ -22,6 +22,7 @@ use spillway_api::{BurstPolicy, ComputePool, GpuJob};
 use spillway_core::{self as core, Time};
 use tokio::sync::{Notify, watch};
 
+use crate::actions::Action;
 pub use crate::caches::Caches;
 use crate::cloud::Cloud;
 use crate::effects::KubeEffects;
@@ -233,10 +234,18 @@ impl Controller {
             }),
             _ => None,
         };
+        let jobs = inputs.jobs.len();
+        let started = std::time::SystemTime::now();
         let turn = self.state.turn(inputs, cloud, &self.metrics, now);
+        let actions = turn.actions.len();
         for a in turn.actions {
-            executor.submit(a);
+            match a {
+                // Spans go straight to the exporter's queue (which never blocks).
+                Action::Span(record) => crate::otel::record(&record),
+                other => executor.submit(other),
+            }
         }
+        cycle_span(started, jobs, actions);
         turn.wake
     }
 
@@ -261,6 +270,21 @@ impl Controller {
         }
         self.file_policies.clone()
     }
+}
+
+/// One span per decision cycle, with its size.
+fn cycle_span(started: std::time::SystemTime, jobs: usize, actions: usize) {
+    use opentelemetry::trace::{Span as _, Tracer as _};
+    let tracer = opentelemetry::global::tracer(crate::otel::SCOPE);
+    let mut span = tracer
+        .span_builder("spillway.cycle")
+        .with_start_time(started)
+        .with_attributes([
+            opentelemetry::KeyValue::new("spillway.cycle.jobs", jobs as i64),
+            opentelemetry::KeyValue::new("spillway.cycle.actions", actions as i64),
+        ])
+        .start(&tracer);
+    span.end();
 }
 
 fn cloud_regions(pools: &[Arc<ComputePool>]) -> BTreeSet<String> {

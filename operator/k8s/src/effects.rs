@@ -224,7 +224,38 @@ impl KubeEffects {
         self.wrote("secret", r, &[])
     }
 
+    /// A launch, as the `spillway.provision` span of the job's trace (the EC2 calls are its
+    /// children).
     async fn launch(&self, order: &LaunchOrder, fence: &Fence) -> Result<(), Error> {
+        use tracing::Instrument;
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        let l = &order.launch;
+        let span = tracing::info_span!(
+            "spillway.provision",
+            otel.status_code = tracing::field::Empty,
+            spillway.job = %l.job,
+            spillway.need = %l.need,
+            spillway.pool = %l.offering.pool,
+            spillway.offering.instance_type = %l.offering.instance_type,
+            spillway.offering.capacity_type = %l.offering.capacity_type.as_str(),
+            spillway.offering.zone = %l.offering.zone,
+            spillway.count = l.count,
+            error.type = tracing::field::Empty,
+        );
+        let (trace, _) = crate::telemetry::of_job(&order.job);
+        let _ = span.set_parent(crate::otel::context_of(&trace));
+        let r = self
+            .launch_in_span(order, fence)
+            .instrument(span.clone())
+            .await;
+        if let Err(e) = &r {
+            span.record("otel.status_code", "ERROR");
+            span.record("error.type", e.category().as_str());
+        }
+        r
+    }
+
+    async fn launch_in_span(&self, order: &LaunchOrder, fence: &Fence) -> Result<(), Error> {
         let Some(cloud) = &self.cloud else {
             return Ok(());
         };
@@ -397,6 +428,10 @@ impl Effects for KubeEffects {
                 }
                 Action::SweepTokens { joined, alive } => self.sweep(joined, alive, fence).await,
                 Action::ApplySecret(secret) => self.apply_secret(secret, fence).await,
+                Action::Span(record) => {
+                    crate::otel::record(record);
+                    Ok(())
+                }
                 Action::Annotate {
                     namespace,
                     name,

@@ -26,6 +26,7 @@ pub mod labels;
 pub mod leader;
 pub mod metrics;
 pub mod order;
+pub mod otel;
 pub mod pods;
 pub mod spend;
 pub mod status;

@@ -60,6 +60,7 @@ struct Inner {
     action_retries: BTreeMap<Labels, u64>,
     actions_in_flight: f64,
     invalid_objects: BTreeMap<Labels, f64>,
+    telemetry_spans: BTreeMap<Labels, u64>,
 }
 
 /// The operator's metrics, shared by the controller and the HTTP server.
@@ -239,6 +240,27 @@ impl Metrics {
         });
     }
 
+    /// Spans of the operator's own telemetry: `exported`, `dropped` (the queue was full) or
+    /// `failed` (the collector refused or did not answer).
+    pub fn telemetry_spans(&self, result: &'static str, n: u64) {
+        self.with(|m| {
+            *m.telemetry_spans
+                .entry(vec![("result", result.into())])
+                .or_default() += n;
+        });
+    }
+
+    /// Spans that ended with `result` so far (tests).
+    pub fn telemetry_spans_total(&self, result: &str) -> u64 {
+        self.with(|m| {
+            m.telemetry_spans
+                .iter()
+                .filter(|(l, _)| l.iter().any(|(_, v)| v == result))
+                .map(|(_, n)| n)
+                .sum()
+        })
+    }
+
     /// Actions that ended with `result` so far, over every kind (tests).
     pub fn actions_total(&self, result: &str) -> u64 {
         self.with(|m| {
@@ -349,6 +371,13 @@ impl Metrics {
                 "counter",
                 "Retries of failed actions, by kind.",
                 &m.action_retries,
+            );
+            family(
+                &mut out,
+                "spillway_telemetry_spans_total",
+                "counter",
+                "Spans of the operator's own traces, by result (exported, dropped, failed).",
+                &m.telemetry_spans,
             );
             family(
                 &mut out,

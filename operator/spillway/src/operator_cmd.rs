@@ -113,11 +113,17 @@ pub struct OperatorArgs {
 }
 
 pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
-    init_logging();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async move {
+        let metrics = Arc::new(Metrics::default());
+        // Traces over OTLP when the standard OTEL_* variables name an endpoint.
+        let telemetry = spillway_k8s::otel::Telemetry::from_env(metrics.clone())?;
+        init_logging(telemetry.as_ref().map(|t| t.tracer()));
+        if telemetry.is_some() {
+            tracing::info!("exporting traces over OTLP");
+        }
         let kube_config =
             crate::kube_config(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
         let join = join_config(&args, &kube_config)?;
@@ -209,7 +215,11 @@ pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
             tracing::info!("shutting down");
             let _ = shutdown_tx.send(true);
         });
-        spillway_k8s::run(client, config, Arc::new(Metrics::default()), shutdown_rx).await?;
+        let result = spillway_k8s::run(client, config, metrics, shutdown_rx).await;
+        if let Some(t) = telemetry {
+            t.shutdown().await;
+        }
+        result?;
         Ok(ExitCode::SUCCESS)
     })
 }
@@ -311,11 +321,26 @@ async fn wait_for_signal() {
     }
 }
 
-fn init_logging() {
+/// Logs to stderr (`RUST_LOG`, default `info`); with telemetry, Spillway's own spans (the
+/// provisioning of a job and its EC2 calls) also go to the OTLP exporter.
+fn init_logging(tracer: Option<spillway_k8s::otel::SdkTracer>) {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        .with_filter(filter);
+    let otel = tracer.map(|t| {
+        tracing_opentelemetry::layer().with_tracer(t).with_filter(
+            tracing_subscriber::filter::Targets::new()
+                .with_target("spillway_k8s", tracing::Level::INFO)
+                .with_target("spillway_aws", tracing::Level::INFO),
+        )
+    });
+    let _ = tracing_subscriber::registry()
+        .with(fmt)
+        .with(otel)
         .try_init();
 }

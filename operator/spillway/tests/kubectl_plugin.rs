@@ -182,6 +182,10 @@ async fn operator_binary_and_kubectl_plugin() {
         assert!(made.status.success(), "openssl {args:?}: {}", text(&made));
     }
     let issuer = format!("https://127.0.0.1:{identity_port}");
+    let down = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
     let mut operator = Command::new(&bin)
         .args([
             "operator",
@@ -200,6 +204,12 @@ async fn operator_binary_and_kubectl_plugin() {
             "--identity-tls-key",
             &key.display().to_string(),
         ])
+        // A collector that is down: tracing must cost the scheduling nothing.
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{down}"),
+        )
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("start operator");
@@ -417,6 +427,26 @@ async fn operator_binary_and_kubectl_plugin() {
     )
     .expect("json");
     assert_eq!(discovery["jwks_uri"], jwks);
+
+    // The traces it could not send are counted, and nothing else suffered.
+    let metrics_addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let failed = eventually(
+        Duration::from_secs(30),
+        "failed span exports counted",
+        || async {
+            let (_, _, body) = spillway_tests::operator::http_get(metrics_addr, "/metrics")
+                .await
+                .map_err(|e| e.to_string())?;
+            let line = body
+                .lines()
+                .find(|l| l.starts_with("spillway_telemetry_spans_total{result=\"failed\"}"))
+                .map(str::to_string)
+                .ok_or_else(|| "no failed exports yet".to_string())?;
+            Ok(line)
+        },
+    )
+    .await;
+    assert!(!failed.ends_with(" 0"), "{failed}");
 
     // SIGTERM: a clean stop that releases the leader lease.
     let _ = Command::new("kill")

@@ -5,4 +5,5 @@ mod bursting;
 mod identity;
 mod lifecycle;
 mod spend;
+mod telemetry;
 mod world;

@@ -4,5 +4,6 @@ mod identity;
 mod leadership;
 mod lifecycle;
 mod placement;
+mod telemetry;
 mod validity;
 mod world;

@@ -162,7 +162,13 @@ impl State {
                 hourly_usd: cloud_job_rate(view, built).unwrap_or(0.0) + private_rate,
             };
             let decision = decisions.get(view.id.as_str()).copied();
-            self.write_job_status(view, decision, environment, rate, metrics, now);
+            let launched = launched_for(view, built);
+            let placed = Placed {
+                environment,
+                rate,
+                launched,
+            };
+            self.write_job_status(view, decision, placed, metrics, now);
         }
         let live: HashSet<&String> = built.jobs.keys().collect();
         self.written.jobs.retain(|k, _| live.contains(k));
@@ -230,11 +236,15 @@ impl State {
         &mut self,
         view: &JobView,
         decision: Option<&core::Decision>,
-        environment: Option<Environment>,
-        rate: CostRate,
+        placed: Placed,
         metrics: &Metrics,
         now: Time,
     ) {
+        let Placed {
+            environment,
+            rate,
+            launched,
+        } = placed;
         // Build on what was last written, so a write in flight is not repeated.
         let base_status = self
             .written
@@ -251,6 +261,7 @@ impl State {
         }
         let before = base_status.unwrap_or_default();
         self.events_for(view, &before, &desired, metrics);
+        self.spans_for(view, &before, &desired, launched, now);
         if matches!(desired.phase, Some(JobPhase::Running))
             && before.phase != Some(JobPhase::Running)
         {
@@ -442,6 +453,28 @@ fn placement_of(
         pool: start.pool.clone(),
         cloud,
     }
+}
+
+/// Where a job runs and what it costs there, for its status.
+struct Placed {
+    environment: Option<Environment>,
+    rate: CostRate,
+    /// When its first cloud instance was launched (cloud jobs).
+    launched: Option<Time>,
+}
+
+/// When the first of the instances a running cloud job's replicas sit on was launched.
+fn launched_for(view: &JobView, built: &world::Built) -> Option<Time> {
+    let Lifecycle::Running { nodes, .. } = &view.lifecycle else {
+        return None;
+    };
+    built
+        .snapshot
+        .instances
+        .iter()
+        .filter(|i| i.node.as_ref().is_some_and(|n| nodes.contains(n)))
+        .map(|i| i.launched_at)
+        .min()
 }
 
 /// What a cloud job costs per hour: its share of each instance it runs on.

@@ -23,6 +23,7 @@ mod identity;
 mod jobs;
 mod objects;
 mod policies;
+mod spans;
 #[cfg(test)]
 mod tests;
 
