@@ -93,11 +93,13 @@ pub struct GpuJobSpec {
     #[serde(default)]
     pub placement: Placement,
 
-    /// The pod each replica runs. Spillway adds the GPU limits, the node placement and the
+    /// The pod each replica runs. Spillway adds the GPU limits, the node placement, the
     /// workload identity (a token mounted at `/var/run/secrets/spillway.io/identity/token`,
     /// `SPILLWAY_IDENTITY_TOKEN_FILE`, and with the queue's AWS role `AWS_ROLE_ARN` and
-    /// `AWS_WEB_IDENTITY_TOKEN_FILE`; variables and volumes of its own win). The API server
-    /// checks it fully when the pods are created.
+    /// `AWS_WEB_IDENTITY_TOKEN_FILE`) and the telemetry settings (`OTEL_RESOURCE_ATTRIBUTES`,
+    /// `OTEL_SERVICE_NAME`, `OTEL_EXPORTER_OTLP_ENDPOINT` of its pool or queue, and the job's
+    /// `TRACEPARENT`); variables and volumes of its own win. The API server checks it fully
+    /// when the pods are created.
     #[schemars(schema_with = "preserve_unknown_object")]
     pub template: PodTemplateSpec,
 }
@@ -140,6 +142,15 @@ pub struct DecisionStatus {
     /// Estimated hourly cost of the chosen placement for the whole job, in USD.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimated_hourly_cost: Option<f64>,
+    /// Estimated cost of moving the job's data to the chosen cloud region, in USD: the size of
+    /// every dataset it reads with no copy in that region times its `egressUSDPerGiB`. Paid once
+    /// and included in `cost.accruedUSD` (cloud placements).
+    #[serde(
+        rename = "estimatedEgressUSD",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub estimated_egress_usd: Option<f64>,
     /// The cloud offering chosen, for cloud placements.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offering: Option<OfferingStatus>,

@@ -496,6 +496,29 @@ impl<'a> Cycle<'a> {
         None
     }
 
+    /// What moving the job's data to the region of cloud pool `pool` costs: every dataset it
+    /// reads with no copy there.
+    fn egress_to(&self, job: &Job, pool: &str) -> f64 {
+        let Some(region) = self
+            .snap
+            .pools
+            .iter()
+            .find(|p| p.name == pool)
+            .and_then(|p| match &p.kind {
+                crate::PoolKind::Cloud { region, .. } => Some(region.as_str()),
+                crate::PoolKind::Private { .. } => None,
+            })
+        else {
+            return 0.0;
+        };
+        job.datasets
+            .iter()
+            .filter_map(|d| self.datasets.get(d.as_str()))
+            .filter(|d| !d.cloud_regions.iter().any(|r| r == region))
+            .map(|d| d.size_gib * d.egress_usd_per_gib)
+            .sum()
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn start(
         &mut self,
@@ -523,9 +546,11 @@ impl<'a> Cycle<'a> {
             pool: pool.to_string(),
             nodes: names,
         });
+        let egress = (env == Environment::Cloud).then(|| self.egress_to(job, pool));
         self.plan.decisions.push(Decision {
             estimated_wait: Some(Duration::ZERO),
             estimated_hourly_cost: hourly,
+            estimated_egress_usd: egress,
             ..Decision::new(&job.id, outcome, reason, message, rule)
         });
         if let Some(state) = self.queue_state.get_mut(job.queue.as_str()) {
@@ -1235,8 +1260,16 @@ impl<'a> Cycle<'a> {
                 }
                 let count = choice.count;
                 let offering = choice.offering.clone();
+                let egress_text = if choice.egress > 0.0 {
+                    format!(
+                        ", ${:.2} of it moving its data to {}",
+                        choice.egress, offering.region
+                    )
+                } else {
+                    String::new()
+                };
                 let message = format!(
-                    "The job {trigger_text}; launching {count} x {} ({}, {}) at ${:.2}/h, the cheapest fitting offering (expected ${:.2} in total).",
+                    "The job {trigger_text}; launching {count} x {} ({}, {}) at ${:.2}/h, the cheapest fitting offering (expected ${:.2} in total{egress_text}).",
                     offering.instance_type,
                     offering.capacity_type,
                     offering.zone,
@@ -1270,6 +1303,7 @@ impl<'a> Cycle<'a> {
                     estimated_wait: Some(self.settings.cloud_ready_delay),
                     estimated_hourly_cost: Some(choice.hourly),
                     estimated_total_cost: Some(choice.expected_total),
+                    estimated_egress_usd: Some(choice.egress),
                     offering: Some(Box::new(offering)),
                     ..Decision::new(
                         &job.id,
@@ -1505,6 +1539,7 @@ impl<'a> Cycle<'a> {
                 count,
                 hourly,
                 expected_total,
+                egress,
                 rule: None,
             };
             let better = match &best {
@@ -1640,6 +1675,8 @@ struct Choice {
     count: u32,
     hourly: f64,
     expected_total: f64,
+    /// Data egress to the offering's region, USD (in `expected_total`).
+    egress: f64,
     rule: Option<String>,
 }
 

@@ -168,6 +168,9 @@ pub struct Decision {
     pub estimated_hourly_cost: Option<f64>,
     /// Expected total cost (hourly x runtime, plus data egress), USD, for cloud placements.
     pub estimated_total_cost: Option<f64>,
+    /// Data egress to the chosen cloud region, USD (in `estimated_total_cost`), for cloud
+    /// placements.
+    pub estimated_egress_usd: Option<f64>,
     pub offering: Option<Box<OfferingChoice>>,
 }
 
@@ -189,6 +192,7 @@ impl Decision {
             estimated_wait: None,
             estimated_hourly_cost: None,
             estimated_total_cost: None,
+            estimated_egress_usd: None,
             offering: None,
         }
     }

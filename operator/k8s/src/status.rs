@@ -85,6 +85,7 @@ pub fn decision_status(d: &core::Decision, wait: Option<i64>, now: Time) -> Deci
         rule: d.rule.clone(),
         estimated_wait_seconds: wait.or(d.estimated_wait.map(|w| w.as_secs_f64().round() as i64)),
         estimated_hourly_cost: d.estimated_hourly_cost.map(round_cents),
+        estimated_egress_usd: d.estimated_egress_usd.map(round_cents),
         offering: d.offering.as_ref().map(|o| OfferingStatus {
             instance_type: o.instance_type.clone(),
             capacity_type: o.capacity_type,
@@ -298,7 +299,13 @@ pub fn desired(
                 );
             }
             let elapsed = now.since(*started_at).as_secs_f64();
-            s.cost = cost(current.cost.as_ref(), rate.hourly_usd, elapsed, false);
+            s.cost = cost(
+                current.cost.as_ref(),
+                rate.hourly_usd,
+                elapsed,
+                egress(&s, environment),
+                false,
+            );
             if matches!(environment, Some(Environment::Cloud)) {
                 set_condition(
                     &mut s.conditions,
@@ -330,7 +337,8 @@ pub fn desired(
                 .map(|t| Time::from_millis(t.0.as_millisecond()))
                 .unwrap_or(*at);
             let elapsed = at.since(started).as_secs_f64();
-            s.cost = cost(current.cost.as_ref(), rate.hourly_usd, elapsed, true);
+            let moved = egress(&s, s.environment);
+            s.cost = cost(current.cost.as_ref(), rate.hourly_usd, elapsed, moved, true);
             set_condition(
                 &mut s.conditions,
                 "Running",
@@ -358,18 +366,37 @@ pub fn desired(
     s
 }
 
-/// The cost so far: kept when within five minutes' spend of the truth, unless `last`.
-fn cost(current: Option<&JobCost>, hourly: f64, elapsed_s: f64, last: bool) -> Option<JobCost> {
+/// The data egress a cloud job pays once, from its decision.
+fn egress(s: &GpuJobStatus, environment: Option<Environment>) -> f64 {
+    match environment {
+        Some(Environment::Cloud) => s
+            .decision
+            .as_ref()
+            .and_then(|d| d.estimated_egress_usd)
+            .unwrap_or(0.0),
+        _ => 0.0,
+    }
+}
+
+/// The cost so far (`one_time` is paid once, at the start): kept when within five minutes'
+/// spend of the truth, unless `last`.
+fn cost(
+    current: Option<&JobCost>,
+    hourly: f64,
+    elapsed_s: f64,
+    one_time: f64,
+    last: bool,
+) -> Option<JobCost> {
     // Once finished, the rate is the one it ran at (its nodes may be gone already).
     let hourly = if hourly > 0.0 {
         hourly
     } else {
         current.map(|c| c.hourly_usd).unwrap_or(0.0)
     };
-    if hourly <= 0.0 {
+    if hourly <= 0.0 && one_time <= 0.0 {
         return current.cloned();
     }
-    let accrued = round_cents(hourly * elapsed_s.max(0.0) / 3600.0);
+    let accrued = round_cents(hourly * elapsed_s.max(0.0) / 3600.0 + one_time);
     let fresh = JobCost {
         accrued_usd: accrued,
         hourly_usd: if last { 0.0 } else { round_cents(hourly) },

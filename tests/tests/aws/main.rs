@@ -4,6 +4,7 @@
 mod bursting;
 mod identity;
 mod lifecycle;
+mod locality;
 mod spend;
 mod telemetry;
 mod world;
