@@ -14,6 +14,8 @@ use spillway_k8s::Metrics;
 
 struct Receiver {
     spans: Arc<Mutex<Vec<ExportedSpan>>>,
+    /// Names of the metrics received (with at least one point).
+    metric_names: Arc<Mutex<std::collections::BTreeSet<String>>>,
     /// The operator-side metrics of the exporter (spans exported, dropped, failed).
     pub metrics: Arc<Metrics>,
     pub endpoint: String,
@@ -27,6 +29,8 @@ pub fn install() -> String {
     RECEIVER
         .get_or_init(|| {
             let spans: Arc<Mutex<Vec<ExportedSpan>>> = Arc::default();
+            let metric_names: Arc<Mutex<std::collections::BTreeSet<String>>> = Arc::default();
+            let names = metric_names.clone();
             let metrics = Arc::new(Metrics::default());
             let (tx, rx) = std::sync::mpsc::channel();
             let (kept, m) = (spans.clone(), metrics.clone());
@@ -42,12 +46,20 @@ pub fn install() -> String {
                         .expect("OTLP receiver");
                     let endpoint = server.endpoint();
                     let telemetry =
-                        spillway_k8s::otel::Telemetry::grpc(&endpoint, m).expect("telemetry");
+                        spillway_k8s::otel::Telemetry::grpc(&endpoint, Duration::from_secs(1), m)
+                            .expect("telemetry");
                     install_bridge(telemetry.tracer());
                     let _ = tx.send(endpoint);
                     loop {
                         let got = server.exported_spans(1, Duration::from_millis(200)).await;
                         kept.lock().unwrap_or_else(|e| e.into_inner()).extend(got);
+                        let pushed = server.exported_metrics(0, Duration::from_millis(10)).await;
+                        let mut n = names.lock().unwrap_or_else(|e| e.into_inner());
+                        for m in pushed.iter().flat_map(|e| e.metrics.iter()) {
+                            if m.data.is_some() {
+                                n.insert(m.name.clone());
+                            }
+                        }
                     }
                 });
             });
@@ -56,6 +68,7 @@ pub fn install() -> String {
                 .expect("the OTLP receiver started");
             Receiver {
                 spans,
+                metric_names,
                 metrics,
                 endpoint,
             }
@@ -84,6 +97,19 @@ pub fn metrics() -> Arc<Metrics> {
     RECEIVER
         .get()
         .map(|r| r.metrics.clone())
+        .unwrap_or_default()
+}
+
+/// Names of the metrics pushed so far.
+pub fn metric_names() -> std::collections::BTreeSet<String> {
+    RECEIVER
+        .get()
+        .map(|r| {
+            r.metric_names
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+        })
         .unwrap_or_default()
 }
 

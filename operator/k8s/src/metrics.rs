@@ -18,6 +18,47 @@ const CYCLE_BUCKETS: &[f64] = &[
 
 type Labels = Vec<(&'static str, String)>;
 
+/// What a family is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+        }
+    }
+}
+
+/// One metric family: name, kind, help and its points (labels, value).
+#[derive(Clone, Debug)]
+pub struct Family(
+    pub &'static str,
+    pub Kind,
+    pub &'static str,
+    pub Vec<(Vec<(&'static str, String)>, f64)>,
+);
+
+/// Histogram count/sum family names, made once per process (a fixed, small set).
+fn leak(name: String) -> &'static str {
+    use std::sync::OnceLock;
+    static NAMES: OnceLock<Mutex<Vec<&'static str>>> = OnceLock::new();
+    let names = NAMES.get_or_init(Mutex::default);
+    let mut names = names
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(n) = names.iter().find(|n| **n == name) {
+        return n;
+    }
+    let n: &'static str = Box::leak(name.into_boxed_str());
+    names.push(n);
+    n
+}
+
 #[derive(Clone, Debug, Default)]
 struct Histogram {
     buckets: Vec<u64>,
@@ -277,122 +318,180 @@ impl Metrics {
         self.with(|m| m.api_writes.values().sum())
     }
 
+    /// Every counter and gauge family, with its points: what `/metrics` shows and what the
+    /// OTLP exporter sends (histograms: their `_count` and `_sum`).
+    fn table(m: &Inner) -> Vec<Family> {
+        trait Num: Copy {
+            fn f(self) -> f64;
+        }
+        impl Num for u64 {
+            fn f(self) -> f64 {
+                self as f64
+            }
+        }
+        impl Num for f64 {
+            fn f(self) -> f64 {
+                self
+            }
+        }
+        fn points<V: Num>(map: &BTreeMap<Labels, V>) -> Vec<(Labels, f64)> {
+            map.iter().map(|(l, v)| (l.clone(), v.f())).collect()
+        }
+        vec![
+            Family(
+                "spillway_jobs",
+                Kind::Gauge,
+                "GpuJobs by queue and phase.",
+                points(&m.jobs),
+            ),
+            Family(
+                "spillway_queue_gpus_in_use",
+                Kind::Gauge,
+                "GPUs in use by each queue's running jobs, by environment.",
+                points(&m.queue_gpus),
+            ),
+            Family(
+                "spillway_pool_gpus",
+                Kind::Gauge,
+                "GPUs of each ComputePool's nodes: capacity and allocated.",
+                points(&m.pool_gpus),
+            ),
+            Family(
+                "spillway_decisions_total",
+                Kind::Counter,
+                "Decisions that changed a job's status, by outcome and reason.",
+                points(&m.decisions),
+            ),
+            Family(
+                "spillway_api_writes_total",
+                Kind::Counter,
+                "Writes to the Kubernetes API, by kind and result.",
+                points(&m.api_writes),
+            ),
+            Family(
+                "spillway_policy_rule_errors_total",
+                Kind::Counter,
+                "BurstPolicy rule expressions that failed at run time (treated as not matching).",
+                points(&m.policy_errors),
+            ),
+            Family(
+                "spillway_cloud_calls_total",
+                Kind::Counter,
+                "Cloud launches and terminations, by call and result.",
+                points(&m.cloud_calls),
+            ),
+            Family(
+                "spillway_spend_usd_total",
+                Kind::Counter,
+                "Cloud spend accrued while this operator ran, USD, by queue, pool and capacity type.",
+                points(&m.spend),
+            ),
+            Family(
+                "spillway_garbage_collected_total",
+                Kind::Counter,
+                "Orphaned instances terminated and Nodes of vanished instances deleted, by kind.",
+                points(&m.garbage),
+            ),
+            Family(
+                "spillway_spot_interruptions_total",
+                Kind::Counter,
+                "Spot instances that went away without Spillway terminating them, by pool and instance type.",
+                points(&m.spot_interruptions),
+            ),
+            Family(
+                "spillway_actions_total",
+                Kind::Counter,
+                "Actions the executor finished, by kind and result (ok, failed, cancelled, superseded, skipped).",
+                points(&m.actions),
+            ),
+            Family(
+                "spillway_action_errors_total",
+                Kind::Counter,
+                "Failed attempts of actions, by kind and error category.",
+                points(&m.action_errors),
+            ),
+            Family(
+                "spillway_action_retries_total",
+                Kind::Counter,
+                "Retries of failed actions, by kind.",
+                points(&m.action_retries),
+            ),
+            Family(
+                "spillway_telemetry_spans_total",
+                Kind::Counter,
+                "Spans of the operator's own traces, by result (exported, dropped, failed).",
+                points(&m.telemetry_spans),
+            ),
+            Family(
+                "spillway_invalid_objects",
+                Kind::Gauge,
+                "GpuQueues, ComputePools, Datasets and BurstPolicies the operator cannot use, by kind.",
+                points(&m.invalid_objects),
+            ),
+        ]
+    }
+
+    /// The counter and gauge families and the histograms' counts and sums, for OTLP.
+    pub fn families(&self) -> Vec<Family> {
+        self.with(|m| {
+            let mut all = Metrics::table(m);
+            all.push(Family(
+                "spillway_leader",
+                Kind::Gauge,
+                "1 while this replica is the leader.",
+                vec![(Vec::new(), m.leader)],
+            ));
+            all.push(Family(
+                "spillway_actions_in_flight",
+                Kind::Gauge,
+                "Actions started and not finished.",
+                vec![(Vec::new(), m.actions_in_flight)],
+            ));
+            let wait: Vec<(Labels, &Histogram)> =
+                m.job_wait.iter().map(|(l, h)| (l.clone(), h)).collect();
+            let cycle = vec![(Vec::new(), &m.reconcile)];
+            for (name, help, hists) in [
+                (
+                    "spillway_job_wait_seconds",
+                    "Seconds from entering the queue to starting, per queue.",
+                    wait,
+                ),
+                (
+                    "spillway_reconcile_duration_seconds",
+                    "Duration of one decision cycle.",
+                    cycle,
+                ),
+            ] {
+                all.push(Family(
+                    leak(format!("{name}_count")),
+                    Kind::Counter,
+                    help,
+                    hists
+                        .iter()
+                        .map(|(l, h)| (l.clone(), h.count as f64))
+                        .collect(),
+                ));
+                all.push(Family(
+                    leak(format!("{name}_sum")),
+                    Kind::Counter,
+                    help,
+                    hists.iter().map(|(l, h)| (l.clone(), h.sum)).collect(),
+                ));
+            }
+            all
+        })
+    }
+
     /// The exposition, Prometheus text format 0.0.4.
     pub fn render(&self) -> String {
         self.with(|m| {
             let mut out = String::new();
-            family(
-                &mut out,
-                "spillway_jobs",
-                "gauge",
-                "GpuJobs by queue and phase.",
-                &m.jobs,
-            );
-            family(
-                &mut out,
-                "spillway_queue_gpus_in_use",
-                "gauge",
-                "GPUs in use by each queue's running jobs, by environment.",
-                &m.queue_gpus,
-            );
-            family(
-                &mut out,
-                "spillway_pool_gpus",
-                "gauge",
-                "GPUs of each ComputePool's nodes: capacity and allocated.",
-                &m.pool_gpus,
-            );
-            family(
-                &mut out,
-                "spillway_decisions_total",
-                "counter",
-                "Decisions that changed a job's status, by outcome and reason.",
-                &m.decisions,
-            );
-            family(
-                &mut out,
-                "spillway_api_writes_total",
-                "counter",
-                "Writes to the Kubernetes API, by kind and result.",
-                &m.api_writes,
-            );
-            family(
-                &mut out,
-                "spillway_policy_rule_errors_total",
-                "counter",
-                "BurstPolicy rule expressions that failed at run time (treated as not matching).",
-                &m.policy_errors,
-            );
-            family(
-                &mut out,
-                "spillway_cloud_calls_total",
-                "counter",
-                "Cloud launches and terminations, by call and result.",
-                &m.cloud_calls,
-            );
-            family(
-                &mut out,
-                "spillway_spend_usd_total",
-                "counter",
-                "Cloud spend accrued while this operator ran, USD, by queue, pool and capacity type.",
-                &m.spend,
-            );
-            family(
-                &mut out,
-                "spillway_garbage_collected_total",
-                "counter",
-                "Orphaned instances terminated and Nodes of vanished instances deleted, by kind.",
-                &m.garbage,
-            );
-            family(
-                &mut out,
-                "spillway_spot_interruptions_total",
-                "counter",
-                "Spot instances that went away without Spillway terminating them, by pool and instance type.",
-                &m.spot_interruptions,
-            );
-            family(
-                &mut out,
-                "spillway_actions_total",
-                "counter",
-                "Actions the executor finished, by kind and result (ok, failed, cancelled, superseded, skipped).",
-                &m.actions,
-            );
-            family(
-                &mut out,
-                "spillway_action_errors_total",
-                "counter",
-                "Failed attempts of actions, by kind and error category.",
-                &m.action_errors,
-            );
-            family(
-                &mut out,
-                "spillway_action_retries_total",
-                "counter",
-                "Retries of failed actions, by kind.",
-                &m.action_retries,
-            );
-            family(
-                &mut out,
-                "spillway_telemetry_spans_total",
-                "counter",
-                "Spans of the operator's own traces, by result (exported, dropped, failed).",
-                &m.telemetry_spans,
-            );
-            family(
-                &mut out,
-                "spillway_invalid_objects",
-                "gauge",
-                "GpuQueues, ComputePools, Datasets and BurstPolicies the operator cannot use, by kind.",
-                &m.invalid_objects,
-            );
-            header(
-                &mut out,
-                "spillway_actions_in_flight",
-                "gauge",
-                "Actions started and not finished.",
-            );
-            let _ = writeln!(out, "spillway_actions_in_flight {}", m.actions_in_flight);
+            for Family(name, kind, help, points) in Metrics::table(m) {
+                header(&mut out, name, kind.as_str(), help);
+                for (labels, v) in &points {
+                    let _ = writeln!(out, "{name}{} {v}", label_text(labels, None));
+                }
+            }
             header(
                 &mut out,
                 "spillway_leader",
@@ -456,19 +555,6 @@ fn label_text(labels: &Labels, extra: Option<(&str, String)>) -> String {
         String::new()
     } else {
         format!("{{{}}}", parts.join(","))
-    }
-}
-
-fn family<V: std::fmt::Display>(
-    out: &mut String,
-    name: &str,
-    kind: &str,
-    help: &str,
-    values: &BTreeMap<Labels, V>,
-) {
-    header(out, name, kind, help);
-    for (labels, v) in values {
-        let _ = writeln!(out, "{name}{} {v}", label_text(labels, None));
     }
 }
 

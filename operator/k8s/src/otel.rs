@@ -8,6 +8,9 @@
 //! the queue cannot take or the collector refuses is dropped and counted
 //! (`spillway_telemetry_spans_total{result}`).
 //!
+//! The metrics `/metrics` shows are pushed over OTLP too (`OTEL_METRIC_EXPORT_INTERVAL`,
+//! default 60 s), as observable counters and gauges with the same names and labels.
+//!
 //! Spans about a GpuJob ([`SpanRecord`], from the turn) join the job's trace: their parent is
 //! the job's trace context (`spillway.io/traceparent`), and when the job ends its root span is
 //! emitted with exactly that context's ids, from queued to finished.
@@ -23,6 +26,8 @@ use opentelemetry::trace::{
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{
     IdGenerator, RandomIdGenerator, SdkTracerProvider, SpanData, SpanExporter, SpanProcessor,
 };
@@ -224,6 +229,70 @@ async fn export_loop<E: SpanExporter + 'static>(
 pub struct Telemetry {
     provider: SdkTracerProvider,
     flush: mpsc::Sender<Message>,
+    /// The metrics the Prometheus endpoint shows, pushed over OTLP too.
+    meters: Option<SdkMeterProvider>,
+}
+
+/// How often metrics are pushed: `OTEL_METRIC_EXPORT_INTERVAL` (milliseconds), default 60 s.
+fn metric_interval() -> Duration {
+    std::env::var("OTEL_METRIC_EXPORT_INTERVAL")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map(Duration::from_millis)
+        .unwrap_or(Duration::from_secs(60))
+}
+
+/// Pushes every counter and gauge family of `metrics` (the same as `/metrics`) through
+/// `exporter` every `interval`, as observable instruments that read the families when the SDK
+/// collects.
+fn meters<E: PushMetricExporter + 'static>(
+    exporter: E,
+    interval: Duration,
+    resource: Resource,
+    metrics: Arc<Metrics>,
+) -> SdkMeterProvider {
+    use opentelemetry::metrics::MeterProvider as _;
+    let reader = PeriodicReader::builder(exporter)
+        .with_interval(interval)
+        .build();
+    let provider = SdkMeterProvider::builder()
+        .with_resource(resource)
+        .with_reader(reader)
+        .build();
+    let meter = provider.meter(SCOPE);
+    for family in metrics.families() {
+        let (name, kind, help) = (family.0, family.1, family.2);
+        let m = metrics.clone();
+        let observe = move |observer: &dyn opentelemetry::metrics::AsyncInstrument<f64>| {
+            for f in m.families().into_iter().filter(|f| f.0 == name) {
+                for (labels, value) in f.3 {
+                    let attrs: Vec<KeyValue> = labels
+                        .into_iter()
+                        .map(|(k, v)| KeyValue::new(k, v))
+                        .collect();
+                    observer.observe(value, &attrs);
+                }
+            }
+        };
+        match kind {
+            crate::metrics::Kind::Counter => {
+                meter
+                    .f64_observable_counter(name)
+                    .with_description(help)
+                    .with_callback(observe)
+                    .build();
+            }
+            crate::metrics::Kind::Gauge => {
+                meter
+                    .f64_observable_gauge(name)
+                    .with_description(help)
+                    .with_callback(observe)
+                    .build();
+            }
+        }
+    }
+    provider
 }
 
 impl Telemetry {
@@ -239,11 +308,22 @@ impl Telemetry {
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .build()
             .map_err(|e| Error::Settings(format!("OTLP exporter: {e}")))?;
-        Ok(Some(Telemetry::with_exporter(exporter, metrics)))
+        let metric_exporter = opentelemetry_otlp::MetricExporter::builder()
+            .build()
+            .map_err(|e| Error::Settings(format!("OTLP metric exporter: {e}")))?;
+        Ok(Some(Telemetry::with_exporter(
+            exporter,
+            Some((metric_exporter, metric_interval())),
+            metrics,
+        )))
     }
 
     /// To an OTLP/gRPC endpoint (`http://host:4317`), whatever the variables say (tests).
-    pub fn grpc(endpoint: &str, metrics: Arc<Metrics>) -> Result<Telemetry, Error> {
+    pub fn grpc(
+        endpoint: &str,
+        metric_interval: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Result<Telemetry, Error> {
         use opentelemetry_otlp::WithExportConfig;
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_tonic()
@@ -251,11 +331,22 @@ impl Telemetry {
             .with_timeout(Duration::from_secs(5))
             .build()
             .map_err(|e| Error::Settings(format!("OTLP exporter: {e}")))?;
-        Ok(Telemetry::with_exporter(exporter, metrics))
+        let metric_exporter = opentelemetry_otlp::MetricExporter::builder()
+            .with_tonic()
+            .with_endpoint(endpoint)
+            .with_timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|e| Error::Settings(format!("OTLP metric exporter: {e}")))?;
+        Ok(Telemetry::with_exporter(
+            exporter,
+            Some((metric_exporter, metric_interval)),
+            metrics,
+        ))
     }
 
-    fn with_exporter<E: SpanExporter + 'static>(
+    fn with_exporter<E: SpanExporter + 'static, M: PushMetricExporter + 'static>(
         mut exporter: E,
+        metric_exporter: Option<(M, Duration)>,
         metrics: Arc<Metrics>,
     ) -> Telemetry {
         // The SDK's resource reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES.
@@ -265,6 +356,8 @@ impl Telemetry {
         }
         let resource = resource.build();
         exporter.set_resource(&resource);
+        let meters = metric_exporter
+            .map(|(e, interval)| meters(e, interval, resource.clone(), metrics.clone()));
         let (tx, rx) = mpsc::channel(QUEUE);
         tokio::spawn(export_loop(exporter, rx, metrics.clone()));
         let provider = SdkTracerProvider::builder()
@@ -279,6 +372,7 @@ impl Telemetry {
         Telemetry {
             provider,
             flush: tx,
+            meters,
         }
     }
 
@@ -299,5 +393,9 @@ impl Telemetry {
     pub async fn shutdown(self) {
         self.flush(Duration::from_secs(5)).await;
         let _ = self.provider.shutdown();
+        if let Some(m) = self.meters {
+            // The reader's last push runs on its own thread; do not block the runtime on it.
+            let _ = tokio::task::spawn_blocking(move || m.shutdown()).await;
+        }
     }
 }

@@ -113,5 +113,23 @@ async fn a_jobs_trace_reaches_the_collector_and_continues_across_a_restart() {
     assert!(!cycles.is_empty());
     assert!(cycles[0].attributes.contains_key("spillway.cycle.jobs"));
     assert!(otlp::metrics().telemetry_spans_total("exported") > 0);
+    // The metrics of /metrics arrive over OTLP too (here those of the exporter's own
+    // registry, which the binary shares with the operator).
+    spillway_tests::operator::eventually(Duration::from_secs(30), "metrics over OTLP", || async {
+        let names = otlp::metric_names();
+        if [
+            "spillway_telemetry_spans_total",
+            "spillway_leader",
+            "spillway_actions_in_flight",
+        ]
+        .iter()
+        .all(|n| names.contains(*n))
+        {
+            Ok(())
+        } else {
+            Err(format!("{names:?}"))
+        }
+    })
+    .await;
     op.stop().await.expect("clean stop");
 }
