@@ -85,6 +85,15 @@ impl FieldErrors {
         }
     }
 
+    /// An http:// or https:// URL, when set.
+    fn url(&mut self, path: &str, value: Option<&str>) {
+        if let Some(v) = value
+            && !(v.starts_with("http://") || v.starts_with("https://"))
+        {
+            self.push(path, format!("{v:?} must be an http:// or https:// URL"));
+        }
+    }
+
     fn dns_names(&mut self, path: &str, names: &[String]) {
         for (i, name) in names.iter().enumerate() {
             if let Err(why) = check_dns_subdomain(name) {
@@ -221,17 +230,12 @@ pub fn gpu_queue(spec: &GpuQueueSpec) -> Result<(), FieldErrors> {
         errs.non_negative("spec.budget.monthlyUSD", b.monthly_usd);
         errs.non_negative("spec.budget.hourlyUSD", b.hourly_usd);
     }
-    if let Some(endpoint) = spec
-        .telemetry
-        .as_ref()
-        .and_then(|t| t.otlp_endpoint.as_deref())
-        && !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
-    {
-        errs.push(
-            "spec.telemetry.otlpEndpoint",
-            format!("{endpoint:?} must be an http:// or https:// URL"),
-        );
-    }
+    errs.url(
+        "spec.telemetry.otlpEndpoint",
+        spec.telemetry
+            .as_ref()
+            .and_then(|t| t.otlp_endpoint.as_deref()),
+    );
     if let Some(id) = &spec.identity {
         errs.unique("spec.identity.audiences", &id.audiences);
         for (i, a) in id.audiences.iter().enumerate() {
@@ -343,17 +347,12 @@ pub fn compute_pool(spec: &ComputePoolSpec) -> Result<(), FieldErrors> {
             errs.push(format!("spec.nodeTaints[{i}].key"), "must not be empty");
         }
     }
-    if let Some(endpoint) = spec
-        .telemetry
-        .as_ref()
-        .and_then(|t| t.otlp_endpoint.as_deref())
-        && !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
-    {
-        errs.push(
-            "spec.telemetry.otlpEndpoint",
-            format!("{endpoint:?} must be an http:// or https:// URL"),
-        );
-    }
+    errs.url(
+        "spec.telemetry.otlpEndpoint",
+        spec.telemetry
+            .as_ref()
+            .and_then(|t| t.otlp_endpoint.as_deref()),
+    );
     errs.into_result()
 }
 
