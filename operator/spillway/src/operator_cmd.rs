@@ -47,6 +47,10 @@ pub struct OperatorArgs {
     /// (shorter than --renew-deadline).
     #[arg(long, value_name = "SECONDS", default_value_t = 2)]
     pub retry_period: u64,
+    /// Burst to the cloud (false: ComputePools with `aws` get no offerings and no cloud call is
+    /// made).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub cloud: bool,
     /// The value of the `spillway.io/cluster` tag on this cluster's cloud instances. Spillway
     /// lists, adopts and garbage-collects only instances with this tag: give every cluster
     /// sharing an AWS account its own.
@@ -199,7 +203,7 @@ pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
                 policy_dir: args.policy_dir.clone(),
                 resync: Duration::from_secs(args.resync.max(1)),
                 instance: identity,
-                cloud: Some(cloud),
+                cloud: args.cloud.then_some(cloud),
                 identity: issuer,
                 pod_otlp_endpoint: args
                     .pod_otlp_endpoint
