@@ -73,6 +73,14 @@ pub fn token_secret_name(job: &str) -> String {
     format!("{job}-identity")
 }
 
+/// Whether a keys Secret holds a key ring at all (the chart creates it empty).
+pub fn holds_keys(secret: &Secret) -> bool {
+    secret
+        .data
+        .as_ref()
+        .is_some_and(|d| d.contains_key(KEYS_KEY))
+}
+
 /// The key ring a keys Secret holds.
 pub fn ring_of(secret: &Secret) -> Result<KeyRing, spillway_identity::Error> {
     let bytes = secret
@@ -89,9 +97,11 @@ pub fn keys_secret(config: &IdentityConfig, ring: &KeyRing) -> Secret {
         metadata: ObjectMeta {
             name: Some(config.secret.clone()),
             namespace: Some(config.namespace.clone()),
+            // Not `app.kubernetes.io/managed-by`: the chart creates this Secret empty and
+            // keeps that label; an apply of ours would take it over.
             labels: Some(BTreeMap::from([(
-                "app.kubernetes.io/managed-by".to_string(),
-                "spillway".to_string(),
+                "spillway.io/identity".to_string(),
+                "keys".to_string(),
             )])),
             ..ObjectMeta::default()
         },

@@ -86,7 +86,12 @@ impl State {
     /// Rotates the keys; returns the ring tokens are signed with (what the Secret holds).
     pub(super) fn keys(&mut self, inputs: &Inputs, now: Time) -> Option<KeyRing> {
         let cfg = self.identity_config()?.clone();
-        let stored = match inputs.identity_keys.as_deref().map(identity::ring_of) {
+        let stored = match inputs
+            .identity_keys
+            .as_deref()
+            .filter(|s| identity::holds_keys(s))
+            .map(identity::ring_of)
+        {
             Some(Ok(ring)) => Some(ring),
             Some(Err(e)) => {
                 tracing::error!(secret = %format!("{}/{}", cfg.namespace, cfg.secret), error = %e,

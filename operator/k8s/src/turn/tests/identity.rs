@@ -85,6 +85,36 @@ fn cluster_with_keys(at: Time) -> (crate::world::Inputs, KeyRing) {
 }
 
 #[test]
+fn an_empty_keys_secret_made_by_the_chart_is_filled_without_touching_its_labels() {
+    let mut i = cluster();
+    i.identity_keys = Some(Arc::new(Secret {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some("spillway-identity-keys".into()),
+            namespace: Some("spillway-system".into()),
+            labels: Some(
+                [(
+                    "app.kubernetes.io/managed-by".to_string(),
+                    "Helm".to_string(),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        type_: Some("Opaque".into()),
+        ..Secret::default()
+    }));
+    let mut l = with_identity();
+    let t = l.turn(&i, None, noon());
+    let keys = secret(&t, "spillway-identity-keys").expect("keys written into the empty Secret");
+    assert_eq!(ring_of(&keys).unwrap().keys.len(), 1);
+    let labels = keys.metadata.labels.unwrap_or_default();
+    assert!(
+        !labels.contains_key("app.kubernetes.io/managed-by"),
+        "our apply must not take the chart's label over: {labels:?}"
+    );
+}
+
+#[test]
 fn the_first_turn_makes_the_keys_and_signs_nothing_before_they_are_stored() {
     let mut i = cluster();
     i.nodes = vec![node("a", "onprem", 8)];
