@@ -1191,7 +1191,7 @@ impl<'a> Cycle<'a> {
             Reason::DeadlineAtRisk => "would miss its deadline on private capacity".to_string(),
             Reason::CloudOnlyPlacement => "asks for cloud capacity only".to_string(),
             Reason::RequiredByPolicy => "a rule requires the cloud".to_string(),
-            Reason::NoPrivateCapacity => "no private node could hold it".to_string(),
+            Reason::NoPrivateCapacity => "fits on no private node".to_string(),
             other => other.to_string(),
         };
         let rule = trigger_rule.or(data_rule);
