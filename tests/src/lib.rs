@@ -13,6 +13,7 @@
 //! - [`moto::MotoServer`]: moto's EC2-compatible HTTP server, which the real AWS SDK talks to.
 //! - [`workload`]: GpuJobs as the end-to-end tests submit and wait for them.
 //! - [`otlp`]: a real OTLP/gRPC receiver and the operator's telemetry pointed at it.
+//! - [`helm::Helm`]: real Helm 3 and Helm 4 binaries (with kubectl), each with isolated homes.
 //! - [`partition::Partition`]: a TCP proxy in front of the API server that cuts one replica off
 //!   (its requests swallowed, the server's answers and watch events still flowing), and logs
 //!   what it sends.
@@ -23,6 +24,7 @@
 
 pub mod cluster;
 pub mod faults;
+pub mod helm;
 pub mod kubelet;
 pub mod machines;
 pub mod moto;

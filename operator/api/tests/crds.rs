@@ -1,31 +1,27 @@
-//! `crds/` holds exactly what the code generates (regenerate with
-//! `cargo run -- crds --out crds`).
+//! `crds/` and the chart's `crds/` hold exactly what the code generates (regenerate with
+//! `cargo run -- crds --out crds` and `cargo run -- crds --out charts/spillway/crds`).
 
 use std::path::PathBuf;
 
-#[test]
-fn checked_in_crds_match_the_code() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../crds");
+/// `dir` holds exactly the generated CRDs; `regenerate` says how to fix it.
+fn check_generated(dir: &str, regenerate: &str) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(dir);
     let mut expected_files = Vec::new();
     for crd in spillway_api::crds() {
         let name = spillway_api::crd_file_name(&crd);
         let want = spillway_api::crd_yaml(&crd).expect("CRD serialises");
         let path = dir.join(&name);
-        let have = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-            panic!(
-                "{}: {e}; run `cargo run -- crds --out crds`",
-                path.display()
-            )
-        });
+        let have = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}; run `{regenerate}`", path.display()));
         assert!(
             have == want,
-            "{} differs from the generated CRD; run `cargo run -- crds --out crds` and commit",
+            "{} differs from the generated CRD; run `{regenerate}` and commit",
             path.display()
         );
         expected_files.push(name);
     }
     let mut present: Vec<String> = std::fs::read_dir(&dir)
-        .expect("crds/ exists")
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.ends_with(".yaml"))
@@ -33,8 +29,24 @@ fn checked_in_crds_match_the_code() {
     present.sort();
     expected_files.sort();
     assert_eq!(
-        present, expected_files,
-        "crds/ holds a file the code does not generate"
+        present,
+        expected_files,
+        "{} holds a file the code does not generate",
+        dir.display()
+    );
+}
+
+#[test]
+fn checked_in_crds_match_the_code() {
+    check_generated("../../crds", "cargo run -- crds --out crds");
+}
+
+/// The chart installs the same CRDs (Helm's `crds/` directory).
+#[test]
+fn the_charts_crds_match_the_code() {
+    check_generated(
+        "../../charts/spillway/crds",
+        "cargo run -- crds --out charts/spillway/crds",
     );
 }
 

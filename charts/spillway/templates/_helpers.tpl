@@ -1,0 +1,59 @@
+{{/* The chart's name. */}}
+{{- define "spillway.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The prefix of every object's name. */}}
+{{- define "spillway.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains (include "spillway.name" .) .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name (include "spillway.name" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "spillway.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "spillway.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "spillway.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "spillway.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "spillway.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "spillway.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The identity issuer URL. */}}
+{{- define "spillway.issuer" -}}
+{{- default (printf "https://%s-identity.%s.svc" (include "spillway.fullname" .) .Release.Namespace) .Values.identity.issuer -}}
+{{- end -}}
+
+{{/* Settings that cannot work together, refused at render time. */}}
+{{- define "spillway.check" -}}
+{{- $le := .Values.leaderElection -}}
+{{- if and (gt (int .Values.replicas) 1) (not $le.enabled) -}}
+{{- fail "replicas > 1 needs leaderElection.enabled: only one replica may act" -}}
+{{- end -}}
+{{- if not (lt (int $le.renewDeadline) (int $le.leaseDuration)) -}}
+{{- fail "leaderElection.renewDeadline must be shorter than leaderElection.leaseDuration" -}}
+{{- end -}}
+{{- if not (lt (int $le.retryPeriod) (int $le.renewDeadline)) -}}
+{{- fail "leaderElection.retryPeriod must be shorter than leaderElection.renewDeadline" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Non-empty when there are BurstPolicy files to mount (the policies/ directory or value). */}}
+{{- define "spillway.hasPolicies" -}}
+{{- if or .Values.policies (.Files.Glob "policies/*.{yaml,yml}") -}}true{{- end -}}
+{{- end -}}

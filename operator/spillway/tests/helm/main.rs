@@ -1,0 +1,511 @@
+//! The Helm chart (charts/spillway) with real Helm 3 and Helm 4: lint, render, refuse bad
+//! values (this file); install, run, upgrade and uninstall against the test API server
+//! (install.rs); the getting-started guide run as written (getting_started.rs).
+
+mod install;
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+use spillway_tests::helm::{Helm, chart_dir, text};
+
+/// `helm template` of the chart with `args`, as parsed objects.
+fn render(helm: &Helm, args: &[&str]) -> Vec<Value> {
+    let chart = chart_dir().display().to_string();
+    let mut all = vec![
+        "template",
+        "spillway",
+        chart.as_str(),
+        "--namespace",
+        "spillway-system",
+    ];
+    all.extend_from_slice(args);
+    let out = helm.run(&all);
+    assert!(
+        out.status.success(),
+        "helm {} template: {}",
+        helm.major,
+        text(&out)
+    );
+    let yaml = String::from_utf8(out.stdout).expect("UTF-8");
+    spillway_api::manifests::documents(&yaml)
+        .into_iter()
+        .filter_map(|d| serde_saphyr::from_str::<Option<Value>>(d.text).expect("YAML"))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn one<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| {
+            let have: Vec<String> = objects
+                .iter()
+                .map(|o| format!("{}/{}", o["kind"], o["metadata"]["name"]))
+                .collect();
+            panic!("no {kind} {name} in {have:?}")
+        })
+}
+
+fn kinds(objects: &[Value]) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for o in objects {
+        *m.entry(o["kind"].as_str().unwrap_or("?").to_string())
+            .or_default() += 1;
+    }
+    m
+}
+
+fn strings(v: &Value) -> Vec<&str> {
+    v.as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// Every port list entry without a `protocol`, as a path (server-side apply, which Helm 4 uses,
+/// refuses a port without one: it is a key of the list).
+fn ports_without_protocol(v: &Value, path: &str, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, child) in m {
+                let p = format!("{path}.{k}");
+                if k == "ports" {
+                    for (i, port) in child.as_array().into_iter().flatten().enumerate() {
+                        if port.get("protocol").is_none() {
+                            out.push(format!("{p}[{i}]"));
+                        }
+                    }
+                } else {
+                    ports_without_protocol(child, &p, out);
+                }
+            }
+        }
+        Value::Array(a) => {
+            for (i, child) in a.iter().enumerate() {
+                ports_without_protocol(child, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn assert_ports_have_protocols(objects: &[Value]) {
+    let mut missing = Vec::new();
+    for o in objects {
+        if o["kind"] == "ServiceMonitor" {
+            continue; // its endpoints name a port; no list of ports
+        }
+        let at = format!("{}/{}", o["kind"], o["metadata"]["name"]);
+        ports_without_protocol(o, &at, &mut missing);
+    }
+    assert!(missing.is_empty(), "ports without a protocol: {missing:?}");
+}
+
+/// Every rule of every (Cluster)Role rendered, with where it applies.
+fn rules(objects: &[Value]) -> Vec<(String, &Value)> {
+    objects
+        .iter()
+        .filter(|o| o["kind"] == "ClusterRole" || o["kind"] == "Role")
+        .flat_map(|o| {
+            let at = match o["kind"].as_str() {
+                Some("ClusterRole") => "cluster".to_string(),
+                _ => format!(
+                    "namespace {}",
+                    o["metadata"]["namespace"].as_str().unwrap_or("")
+                ),
+            };
+            o["rules"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(move |r| (at.clone(), r))
+        })
+        .collect()
+}
+
+#[test]
+fn lint_strict_passes_with_both_helms_and_both_values_files() {
+    let chart = chart_dir().display().to_string();
+    let full = chart_dir()
+        .join("ci/full-values.yaml")
+        .display()
+        .to_string();
+    for helm in Helm::all() {
+        for args in [
+            vec!["lint", "--strict", &chart],
+            vec!["lint", "--strict", &chart, "-f", &full],
+        ] {
+            let out = helm.run(&args);
+            assert!(
+                out.status.success(),
+                "helm {} {args:?}: {}",
+                helm.major,
+                text(&out)
+            );
+            assert!(text(&out).contains("0 chart(s) failed"), "{}", text(&out));
+        }
+    }
+}
+
+#[test]
+fn the_default_render_is_hardened_and_least_privilege() {
+    for helm in Helm::all() {
+        let objects = render(&helm, &[]);
+        assert_ports_have_protocols(&objects);
+        let k = kinds(&objects);
+        for (kind, n) in [
+            ("Deployment", 1),
+            ("ServiceAccount", 1),
+            ("ClusterRole", 1),
+            ("ClusterRoleBinding", 1),
+            ("Role", 2),
+            ("RoleBinding", 2),
+            ("Service", 2),
+            ("PodDisruptionBudget", 1),
+            ("Lease", 1),
+            ("Secret", 1),
+        ] {
+            assert_eq!(
+                k.get(kind),
+                Some(&n),
+                "{kind} with Helm {}: {k:?}",
+                helm.major
+            );
+        }
+        assert!(
+            !k.contains_key("ServiceMonitor") && !k.contains_key("NetworkPolicy"),
+            "{k:?}"
+        );
+
+        let d = one(&objects, "Deployment", "spillway");
+        assert_eq!(d["spec"]["replicas"], 2);
+        let pod = &d["spec"]["template"]["spec"];
+        assert_eq!(pod["serviceAccountName"], "spillway");
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(
+            pod["securityContext"]["seccompProfile"]["type"],
+            "RuntimeDefault"
+        );
+        let c = &pod["containers"][0];
+        assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+        assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+        assert_eq!(
+            strings(&c["securityContext"]["capabilities"]["drop"]),
+            ["ALL"]
+        );
+        assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+        assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+        for r in ["cpu", "memory"] {
+            assert!(c["resources"]["requests"][r].is_string(), "requests.{r}");
+            assert!(c["resources"]["limits"][r].is_string(), "limits.{r}");
+        }
+        let args = strings(&c["args"]);
+        assert_eq!(args[0], "operator");
+        // Every flag the chart passes is one the binary knows.
+        let help = std::process::Command::new(env!("CARGO_BIN_EXE_spillway"))
+            .args(["operator", "--help"])
+            .output()
+            .expect("spillway operator --help");
+        let help = String::from_utf8_lossy(&help.stdout);
+        for a in &args[1..] {
+            let flag = a.split('=').next().unwrap();
+            assert!(
+                help.contains(&format!("{flag} ")),
+                "{flag} is not a flag of `spillway operator`"
+            );
+        }
+        for want in [
+            "--leader-elect=true",
+            "--leader-election-namespace=spillway-system",
+            "--leader-election-id=spillway",
+            "--identity-keys-secret=spillway-identity-keys",
+            "--identity-issuer=https://spillway-identity.spillway-system.svc",
+        ] {
+            assert!(args.contains(&want), "{want} in {args:?}");
+        }
+        let pdb = one(&objects, "PodDisruptionBudget", "spillway");
+        assert_eq!(pdb["apiVersion"], "policy/v1");
+        assert_eq!(pdb["spec"]["minAvailable"], 1);
+        let metrics = one(&objects, "Service", "spillway-metrics");
+        assert_eq!(metrics["spec"]["ports"][0]["port"], 8080);
+        let issuer = one(&objects, "Service", "spillway-identity");
+        assert_eq!(issuer["spec"]["ports"][0]["targetPort"], "identity");
+
+        // Least privilege: no wildcards, Secrets never read cluster-wide, and every read of a
+        // Secret held to one name (the issuer's keys) or to kube-system (bootstrap tokens).
+        for (at, r) in rules(&objects) {
+            for field in ["apiGroups", "resources", "verbs"] {
+                assert!(
+                    !strings(&r[field]).contains(&"*"),
+                    "a wildcard in {at}: {r}"
+                );
+            }
+            if !strings(&r["resources"]).contains(&"secrets") {
+                continue;
+            }
+            let reads = strings(&r["verbs"])
+                .into_iter()
+                .any(|v| matches!(v, "get" | "list" | "watch"));
+            match at.as_str() {
+                "cluster" => assert!(!reads, "a cluster-wide read of Secrets: {r}"),
+                "namespace kube-system" => {}
+                _ => assert!(
+                    !reads || strings(&r["resourceNames"]) == ["spillway-identity-keys"],
+                    "Secrets read beyond the issuer's keys in {at}: {r}"
+                ),
+            }
+        }
+        // The objects the operator keeps state in belong to the release.
+        assert_eq!(
+            one(&objects, "Lease", "spillway")["metadata"]["namespace"],
+            "spillway-system"
+        );
+        let keys = one(&objects, "Secret", "spillway-identity-keys");
+        assert!(
+            keys.get("data").is_none_or(Value::is_null),
+            "the chart writes no keys: {keys}"
+        );
+    }
+}
+
+#[test]
+fn every_setting_renders_where_it_should() {
+    let full = chart_dir()
+        .join("ci/full-values.yaml")
+        .display()
+        .to_string();
+    for helm in Helm::all() {
+        let objects = render(&helm, &["-f", &full]);
+        assert_ports_have_protocols(&objects);
+        let k = kinds(&objects);
+        assert_eq!(k.get("ServiceMonitor"), Some(&1), "{k:?}");
+        assert_eq!(k.get("NetworkPolicy"), Some(&1), "{k:?}");
+        let d = one(&objects, "Deployment", "gpu-scheduler");
+        assert_eq!(d["spec"]["replicas"], 3);
+        let pod = &d["spec"]["template"]["spec"];
+        assert_eq!(pod["serviceAccountName"], "spillway-operator");
+        let c = &pod["containers"][0];
+        assert_eq!(c["image"], "registry.example.com/platform/spillway:0.1.0");
+        let args = strings(&c["args"]);
+        for want in [
+            "--metrics-addr=0.0.0.0:9090",
+            "--lease-duration=20",
+            "--cluster-name=research-prod",
+            "--join-api-server=https://api.research-prod.example.com:6443",
+            "--catalog=/etc/spillway/catalog/catalog.csv",
+            "--policy-dir=/etc/spillway/policies",
+            "--identity-addr=0.0.0.0:9443",
+            "--identity-issuer=https://oidc.research-prod.example.com",
+            "--identity-audience=sts.amazonaws.com",
+            "--identity-algorithm=RS256",
+            "--identity-tls-cert=/etc/spillway/tls/tls.crt",
+            "--pod-otlp-endpoint=http://otel-agent.observability:4317",
+        ] {
+            assert!(args.contains(&want), "{want} in {args:?}");
+        }
+        let env: BTreeMap<&str, &str> = c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|e| Some((e["name"].as_str()?, e["value"].as_str()?)))
+            .collect();
+        assert_eq!(env.get("AWS_REGION"), Some(&"us-east-1"));
+        assert_eq!(
+            env.get("AWS_ENDPOINT_URL_EC2"),
+            Some(&"https://ec2.us-east-1.amazonaws.com")
+        );
+        assert_eq!(
+            env.get("OTEL_EXPORTER_OTLP_ENDPOINT"),
+            Some(&"http://otel-collector.observability:4317")
+        );
+        assert_eq!(env.get("RUST_LOG"), Some(&"spillway_k8s=debug,info"));
+        assert_eq!(c["envFrom"][0]["secretRef"]["name"], "spillway-aws");
+        let sa = one(&objects, "ServiceAccount", "spillway-operator");
+        assert!(sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].is_string());
+
+        // The catalog and the policies are what the operator can read.
+        let catalog = one(&objects, "ConfigMap", "gpu-scheduler-catalog");
+        let rows = spillway_core::catalog::parse(catalog["data"]["catalog.csv"].as_str().unwrap())
+            .expect("the example catalog parses");
+        assert_eq!(rows.len(), 2);
+        let policies = one(&objects, "ConfigMap", "gpu-scheduler-policies");
+        let dir = std::env::temp_dir().join(spillway_tests::unique_name("chart-policies"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (file, body) in policies["data"].as_object().unwrap() {
+            std::fs::write(dir.join(file), body.as_str().unwrap()).unwrap();
+        }
+        let lint = std::process::Command::new(env!("CARGO_BIN_EXE_spillway"))
+            .args(["policy", "lint", &dir.display().to_string()])
+            .output()
+            .expect("policy lint");
+        assert!(lint.status.success(), "{}", text(&lint));
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        // Token Secrets only in the namespaces named, not cluster-wide.
+        for (at, r) in rules(&objects) {
+            if strings(&r["resources"]).contains(&"secrets") {
+                assert_ne!(
+                    at, "cluster",
+                    "with rbac.jobNamespaces no cluster-wide Secret rule: {r}"
+                );
+            }
+        }
+        for ns in ["research", "clinical"] {
+            assert!(objects.iter().any(|o| o["kind"] == "Role"
+                && o["metadata"]["name"] == "gpu-scheduler-tokens"
+                && o["metadata"]["namespace"] == ns));
+        }
+    }
+}
+
+#[test]
+fn bad_values_are_refused_with_the_reason() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--set", "replicas=-1"], "replicas"),
+        (&["--set", "replicaCount=2"], "replicaCount"),
+        (&["--set", "identity.algorithm=HS256"], "algorithm"),
+        (
+            &["--set", "identity.tokenLifetime=forever"],
+            "tokenLifetime",
+        ),
+        (&["--set", "telemetry.protocol=udp"], "protocol"),
+        (&["--set", "image.pullPolicy=Sometimes"], "pullPolicy"),
+        (
+            &["--set", "aws.joinApiServer=http://api:6443"],
+            "joinApiServer",
+        ),
+        (
+            &["--set", "rbac.jobNamespaces[0]=Not_A_Namespace"],
+            "jobNamespaces",
+        ),
+        (
+            &["--set", "leaderElection.renewDeadline=20"],
+            "renewDeadline must be shorter",
+        ),
+        (
+            &["--set", "leaderElection.enabled=false"],
+            "replicas > 1 needs leaderElection",
+        ),
+    ];
+    for helm in Helm::all() {
+        let chart = chart_dir().display().to_string();
+        for (args, why) in cases {
+            let mut all = vec!["template", "spillway", chart.as_str()];
+            all.extend_from_slice(args);
+            let out = helm.run(&all);
+            assert!(
+                !out.status.success(),
+                "Helm {} accepted {args:?}",
+                helm.major
+            );
+            let t = text(&out);
+            assert!(
+                t.contains(why),
+                "Helm {} refused {args:?} without naming {why:?}: {t}",
+                helm.major
+            );
+        }
+        // One replica may run without an election.
+        let chart = chart_dir().display().to_string();
+        let ok = helm.run(&[
+            "template",
+            "spillway",
+            &chart,
+            "--set",
+            "replicas=1",
+            "--set",
+            "leaderElection.enabled=false",
+        ]);
+        assert!(ok.status.success(), "{}", text(&ok));
+    }
+}
+
+/// The keys of values.yaml, as dotted paths, each with whether a comment stands right above it.
+fn value_keys(text: &str) -> Vec<(String, bool)> {
+    let mut stack: Vec<(usize, String)> = Vec::new();
+    let mut out = Vec::new();
+    let mut commented = false;
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        if trimmed.is_empty() {
+            commented = false;
+            continue;
+        }
+        if trimmed.starts_with('#') {
+            commented = true;
+            continue;
+        }
+        let indent = line.len() - trimmed.len();
+        let Some((key, _)) = trimmed.split_once(':') else {
+            continue;
+        };
+        if trimmed.starts_with('-') || key.contains(' ') {
+            commented = false;
+            continue;
+        }
+        while stack.last().is_some_and(|(i, _)| *i >= indent) {
+            stack.pop();
+        }
+        let path = stack
+            .iter()
+            .map(|(_, k)| k.as_str())
+            .chain([key])
+            .collect::<Vec<_>>()
+            .join(".");
+        stack.push((indent, key.to_string()));
+        out.push((path, commented));
+        commented = false;
+    }
+    out
+}
+
+/// The schema's settings (objects with properties are walked into), as dotted paths.
+fn schema_keys(schema: &Value, prefix: &str, out: &mut Vec<String>) {
+    for (k, v) in schema["properties"].as_object().into_iter().flatten() {
+        let path = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        out.push(path.clone());
+        if v["properties"].is_object() {
+            schema_keys(v, &path, out);
+        }
+    }
+}
+
+#[test]
+fn every_setting_is_commented_in_values_yaml_and_typed_in_the_schema() {
+    let values = std::fs::read_to_string(chart_dir().join("values.yaml")).unwrap();
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(chart_dir().join("values.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let mut settings = Vec::new();
+    schema_keys(&schema, "", &mut settings);
+    let keys = value_keys(&values);
+    for s in &settings {
+        let found = keys.iter().find(|(k, _)| k == s);
+        let Some((_, commented)) = found else {
+            panic!(
+                "{s} is in values.schema.json but not in values.yaml (give it its default there)"
+            );
+        };
+        let parent_only = schema_parent(&schema, s);
+        assert!(
+            *commented || parent_only,
+            "{s} has no comment in values.yaml"
+        );
+    }
+    assert!(settings.len() > 40, "{settings:?}");
+}
+
+/// Whether `path` is an object of further settings (its children carry the comments).
+fn schema_parent(schema: &Value, path: &str) -> bool {
+    let mut v = schema;
+    for part in path.split('.') {
+        v = &v["properties"][part];
+    }
+    v["properties"].is_object()
+}
