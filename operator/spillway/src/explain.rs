@@ -1,6 +1,6 @@
 //! `spillway explain --job FILE [--config DIR|FILE] [--situation FILE]`: one decision, offline,
 //! with every rule evaluated. `spillway explain gpujob NAME [-n NS]`: the same, live, from the
-//! cluster (see `kubectl_cmd`).
+//! cluster (see `kubectl::explain`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -63,7 +63,7 @@ pub fn run(args: ExplainArgs) -> ExitCode {
             );
         }
         #[cfg(feature = "cluster")]
-        return crate::kubectl_cmd::explain_live(&args);
+        return crate::kubectl::explain::explain_live(&args);
         #[cfg(not(feature = "cluster"))]
         return fail(
             "this spillway was built without the `cluster` feature: explain live jobs with a full build, or give `--job FILE`".into(),

@@ -16,7 +16,7 @@ mod explain;
 #[cfg(feature = "cluster")]
 mod identity_cmd;
 #[cfg(feature = "cluster")]
-mod kubectl_cmd;
+mod kubectl;
 #[cfg(feature = "cluster")]
 mod operator_cmd;
 mod policy_cmd;
@@ -39,10 +39,19 @@ enum Command {
     Explain(Box<explain::ExplainArgs>),
     /// Queues and pools at a glance (from the cluster).
     #[cfg(feature = "cluster")]
-    Status(kubectl_cmd::StatusArgs),
+    Status(kubectl::overview::StatusArgs),
     /// GpuJobs with where they run and why (from the cluster).
     #[cfg(feature = "cluster")]
-    Jobs(kubectl_cmd::JobsArgs),
+    Jobs(kubectl::jobs::JobsArgs),
+    /// GpuQueues: quota, jobs, GPUs in use, spend against budget (from the cluster).
+    #[cfg(feature = "cluster")]
+    Queues(kubectl::overview::QueuesArgs),
+    /// ComputePools: nodes, GPUs, instances, spend, launch health (from the cluster).
+    #[cfg(feature = "cluster")]
+    Pools(kubectl::overview::PoolsArgs),
+    /// What GPUs have cost: queues' and cloud pools' spend this month, jobs' accrued cost.
+    #[cfg(feature = "cluster")]
+    Cost(kubectl::cost::CostArgs),
     /// Run the operator (the controllers) against a cluster.
     #[cfg(feature = "cluster")]
     Operator(Box<operator_cmd::OperatorArgs>),
@@ -92,9 +101,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         #[cfg(feature = "cluster")]
         Command::Operator(args) => operator_cmd::run(*args),
         #[cfg(feature = "cluster")]
-        Command::Status(args) => kubectl_cmd::status(args),
+        Command::Status(args) => Ok(kubectl::run(|| kubectl::overview::status(args))),
         #[cfg(feature = "cluster")]
-        Command::Jobs(args) => kubectl_cmd::jobs(args),
+        Command::Jobs(args) => Ok(kubectl::run(|| kubectl::jobs::jobs(args))),
+        #[cfg(feature = "cluster")]
+        Command::Queues(args) => Ok(kubectl::run(|| kubectl::overview::queues(args))),
+        #[cfg(feature = "cluster")]
+        Command::Pools(args) => Ok(kubectl::run(|| kubectl::overview::pools(args))),
+        #[cfg(feature = "cluster")]
+        Command::Cost(args) => Ok(kubectl::run(|| kubectl::cost::cost(args))),
         #[cfg(feature = "cluster")]
         Command::Token { command } => identity_cmd::token(command),
         #[cfg(feature = "cluster")]

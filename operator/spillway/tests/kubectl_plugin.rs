@@ -1,5 +1,5 @@
-//! `kubectl spillway status|jobs|explain` (and `spillway operator`) against the real control
-//! plane, with the fake kubelet for nodes.
+//! `kubectl spillway status|jobs|queues|pools|cost|explain` (and `spillway operator`) against
+//! the real control plane, with the fake kubelet for nodes.
 
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -316,8 +316,87 @@ async fn operator_binary_and_kubectl_plugin() {
             &kubeconfig,
         ],
     );
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(1), "not found: exit 1");
     assert!(text(&out).contains("not found"), "{}", text(&out));
+
+    // queues, pools, cost; -o json|yaml|wide; empty answers; exit codes.
+    let kc = ["--kubeconfig", kubeconfig.as_str()];
+    let out = run(&plugin, &[&["queues"][..], &kc].concat());
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.starts_with("NAME   "), "{t}");
+    let row = t
+        .lines()
+        .find(|l| l.starts_with(&ns))
+        .expect("the queue's row");
+    assert_eq!(row.split_whitespace().nth(1), Some("2"), "weight: {row}");
+    assert!(row.contains("True"), "Ready: {row}");
+    let out = run(&plugin, &[&["pools", "-o", "wide"][..], &kc].concat());
+    let t = text(&out);
+    let row = t
+        .lines()
+        .find(|l| l.starts_with(&format!("{ns}-pool")))
+        .expect("pool row");
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[1..7], ["private", "1", "1", "0", "8", "4"], "{t}");
+    assert!(t.lines().next().unwrap().contains("LAUNCH-HEALTHY"), "{t}");
+    let out = run(
+        &plugin,
+        &[&["jobs", "-n", &ns, "-o", "json"][..], &kc].concat(),
+    );
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON List");
+    assert_eq!(list["kind"], "List");
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(2));
+    assert_eq!(list["items"][0]["metadata"]["name"], "fits");
+    let out = run(&plugin, &[&["queues", "-o", "yaml"][..], &kc].concat());
+    let yaml = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        yaml.contains("kind: List") && yaml.contains(&format!("name: {ns}")),
+        "{yaml}"
+    );
+    let out = run(&plugin, &[&["cost", "--queue", &ns][..], &kc].concat());
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("QUEUES (cloud spend this month, UTC)"), "{t}");
+    assert!(!t.contains("CLOUD POOLS"), "{t}");
+    assert!(
+        t.lines()
+            .any(|l| l.starts_with(&ns) && l.contains(" fits ")),
+        "{t}"
+    );
+    let out = run(
+        &plugin,
+        &[&["cost", "--since", "7d", "-o", "json"][..], &kc].concat(),
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("cost JSON");
+    assert_eq!(report["since"], "7d");
+    assert!(report["totals"]["jobsAccruedUSD"].is_number(), "{report}");
+    let out = run(&plugin, &[&["cost", "--since", "a week"][..], &kc].concat());
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a bad --since is a usage error: {}",
+        text(&out)
+    );
+    let out = run(
+        &plugin,
+        &[&["cost", "--queue", "no-such-queue"][..], &kc].concat(),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let out = run(&plugin, &[&["jobs", "-n", "kube-public"][..], &kc].concat());
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "No GpuJobs in namespace kube-public."
+    );
+    let out = run(
+        &plugin,
+        &["jobs", "--kubeconfig", "/nonexistent/kubeconfig"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let out = run(&plugin, &[&["jobs", "-o", "xml"][..], &kc].concat());
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
 
     // The running job's token verifies with `spillway token verify` against the JWKS the
     // operator serves; the wrong audience is refused with a reason and exit code 1.

@@ -1,0 +1,188 @@
+//! `explain gpujob NAME`: one decision explained from the live cluster.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::Client;
+use kube::api::{Api, ListParams};
+use spillway_api::{BurstPolicy, ComputePool, Dataset, GpuJob, GpuQueue};
+use spillway_k8s::world::{self, Inputs};
+use spillway_policy::PolicyEngine;
+
+use super::{ClusterArgs, Failure, client, opt};
+use crate::explain::{ExplainArgs, fail, print_decision, print_rules};
+
+/// `explain gpujob NAME`: the recorded decision, then what the core decides with the cluster
+/// as it is now, with every rule evaluated.
+pub fn explain_live(args: &ExplainArgs) -> ExitCode {
+    let name = match args.target.as_slice() {
+        [kind, name] if is_gpujob(kind) => name.clone(),
+        [one] => match one.split_once('/') {
+            Some((kind, name)) if is_gpujob(kind) => name.to_string(),
+            _ => {
+                return fail(format!(
+                    "cannot explain {one:?}: give `gpujob NAME` or `gpujob/NAME`"
+                ));
+            }
+        },
+        other => {
+            return fail(format!(
+                "cannot explain {:?}: give `gpujob NAME`",
+                other.join(" ")
+            ));
+        }
+    };
+    let cluster = ClusterArgs {
+        kubeconfig: args.kubeconfig.clone(),
+        context: args.context.clone(),
+    };
+    let namespace = args.namespace.clone();
+    super::run(|| async move { explain_job(&cluster, namespace, &name).await })
+}
+
+fn is_gpujob(kind: &str) -> bool {
+    matches!(
+        kind.to_ascii_lowercase().as_str(),
+        "gpujob" | "gpujobs" | "gj" | "gpujob.spillway.io" | "gpujobs.spillway.io"
+    )
+}
+
+async fn list_all<K>(client: &Client) -> Result<Vec<Arc<K>>, Failure>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    Ok(Api::<K>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(Arc::new)
+        .collect())
+}
+
+async fn explain_job(
+    cluster: &ClusterArgs,
+    namespace: Option<String>,
+    name: &str,
+) -> Result<(), Failure> {
+    let client = client(cluster).await?;
+    let ns = namespace.unwrap_or_else(|| client.default_namespace().to_string());
+    let job = Api::<GpuJob>::namespaced(client.clone(), &ns)
+        .get_opt(name)
+        .await?
+        .ok_or_else(|| {
+            Failure::Cluster(anyhow::anyhow!(
+                "gpujob {name:?} not found in namespace {ns:?}"
+            ))
+        })?;
+    let spec = &job.spec;
+    let st = job.status.clone().unwrap_or_default();
+    println!(
+        "GpuJob {ns}/{name}: {} x {} GPUs in queue {}, placement {:?}, priority {}",
+        spec.replicas, spec.gpus_per_replica, spec.queue, spec.placement, spec.priority
+    );
+    println!(
+        "Phase: {}   Where: {}   Pool: {}   Nodes: {}",
+        opt(st.phase.map(|p| format!("{p:?}"))),
+        opt(st.environment.map(|e| e.as_str().to_string())),
+        opt(st.pool.clone()),
+        if st.nodes.is_empty() {
+            "-".into()
+        } else {
+            st.nodes.join(",")
+        }
+    );
+    match &st.decision {
+        Some(d) => {
+            println!(
+                "Recorded decision: {} ({}){}",
+                opt(d.outcome.clone()),
+                opt(d.reason.clone()),
+                d.time
+                    .as_ref()
+                    .map(|t| format!(" at {}", t.0))
+                    .unwrap_or_default()
+            );
+            if let Some(m) = &d.message {
+                println!("  {m}");
+            }
+            if let Some(r) = &d.rule {
+                println!("  Deciding rule: {r}");
+            }
+            if let Some(o) = &d.offering {
+                println!(
+                    "  Offering: {} {} in {} at ${:.2}/h",
+                    o.instance_type,
+                    o.capacity_type,
+                    o.zone.clone().unwrap_or_default(),
+                    o.hourly_price
+                );
+            }
+        }
+        None => println!("Recorded decision: none yet (is the operator running?)"),
+    }
+    for c in &st.conditions {
+        println!(
+            "Condition {}={} ({}): {}",
+            c.type_, c.status, c.reason, c.message
+        );
+    }
+
+    // The situation now, as the operator would see it.
+    let inputs = Inputs {
+        jobs: list_all::<GpuJob>(&client).await?,
+        queues: list_all::<GpuQueue>(&client).await?,
+        pools: list_all::<ComputePool>(&client).await?,
+        datasets: list_all::<Dataset>(&client).await?,
+        nodes: list_all::<Node>(&client).await?,
+        pods: list_all::<Pod>(&client).await?,
+        namespaces: list_all::<Namespace>(&client).await?,
+        ..Inputs::default()
+    };
+    let policies: Vec<BurstPolicy> = list_all::<BurstPolicy>(&client)
+        .await?
+        .iter()
+        .map(|p| (**p).clone())
+        .collect();
+    let engine = PolicyEngine::compile(&policies).map_err(|errors| {
+        Failure::Cluster(anyhow::anyhow!(
+            "the cluster's BurstPolicies do not compile:\n{}",
+            errors
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join("\n")
+        ))
+    })?;
+    let now = spillway_k8s::controller::now();
+    let built = world::build(
+        &inputs,
+        &Default::default(),
+        &Default::default(),
+        spillway_core::Settings::default(),
+        now,
+    );
+    let id = format!("{ns}/{name}");
+    if let Some(why) = built.jobs.get(&id).and_then(|v| v.invalid.clone()) {
+        println!("Now: the job cannot run as written: {why}");
+        return Ok(());
+    }
+    let plan = spillway_core::decide(&built.snapshot, &engine, now);
+    println!();
+    match plan.decision(&id) {
+        Some(d) => {
+            println!("If decided now:");
+            print_decision(d);
+        }
+        None => println!("Now: no decision to make (the job is placed or finished)."),
+    }
+    // The rule report is for the first job of a snapshot: put this one first.
+    let mut snapshot = built.snapshot.clone();
+    if let Some(i) = snapshot.jobs.iter().position(|j| j.id == id) {
+        let j = snapshot.jobs.remove(i);
+        snapshot.jobs.insert(0, j);
+        print_rules(&engine.rule_report(&snapshot, now));
+    }
+    Ok(())
+}
