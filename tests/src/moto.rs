@@ -86,6 +86,31 @@ impl MotoServer {
         Ok(())
     }
 
+    /// Creates an IAM instance profile in moto (RunInstances refuses one that does not
+    /// exist), with the boto3 of moto's own virtualenv.
+    pub fn create_instance_profile(&self, name: &str) -> anyhow::Result<()> {
+        let python = moto_binary()?
+            .parent()
+            .map(|d| d.join("python"))
+            .context("moto_server has no directory")?;
+        let script = "import boto3, sys\n\
+iam = boto3.client('iam', endpoint_url=sys.argv[1], region_name='us-east-1',\n\
+    aws_access_key_id='testing', aws_secret_access_key='testing')\n\
+try:\n    iam.create_instance_profile(InstanceProfileName=sys.argv[2])\n\
+except iam.exceptions.EntityAlreadyExistsException:\n    pass\n";
+        let out = std::process::Command::new(&python)
+            .args(["-c", script, &self.endpoint, name])
+            .output()
+            .with_context(|| format!("running {}", python.display()))?;
+        if !out.status.success() {
+            bail!(
+                "creating instance profile {name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    }
+
     /// The tail of moto's log.
     pub fn log_tail(&self) -> String {
         self.server

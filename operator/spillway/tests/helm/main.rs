@@ -2,6 +2,7 @@
 //! values (this file); install, run, upgrade and uninstall against the test API server
 //! (install.rs); the getting-started guide run as written (getting_started.rs).
 
+mod getting_started;
 mod install;
 
 use std::collections::BTreeMap;
@@ -508,4 +509,23 @@ fn schema_parent(schema: &Value, path: &str) -> bool {
         v = &v["properties"][part];
     }
     v["properties"].is_object()
+}
+
+#[test]
+fn the_example_cluster_passes_policy_lint_and_its_own_policy_tests() {
+    let dir = chart_dir()
+        .join("../../examples/cluster")
+        .display()
+        .to_string();
+    for command in ["lint", "test"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_spillway"))
+            .args(["policy", command, &dir])
+            .output()
+            .expect("spillway policy");
+        assert!(
+            out.status.success(),
+            "policy {command} {dir}: {}",
+            text(&out)
+        );
+    }
 }
