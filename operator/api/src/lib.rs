@@ -17,6 +17,7 @@ pub mod manifests;
 pub mod policy;
 pub mod pool;
 pub mod queue;
+pub mod reference;
 pub mod validate;
 
 pub use dataset::{Dataset, DatasetSpec};

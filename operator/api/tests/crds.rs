@@ -1,5 +1,6 @@
-//! `crds/` and the chart's `crds/` hold exactly what the code generates (regenerate with
-//! `cargo run -- crds --out crds` and `cargo run -- crds --out charts/spillway/crds`).
+//! `crds/`, the chart's `crds/` and the field reference `docs/reference/` hold exactly what the
+//! code generates (regenerate with `cargo run -- crds --out crds`, `cargo run -- crds --out
+//! charts/spillway/crds` and `cargo run -- crds --reference docs/reference`).
 
 use std::path::PathBuf;
 
@@ -47,6 +48,44 @@ fn the_charts_crds_match_the_code() {
     check_generated(
         "../../charts/spillway/crds",
         "cargo run -- crds --out charts/spillway/crds",
+    );
+}
+
+/// docs/reference/ is what the code generates from the same schemas.
+#[test]
+fn the_field_reference_matches_the_code() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/reference");
+    let crds = spillway_api::crds();
+    let mut want = vec![(
+        "README.md".to_string(),
+        spillway_api::reference::index(&crds),
+    )];
+    for crd in &crds {
+        want.push((
+            spillway_api::reference::file_name(crd),
+            spillway_api::reference::markdown(crd),
+        ));
+    }
+    for (name, text) in &want {
+        let path = dir.join(name);
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            &have == text,
+            "{} differs from the CRD schemas; run `cargo run -- crds --reference docs/reference` and commit",
+            path.display()
+        );
+    }
+    let mut present: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    present.sort();
+    let mut names: Vec<String> = want.into_iter().map(|(n, _)| n).collect();
+    names.sort();
+    assert_eq!(
+        present, names,
+        "docs/reference holds a page the code does not generate"
     );
 }
 

@@ -79,6 +79,10 @@ enum Command {
         /// Write one file per CRD into this directory instead of printing them.
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
+        /// Write the field reference (Markdown, one page per kind and an index) into this
+        /// directory (docs/reference in the repository).
+        #[arg(long, value_name = "DIR")]
+        reference: Option<PathBuf>,
     },
 }
 
@@ -114,8 +118,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Token { command } => identity_cmd::token(command),
         #[cfg(feature = "cluster")]
         Command::Identity { command } => identity_cmd::identity(command),
-        Command::Crds { out } => {
-            crds(out)?;
+        Command::Crds { out, reference } => {
+            match reference {
+                Some(dir) => write_reference(&dir)?,
+                None => crds(out)?,
+            }
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -166,6 +173,26 @@ fn crds(out: Option<PathBuf>) -> anyhow::Result<()> {
                     .with_context(|| format!("writing {}", path.display()))?;
             }
         }
+    }
+    Ok(())
+}
+
+fn write_reference(dir: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let crds = spillway_api::crds();
+    let mut files = vec![(
+        "README.md".to_string(),
+        spillway_api::reference::index(&crds),
+    )];
+    for crd in &crds {
+        files.push((
+            spillway_api::reference::file_name(crd),
+            spillway_api::reference::markdown(crd),
+        ));
+    }
+    for (name, text) in files {
+        let path = dir.join(name);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }
