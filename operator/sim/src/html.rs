@@ -118,8 +118,9 @@ fn escape(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// Renders the report page.
-pub fn render(title: &str, runs: &[(Summary, Outcome)]) -> Result<String, String> {
+/// The report's charts as SVG documents, each with a file name (`jobs-waiting.svg`,
+/// `private-gpus-busy.svg`, `cloud-gpus-busy.svg`, `cloud-spend.svg`, `wait-cdf.svg`).
+pub fn charts(runs: &[(Summary, Outcome)]) -> Result<Vec<(&'static str, String)>, String> {
     let hours = |s: &Sample, t0: f64| (s.t_s - t0) / 3600.0;
     let t0 = runs
         .iter()
@@ -184,19 +185,39 @@ pub fn render(title: &str, runs: &[(Summary, Outcome)]) -> Result<String, String
         })
         .collect();
 
-    let charts = [
-        line_chart("Jobs waiting", "hours", "jobs", &queue, false)?,
-        line_chart("Private GPUs busy", "hours", "GPUs", &private, false)?,
-        line_chart("Cloud GPUs busy", "hours", "GPUs", &cloud, false)?,
-        line_chart("Cumulative cloud spend", "hours", "USD", &spend, false)?,
-        line_chart(
-            "Wait time CDF",
-            "wait in seconds + 1 (log scale)",
-            "fraction of jobs",
-            &cdf,
-            true,
-        )?,
-    ];
+    Ok(vec![
+        (
+            "jobs-waiting.svg",
+            line_chart("Jobs waiting", "hours", "jobs", &queue, false)?,
+        ),
+        (
+            "private-gpus-busy.svg",
+            line_chart("Private GPUs busy", "hours", "GPUs", &private, false)?,
+        ),
+        (
+            "cloud-gpus-busy.svg",
+            line_chart("Cloud GPUs busy", "hours", "GPUs", &cloud, false)?,
+        ),
+        (
+            "cloud-spend.svg",
+            line_chart("Cumulative cloud spend", "hours", "USD", &spend, false)?,
+        ),
+        (
+            "wait-cdf.svg",
+            line_chart(
+                "Wait time CDF",
+                "wait in seconds + 1 (log scale)",
+                "fraction of jobs",
+                &cdf,
+                true,
+            )?,
+        ),
+    ])
+}
+
+/// Renders the report page (the charts inline).
+pub fn render(title: &str, runs: &[(Summary, Outcome)]) -> Result<String, String> {
+    let charts = charts(runs)?;
 
     let mut rows = String::new();
     for (s, _) in runs {
@@ -215,7 +236,7 @@ pub fn render(title: &str, runs: &[(Summary, Outcome)]) -> Result<String, String
     html.push_str("<table><tr><th>strategy</th><th>jobs</th><th>burst jobs</th><th>cloud USD</th><th>cloud GPU-h</th><th>private util</th><th>avg wait s</th><th>p50 wait s</th><th>p95 wait s</th><th>avg JCT s</th><th>unfinished</th></tr>\n");
     html.push_str(&rows);
     html.push_str("</table>\n");
-    for c in charts {
+    for (_, c) in charts {
         html.push_str("<figure>");
         html.push_str(&c);
         html.push_str("</figure>\n");

@@ -53,7 +53,8 @@ pub struct SimulateArgs {
     /// Print a JSON array with one summary object per strategy instead of the table.
     #[arg(long)]
     json: bool,
-    /// Write a self-contained HTML report (index.html) into this directory.
+    /// Write a self-contained HTML report (index.html) into this directory, and each of its
+    /// charts as an SVG file.
     #[arg(long, value_name = "DIR")]
     report: Option<PathBuf>,
 }
@@ -224,6 +225,14 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode, InputError> {
         std::fs::create_dir_all(dir).map_err(|e| InputError(format!("{}: {e}", dir.display())))?;
         let path = dir.join("index.html");
         std::fs::write(&path, page).map_err(|e| InputError(format!("{}: {e}", path.display())))?;
+        // Each chart also on its own, for slides and READMEs.
+        let charts =
+            html::charts(&runs).map_err(|e| InputError(format!("rendering the charts: {e}")))?;
+        for (name, svg) in charts {
+            let file = dir.join(name);
+            std::fs::write(&file, svg)
+                .map_err(|e| InputError(format!("{}: {e}", file.display())))?;
+        }
         if !args.json {
             print_out(&format!("report: {}\n", path.display()));
         }

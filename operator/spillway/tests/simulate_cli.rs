@@ -80,6 +80,16 @@ fn json_has_the_spec_keys_and_a_report_is_written() {
         "four SVG charts"
     );
     assert!(!html.contains("<script src"), "self-contained");
+    for chart in [
+        "jobs-waiting.svg",
+        "private-gpus-busy.svg",
+        "cloud-gpus-busy.svg",
+        "cloud-spend.svg",
+        "wait-cdf.svg",
+    ] {
+        let svg = std::fs::read_to_string(dir.join(chart)).expect(chart);
+        assert!(svg.starts_with("<svg") && svg.contains("no-wait"), "{chart}");
+    }
 }
 
 #[test]
