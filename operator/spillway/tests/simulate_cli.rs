@@ -88,7 +88,10 @@ fn json_has_the_spec_keys_and_a_report_is_written() {
         "wait-cdf.svg",
     ] {
         let svg = std::fs::read_to_string(dir.join(chart)).expect(chart);
-        assert!(svg.starts_with("<svg") && svg.contains("no-wait"), "{chart}");
+        assert!(
+            svg.starts_with("<svg") && svg.contains("no-wait"),
+            "{chart}"
+        );
     }
 }
 
