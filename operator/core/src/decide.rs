@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use crate::model::{JobState, Settings, WaitMode};
+use crate::model::{JobState, Packing, QueueOrder, Settings, WaitMode};
 use crate::plan::{Decision, Launch, OfferingChoice, Outcome, Plan, Reason, Start, Termination};
 use crate::policy::{Effects, Policy, PolicyContext, QueueState, glob_match};
 use crate::{
@@ -122,9 +122,16 @@ impl PrivateIndex {
         self.insert(i);
     }
 
-    /// Best fit for a gang: replicas go to the nodes with the least sufficient room first.
-    /// Returns one node per replica, or `None` if the whole gang does not fit.
-    fn fit(&self, nodes: &[Node], job: &Job, ignore_reservations: bool) -> Option<Vec<usize>> {
+    /// Nodes for a gang, one per replica, or `None` if the whole gang does not fit. Best fit:
+    /// replicas go to the nodes with the least sufficient room first; first fit: to the
+    /// first nodes in inventory order.
+    fn fit(
+        &self,
+        nodes: &[Node],
+        job: &Job,
+        ignore_reservations: bool,
+        packing: Packing,
+    ) -> Option<Vec<usize>> {
         let g = job.gpus_per_replica;
         if g == 0 {
             return None;
@@ -138,18 +145,24 @@ impl PrivateIndex {
             Some(&(largest, _)) if largest >= g => {}
             _ => return None,
         }
+        let fits = set
+            .range((g, 0)..)
+            .filter(|&&(_, i)| job.accepts_model(nodes[i].gpu_model.as_ref()));
         let mut placed = Vec::with_capacity(job.replicas as usize);
-        for &(room, i) in set.range((g, 0)..) {
-            if !job.accepts_model(nodes[i].gpu_model.as_ref()) {
-                continue;
-            }
+        let mut take = |room: u32, i: usize| {
             let k = (room / g).min(job.replicas - placed.len() as u32);
             placed.extend(std::iter::repeat_n(i, k as usize));
-            if placed.len() as u32 == job.replicas {
-                return Some(placed);
+            placed.len() as u32 == job.replicas
+        };
+        let done = match packing {
+            Packing::BestFit => fits.into_iter().any(|&(room, i)| take(room, i)),
+            Packing::FirstFit => {
+                let mut rooms: Vec<(u32, usize)> = fits.copied().collect();
+                rooms.sort_by_key(|&(_, i)| i);
+                rooms.into_iter().any(|(room, i)| take(room, i))
             }
-        }
-        None
+        };
+        done.then_some(placed)
     }
 }
 
@@ -715,7 +728,12 @@ impl<'a> Cycle<'a> {
             let fit = if shape_failed {
                 None
             } else {
-                let fit = self.private.fit(&snap.nodes, job, ends_before_reservations);
+                let fit = self.private.fit(
+                    &snap.nodes,
+                    job,
+                    ends_before_reservations,
+                    self.settings.packing,
+                );
                 if fit.is_none() {
                     self.fit_failures.push((
                         (
@@ -777,24 +795,29 @@ impl<'a> Cycle<'a> {
                 continue;
             }
             // Does not fit now.
-            if self.settings.backfill {
-                if !lanes[l].reserved {
-                    lanes[l].reserved = true;
-                    let may_burst = self.cloud_blocker(job, w.effects()).is_none();
-                    w.private_estimate = self.reserve(job, may_burst);
-                } else {
-                    w.private_estimate = None;
+            match self.settings.order {
+                QueueOrder::Backfill => {
+                    if !lanes[l].reserved {
+                        lanes[l].reserved = true;
+                        let may_burst = self.cloud_blocker(job, w.effects()).is_none();
+                        w.private_estimate = self.reserve(job, may_burst);
+                    } else {
+                        w.private_estimate = None;
+                    }
                 }
-            } else {
-                lanes[l].blocked = true;
-                w.private_estimate = if self.reservations.is_empty() {
-                    self.estimate_only(job)
-                } else {
-                    None
-                };
-                self.reservations.push(Reservation {
-                    at: w.private_estimate,
-                });
+                QueueOrder::Strict => {
+                    lanes[l].blocked = true;
+                    w.private_estimate = if self.reservations.is_empty() {
+                        self.estimate_only(job)
+                    } else {
+                        None
+                    };
+                    self.reservations.push(Reservation {
+                        at: w.private_estimate,
+                    });
+                }
+                // Whatever fits behind it starts; no estimate, no reservation.
+                QueueOrder::Greedy => w.private_estimate = None,
             }
             waiting.push(w);
         }

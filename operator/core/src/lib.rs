@@ -31,8 +31,8 @@ pub use duration::{Duration, ParseDurationError};
 pub use error::ErrorCategory;
 pub use gpu::{GpuModel, NodeShape};
 pub use model::{
-    BurstSettings, Dataset, Instance, Job, JobState, Node, Offering, Pool, PoolKind, Queue,
-    Settings, Snapshot, WaitMode,
+    BurstSettings, Dataset, Instance, Job, JobState, Node, Offering, Packing, Pool, PoolKind,
+    Queue, QueueOrder, Settings, Snapshot, WaitMode,
 };
 pub use plan::{Decision, Launch, OfferingChoice, Outcome, Plan, Reason, Start, Termination};
 pub use policy::{Effects, NoPolicy, Policy, PolicyContext, QueueState};

@@ -304,9 +304,10 @@ pub struct Instance {
 /// replay baselines.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
-    /// Let smaller jobs start ahead of a blocked job when they do not delay its estimated
-    /// start (EASY backfilling with a reservation per queue). Off: strict order per queue.
-    pub backfill: bool,
+    /// How a queue treats a job that does not fit yet.
+    pub order: QueueOrder,
+    /// How private nodes are chosen for a job that fits.
+    pub packing: Packing,
     /// Do not burst a job whose estimated private start is sooner than a cloud node could be
     /// ready (`cloud_ready_delay`).
     pub runtime_aware: bool,
@@ -323,13 +324,38 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            backfill: true,
+            order: QueueOrder::Backfill,
+            packing: Packing::BestFit,
             runtime_aware: true,
             cloud_ready_delay: Duration::from_secs(180),
             default_runtime: Duration::from_secs(3600),
             explain: true,
         }
     }
+}
+
+/// What a queue does when its next job does not fit on free private GPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum QueueOrder {
+    /// Nothing behind the blocked job starts privately (strict arrival order per queue).
+    Strict,
+    /// EASY backfilling: the blocked job reserves the GPUs it is expected to get; smaller jobs
+    /// start ahead of it when they do not delay that start.
+    #[default]
+    Backfill,
+    /// Every job that fits starts, in order, with no reservation for the blocked ones
+    /// (Starburst's "loop" scheduling). Large jobs can be passed over indefinitely.
+    Greedy,
+}
+
+/// Which private nodes a job takes among those with room.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Packing {
+    /// The nodes with the least room that suffices (keeps whole nodes free for gangs).
+    #[default]
+    BestFit,
+    /// The first nodes in inventory order with room.
+    FirstFit,
 }
 
 /// Everything `decide` looks at.

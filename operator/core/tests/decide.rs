@@ -99,9 +99,40 @@ fn backfill_uses_gaps_without_delaying_the_blocked_job() {
     assert_decision(&plan, "long", Outcome::Wait, Reason::BurstDisabled);
 
     // Without backfilling, the queue is strictly ordered: nothing passes the head job.
-    s.settings.backfill = false;
+    s.settings.order = spillway_core::QueueOrder::Strict;
     let plan = run(&s, 5);
     assert!(plan.starts.is_empty(), "{:#?}", plan.starts);
+
+    // Greedy (Starburst's loop): whatever fits starts, even work that delays the head job.
+    s.settings.order = spillway_core::QueueOrder::Greedy;
+    let plan = run(&s, 5);
+    assert_decision(&plan, "head", Outcome::Wait, Reason::BurstDisabled);
+    assert_decision(&plan, "short", Outcome::StartPrivate, Reason::FitsPrivate);
+    assert_decision(&plan, "long", Outcome::Wait, Reason::BurstDisabled);
+    assert_eq!(plan.decisions.len(), 3);
+}
+
+#[test]
+fn first_fit_takes_nodes_in_inventory_order() {
+    let mut s = base();
+    s.queues[0].burst.enabled = false;
+    s.nodes = vec![
+        private_node("roomy", 8, 8, "A100"),
+        private_node("tight", 8, 2, "A100"),
+    ];
+    s.jobs = vec![job("small", 2, 0)];
+    let plan = run(&s, 1);
+    assert_eq!(plan.starts[0].nodes, ["tight"], "best fit by default");
+    s.settings.packing = Packing::FirstFit;
+    let plan = run(&s, 1);
+    assert_eq!(plan.starts[0].nodes, ["roomy"]);
+    // A gang fills the first nodes in order.
+    s.nodes.push(private_node("third", 8, 8, "A100"));
+    let mut gang = job("gang", 8, 0);
+    gang.replicas = 2;
+    s.jobs = vec![gang];
+    let plan = run(&s, 1);
+    assert_eq!(plan.starts[0].nodes, ["roomy", "third"]);
 }
 
 #[test]

@@ -30,7 +30,7 @@ fn bench_replay(c: &mut Criterion) {
     group.bench_function(format!("load_{name}"), |b| {
         b.iter(|| trace::parse(&text, TraceFormat::Openb).map(|j| j.len()))
     });
-    for strategy in [Strategy::Spillway, Strategy::Starburst, Strategy::NoWait] {
+    for strategy in [Strategy::Spillway, Strategy::starburst(), Strategy::NoWait] {
         group.bench_function(format!("{name}_32gpus_{strategy}"), |b| {
             b.iter(|| {
                 compare(

@@ -38,8 +38,8 @@ pub struct World {
     pub capacity_cooldown: Duration,
     pub spot_interruptions_per_hour: f64,
     pub seed: u64,
-    /// Use each job's real runtime as its estimate (how Starburst's simulator works).
-    pub oracle_runtimes: bool,
+    /// The runtime estimates jobs carry.
+    pub estimates: crate::estimates::Estimates,
 }
 
 /// What happened to one job.
@@ -334,11 +334,7 @@ impl<'a> Engine<'a> {
         job.restartable = tj.restartable;
         job.gpu_models = tj.gpu_models.clone();
         job.datasets = tj.datasets.clone();
-        let estimate = if self.world.oracle_runtimes {
-            Some(tj.runtime_s)
-        } else {
-            tj.estimated_runtime_s
-        };
+        let estimate = self.world.estimates.of(tj, i, self.world.seed);
         job.estimated_runtime = estimate.map(|s| Duration::from_millis((s * 1000.0) as u64));
         self.pos.insert(i, self.snap.jobs.len());
         self.trace_of.push(i);

@@ -9,6 +9,7 @@
 
 pub mod cloud;
 pub mod engine;
+pub mod estimates;
 pub mod html;
 pub mod report;
 pub mod setup;
@@ -20,6 +21,7 @@ use std::time::Instant;
 use spillway_core::{Duration, Policy};
 
 pub use engine::{Outcome, World};
+pub use estimates::Estimates;
 pub use report::Summary;
 pub use strategy::Strategy;
 pub use trace::TraceJob;
@@ -43,6 +45,9 @@ pub struct Options {
     pub seed: u64,
     pub capacity_error_rate: f64,
     pub spot_interruptions_per_hour: f64,
+    /// Runtime estimates; with [`Estimates::Trace`], `starburst` uses the real runtimes when
+    /// the trace has no estimates (as Starburst's own simulator does).
+    pub estimates: Estimates,
 }
 
 impl Default for Options {
@@ -52,6 +57,7 @@ impl Default for Options {
             seed: 1,
             capacity_error_rate: 0.0,
             spot_interruptions_per_hour: 0.05,
+            estimates: Estimates::Trace,
         }
     }
 }
@@ -81,6 +87,10 @@ pub fn compare_with_progress(
         .map(|strategy| {
             let mut snapshot = base.clone();
             let oracle = strategy.apply(&mut snapshot, options.boot_delay);
+            let estimates = match options.estimates {
+                Estimates::Trace if oracle => Estimates::Exact,
+                e => e,
+            };
             let world = World {
                 snapshot,
                 boot_delay: options.boot_delay,
@@ -88,7 +98,7 @@ pub fn compare_with_progress(
                 capacity_cooldown: Duration::from_secs(300),
                 spot_interruptions_per_hour: options.spot_interruptions_per_hour,
                 seed: options.seed,
-                oracle_runtimes: oracle,
+                estimates,
             };
             let started = Instant::now();
             let outcome = engine::run_with_progress(&world, trace, policy, &mut |done, total| {

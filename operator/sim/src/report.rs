@@ -28,6 +28,9 @@ pub struct Summary {
     pub spot_interruptions: u64,
     pub decide_calls: u64,
     pub makespan_s: f64,
+    /// Trace jobs still running when the trace was cut that were left out of the replay
+    /// (`spillway simulate --keep-censored` keeps them; then 0).
+    pub censored_jobs_left_out: u64,
 }
 
 /// Nearest-rank percentile of sorted values.
@@ -110,6 +113,7 @@ pub fn summarize(strategy: &str, out: &Outcome, wall_s: f64) -> Summary {
         spot_interruptions: out.spot_interruptions as u64,
         decide_calls: out.decide_calls,
         makespan_s: round(makespan, 1),
+        censored_jobs_left_out: 0,
     }
 }
 

@@ -11,6 +11,12 @@
 //! their lifetime is time spent waiting, not running, so it says nothing about their runtime.
 //! openb's `gpu_spec` names Alibaba's GPU types, which no other inventory has, so it is not
 //! used: every task accepts any model.
+//!
+//! openb was cut while some tasks still ran: their `deletion_time` is the trace's last moment,
+//! so their "runtime" is only a lower bound (some would last 2,000-3,000 hours). A task is
+//! marked [`TraceJob::censored`] when its `deletion_time` equals the file's largest one and at
+//! least two tasks share that moment (one task ending last is not a cut). Callers decide what
+//! to do with them ([`drop_censored`]).
 
 use std::fmt;
 
@@ -30,6 +36,15 @@ pub struct TraceJob {
     pub priority: i32,
     pub restartable: bool,
     pub datasets: Vec<String>,
+    /// Still running when the trace was cut: `runtime_s` is a lower bound.
+    pub censored: bool,
+}
+
+/// Removes the censored jobs; returns how many there were.
+pub fn drop_censored(jobs: &mut Vec<TraceJob>) -> usize {
+    let before = jobs.len();
+    jobs.retain(|j| !j.censored);
+    before - jobs.len()
 }
 
 /// Trace file formats.
@@ -159,6 +174,10 @@ fn parse_openb(text: &str) -> Result<Vec<TraceJob>, InputError> {
     let deleted = h.require("deletion_time", hline)?;
     let scheduled = h.require("scheduled_time", hline)?;
     let mut jobs = Vec::new();
+    // Deletion time of each kept job, and the file's last deletion time with how many rows
+    // (of any kind) end then.
+    let mut ends = Vec::new();
+    let (mut last_end, mut at_last_end) = (f64::NEG_INFINITY, 0usize);
     for (line, l) in lines(text).skip(1) {
         let f: Vec<&str> = l.split(',').map(str::trim).collect();
         if f.len() < h.names.len() {
@@ -168,6 +187,12 @@ fn parse_openb(text: &str) -> Result<Vec<TraceJob>, InputError> {
             });
         }
         let gpus: u32 = number(&f, num_gpu, "num_gpu", line)?;
+        let end: f64 = number(&f, deleted, "deletion_time", line)?;
+        if end > last_end {
+            (last_end, at_last_end) = (end, 1);
+        } else if end == last_end {
+            at_last_end += 1;
+        }
         if gpus == 0 {
             continue;
         }
@@ -176,7 +201,6 @@ fn parse_openb(text: &str) -> Result<Vec<TraceJob>, InputError> {
         }
         let arrival: f64 = number(&f, created, "creation_time", line)?;
         let start: f64 = number(&f, scheduled, "scheduled_time", line)?;
-        let end: f64 = number(&f, deleted, "deletion_time", line)?;
         if end < start {
             return Err(InputError {
                 line,
@@ -195,7 +219,14 @@ fn parse_openb(text: &str) -> Result<Vec<TraceJob>, InputError> {
             priority: 0,
             restartable: false,
             datasets: Vec::new(),
+            censored: false,
         });
+        ends.push(end);
+    }
+    if at_last_end >= 2 {
+        for (job, end) in jobs.iter_mut().zip(ends) {
+            job.censored = end == last_end;
+        }
     }
     Ok(jobs)
 }
@@ -289,6 +320,7 @@ fn parse_spillway(text: &str) -> Result<Vec<TraceJob>, InputError> {
             priority: optional(&f, prio, "priority", line)?.unwrap_or(0),
             restartable,
             datasets: list(&f, datasets),
+            censored: false,
         });
     }
     Ok(jobs)
@@ -364,6 +396,31 @@ mod tests {
             (jobs[1].gpus, jobs[1].runtime_s, jobs[1].arrival_s),
             (1, 90.0, 10.0)
         );
+    }
+
+    #[test]
+    fn openb_pods_running_at_the_cut_are_censored() {
+        let header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n";
+        // Two GPU pods and a CPU pod end at the last moment: a cut.
+        let cut = format!(
+            "{header}a,1,1,1,1000,,LS,Running,0,500,0\nb,1,1,2,1000,,LS,Running,10,900,10\n\
+             c,1,1,1,1000,,LS,Running,20,900,20\nd,1,1,0,0,,LS,Running,0,900,0\n"
+        );
+        let mut jobs = parse(&cut, TraceFormat::Openb).unwrap();
+        let censored: Vec<&str> = jobs
+            .iter()
+            .filter(|j| j.censored)
+            .map(|j| j.id.as_str())
+            .collect();
+        assert_eq!(censored, ["b", "c"]);
+        assert_eq!(drop_censored(&mut jobs), 2);
+        assert_eq!(jobs.len(), 1);
+        // One pod ending last is not a cut.
+        let single = format!(
+            "{header}a,1,1,1,1000,,LS,Running,0,500,0\nb,1,1,1,1000,,LS,Running,10,900,10\n"
+        );
+        let jobs = parse(&single, TraceFormat::Openb).unwrap();
+        assert!(jobs.iter().all(|j| !j.censored));
     }
 
     #[test]

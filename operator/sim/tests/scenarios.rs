@@ -37,6 +37,7 @@ fn no_failures(boot_s: u64) -> Options {
         seed: 7,
         capacity_error_rate: 0.0,
         spot_interruptions_per_hour: 0.0,
+        ..Options::default()
     }
 }
 
@@ -195,7 +196,7 @@ fn every_strategy_finishes_the_bundled_example() {
     let base = setup::snapshot(Some(&m), &inventory, &rows).unwrap();
     let all = [
         Strategy::Spillway,
-        Strategy::Starburst,
+        Strategy::starburst(),
         Strategy::NoWait,
         Strategy::NeverBurst,
     ];

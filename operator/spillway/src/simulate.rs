@@ -53,6 +53,19 @@ pub struct SimulateArgs {
     /// Print a JSON array with one summary object per strategy instead of the table.
     #[arg(long)]
     json: bool,
+    /// Runtime estimates the jobs carry: trace (as the trace says; openb has none), exact (the
+    /// real runtime), none, or noisy:SIGMA (the real runtime with a seeded log-normal error).
+    /// With trace, starburst uses the real runtimes, as its own simulator does.
+    #[arg(
+        long,
+        value_name = "trace|exact|none|noisy:SIGMA",
+        default_value = "trace"
+    )]
+    runtime_estimates: String,
+    /// Keep the trace's censored jobs (openb pods still running when the trace was cut, whose
+    /// runtime is only a lower bound). Left out by default, with their count on stderr.
+    #[arg(long)]
+    keep_censored: bool,
     /// Write a self-contained HTML report (index.html) into this directory, and each of its
     /// charts as an SVG file.
     #[arg(long, value_name = "DIR")]
@@ -92,8 +105,25 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode, InputError> {
             InputError(format!("{trace_name}:1: cannot tell the trace format from the header; pass --trace-format openb|spillway"))
         })?,
     };
-    let jobs =
+    let mut jobs =
         trace::parse(&trace_text, format).map_err(|e| InputError(format!("{trace_name}:{e}")))?;
+    let censored = if args.keep_censored {
+        let n = jobs.iter().filter(|j| j.censored).count();
+        if n > 0 {
+            eprintln!(
+                "note: kept {n} jobs of {trace_name} still running when the trace was cut (their runtime is a lower bound)"
+            );
+        }
+        0
+    } else {
+        let n = trace::drop_censored(&mut jobs);
+        if n > 0 {
+            eprintln!(
+                "note: left out {n} jobs of {trace_name} still running when the trace was cut (their runtime is unknown); --keep-censored keeps them"
+            );
+        }
+        n as u64
+    };
 
     let inventory = if let Some(p) = &args.nodes {
         trace::parse_openb_nodes(&read(p)?)
@@ -156,7 +186,7 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode, InputError> {
     let strategies = if args.strategy.is_empty() {
         vec![
             Strategy::Spillway,
-            Strategy::Starburst,
+            Strategy::starburst(),
             Strategy::ConstantWait(Duration::from_secs(900)),
             Strategy::NoWait,
             Strategy::NeverBurst,
@@ -177,7 +207,9 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode, InputError> {
     if !(args.spot_interruption_rate.is_finite() && args.spot_interruption_rate >= 0.0) {
         return Err(InputError("--spot-interruption-rate must be >= 0".into()));
     }
+    let estimates: spillway_sim::Estimates = args.runtime_estimates.parse().map_err(InputError)?;
     let options = Options {
+        estimates,
         boot_delay: Duration::from_millis((args.cloud_boot_delay * 1000.0) as u64),
         seed: args.seed,
         capacity_error_rate: args.capacity_error_rate,
@@ -204,6 +236,9 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode, InputError> {
     }
     if progress {
         eprint!("\r{:78}\r", "");
+    }
+    for (s, _) in &mut runs {
+        s.censored_jobs_left_out = censored;
     }
     let summaries: Vec<report::Summary> = runs.iter().map(|(s, _)| s.clone()).collect();
     if args.json {
