@@ -17,6 +17,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::model::{JobState, Packing, QueueOrder, Settings, WaitMode};
+use crate::profile::Profile;
+
+mod conservative;
 use crate::plan::{Decision, Launch, OfferingChoice, Outcome, Plan, Reason, Start, Termination};
 use crate::policy::{Effects, Policy, PolicyContext, QueueState, glob_match};
 use crate::{
@@ -206,6 +209,13 @@ struct Cycle<'a> {
     offering_pool: Vec<Option<&'a crate::Pool>>,
     /// The cheapest on-demand GPU-hour per queue, once computed this cycle.
     gpu_hour: FastMap<&'a str, f64>,
+    /// Free private GPUs over time, built at the first job planned (conservative order).
+    profile: Option<Profile>,
+    /// Jobs holding a planned slot in `profile`.
+    planned: u32,
+    /// Gang shapes (GPUs per replica, models, replicas, runtime; None: unknown) that found no
+    /// slot starting now.
+    now_failures: Vec<(u32, Vec<crate::GpuModel>, u32, Option<Duration>)>,
 }
 
 impl<'a> Cycle<'a> {
@@ -250,6 +260,9 @@ impl<'a> Cycle<'a> {
             cloud_free,
             cloud_claimed: vec![false; snap.nodes.len()],
             releases: Vec::new(),
+            profile: None,
+            planned: 0,
+            now_failures: Vec::new(),
             releases_sorted: false,
             reservations: Vec::new(),
             queue_state: FastMap::default(),
@@ -725,7 +738,17 @@ impl<'a> Cycle<'a> {
                         && *replicas <= job.replicas
                         && *models == job.gpu_models
                 });
-            let fit = if shape_failed {
+            let fit = if self.settings.order == QueueOrder::Conservative {
+                let hold = job.planning_runtime().is_none() && !lanes[l].reserved;
+                match self.conservative(job, &mut w, hold) {
+                    Some(nodes) => Some(nodes),
+                    None => {
+                        lanes[l].reserved |= hold;
+                        waiting.push(w);
+                        continue;
+                    }
+                }
+            } else if shape_failed {
                 None
             } else {
                 let fit = self.private.fit(
@@ -747,7 +770,7 @@ impl<'a> Cycle<'a> {
                 fit
             };
             if let Some(nodes) = fit {
-                let backfilled = !self.reservations.is_empty();
+                let backfilled = !self.reservations.is_empty() || self.planned > 0;
                 for &n in &nodes {
                     self.private.take(n, job.gpus_per_replica);
                     if let Some(r) = job.planning_runtime() {
@@ -816,8 +839,9 @@ impl<'a> Cycle<'a> {
                         at: w.private_estimate,
                     });
                 }
-                // Whatever fits behind it starts; no estimate, no reservation.
-                QueueOrder::Greedy => w.private_estimate = None,
+                // Whatever fits behind it starts; no estimate, no reservation. (Conservative
+                // order planned the job above and never gets here.)
+                QueueOrder::Greedy | QueueOrder::Conservative => w.private_estimate = None,
             }
             waiting.push(w);
         }
@@ -1020,7 +1044,6 @@ impl<'a> Cycle<'a> {
     fn burst(&mut self, w: Waiting) {
         let snap = self.snap;
         let job = &snap.jobs[w.job];
-        let queue = self.queues[job.queue.as_str()];
         let waited = self.waited(job);
 
         let confidential = self.confidential_dataset(job);
@@ -1054,30 +1077,14 @@ impl<'a> Cycle<'a> {
         }
 
         // When to burst.
-        let (mode, factor, mode_rule) = match &w.effects().wait_mode {
-            Some(r) => (
-                r.value.0,
-                r.value.1.unwrap_or(queue.burst.compute_wait_factor),
-                Some(r.rule.clone()),
-            ),
-            None => (queue.burst.wait_mode, queue.burst.compute_wait_factor, None),
-        };
-        let (max_wait, wait_rule) = match &w.effects().max_wait {
-            Some(r) => (r.value, Some(r.rule.clone())),
-            None => (queue.burst.max_wait, None),
-        };
+        let Allowance {
+            mode,
+            max_wait,
+            threshold,
+            reason: threshold_reason,
+            rule: threshold_rule,
+        } = self.allowance(job, w.effects());
         let runtime = job.planning_runtime();
-        let (threshold, threshold_reason, threshold_rule) = match (mode, runtime) {
-            (WaitMode::ComputeWait, Some(rt)) => {
-                let secs = factor * job.total_gpus() as f64 * rt.as_secs_f64();
-                (
-                    Duration::from_millis((secs * 1000.0) as u64),
-                    Reason::ComputeWaitExceeded,
-                    mode_rule.or(wait_rule),
-                )
-            }
-            _ => (max_wait, Reason::MaxWaitExceeded, wait_rule),
-        };
         let deadline_risk = match (job.deadline, runtime) {
             (Some(deadline), Some(rt)) => match w.private_estimate {
                 Some(start) => start + rt > deadline,
@@ -1091,6 +1098,12 @@ impl<'a> Cycle<'a> {
             Some((Reason::NoPrivateCapacity, None))
         } else if deadline_risk {
             Some((Reason::DeadlineAtRisk, None))
+        } else if self.settings.order == QueueOrder::Conservative
+            && waited < threshold
+            && w.private_estimate
+                .is_some_and(|t| self.planned_too_late(job, &w, t))
+        {
+            Some((Reason::PrivateStartTooLate, threshold_rule))
         } else if waited >= threshold {
             Some((threshold_reason, threshold_rule))
         } else {
@@ -1159,6 +1172,43 @@ impl<'a> Cycle<'a> {
         );
     }
 
+    /// How long `job` may wait for private GPUs before it bursts, and why: its compute-wait
+    /// budget, else the queue's (or a rule's) `maxWait`.
+    fn allowance(&self, job: &Job, effects: &Effects) -> Allowance {
+        let queue = self.queues[job.queue.as_str()];
+        let (mode, factor, mode_rule) = match &effects.wait_mode {
+            Some(r) => (
+                r.value.0,
+                r.value.1.unwrap_or(queue.burst.compute_wait_factor),
+                Some(r.rule.clone()),
+            ),
+            None => (queue.burst.wait_mode, queue.burst.compute_wait_factor, None),
+        };
+        let (max_wait, wait_rule) = match &effects.max_wait {
+            Some(r) => (r.value, Some(r.rule.clone())),
+            None => (queue.burst.max_wait, None),
+        };
+        match (mode, job.planning_runtime()) {
+            (WaitMode::ComputeWait, Some(rt)) => {
+                let secs = factor * job.total_gpus() as f64 * rt.as_secs_f64();
+                Allowance {
+                    mode,
+                    max_wait,
+                    threshold: Duration::from_millis((secs * 1000.0) as u64),
+                    reason: Reason::ComputeWaitExceeded,
+                    rule: mode_rule.or(wait_rule),
+                }
+            }
+            _ => Allowance {
+                mode,
+                max_wait,
+                threshold: max_wait,
+                reason: Reason::MaxWaitExceeded,
+                rule: wait_rule,
+            },
+        }
+    }
+
     fn wake(&mut self, t: Time) {
         if t > self.now {
             self.plan.next_wake = Some(self.plan.next_wake.map_or(t, |w| w.min(t)));
@@ -1212,6 +1262,10 @@ impl<'a> Cycle<'a> {
                 format!("waited {} (past its compute-wait budget)", self.waited(job))
             }
             Reason::DeadlineAtRisk => "would miss its deadline on private capacity".to_string(),
+            Reason::PrivateStartTooLate => format!(
+                "is planned to start privately later than it may wait (after {} of waiting)",
+                self.waited(job)
+            ),
             Reason::CloudOnlyPlacement => "asks for cloud capacity only".to_string(),
             Reason::RequiredByPolicy => "a rule requires the cloud".to_string(),
             Reason::NoPrivateCapacity => "fits on no private node".to_string(),
@@ -1662,6 +1716,16 @@ struct Lane<'q> {
 }
 
 /// A job that did not start in the private pass.
+/// A job's wait allowance.
+struct Allowance {
+    mode: WaitMode,
+    max_wait: Duration,
+    threshold: Duration,
+    /// The trigger once it is used up.
+    reason: Reason,
+    rule: Option<String>,
+}
+
 struct Waiting {
     job: usize,
     /// The rules' effects; `None` when no rule said anything (most jobs, kept small).

@@ -22,6 +22,7 @@ pub mod gpu;
 pub mod model;
 pub mod plan;
 pub mod policy;
+mod profile;
 pub mod spot;
 pub mod time;
 pub mod types;

@@ -324,7 +324,7 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            order: QueueOrder::Backfill,
+            order: QueueOrder::Conservative,
             packing: Packing::BestFit,
             runtime_aware: true,
             cloud_ready_delay: Duration::from_secs(180),
@@ -346,6 +346,13 @@ pub enum QueueOrder {
     /// Every job that fits starts, in order, with no reservation for the blocked ones
     /// (Starburst's "loop" scheduling). Large jobs can be passed over indefinitely.
     Greedy,
+    /// Conservative backfilling: every waiting job with a runtime estimate is planned, in
+    /// order, at the earliest time its gang fits for its whole runtime, and holds that slot;
+    /// a job starts now only if it delays no planned one. A job that may burst and whose
+    /// planned start is later than its wait allows bursts at once instead of waiting first
+    /// (`PrivateStartTooLate`). Jobs without estimates start only where they delay nothing and
+    /// otherwise wait as usual.
+    Conservative,
 }
 
 /// Which private nodes a job takes among those with room.

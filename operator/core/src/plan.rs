@@ -48,6 +48,9 @@ pub enum Reason {
     ComputeWaitExceeded,
     /// Would miss its deadline on private capacity.
     DeadlineAtRisk,
+    /// Its planned private start is later than its wait allows: waiting would only delay the
+    /// burst.
+    PrivateStartTooLate,
     /// `placement: CloudOnly`.
     CloudOnlyPlacement,
     /// A policy rule requires the cloud.
@@ -106,6 +109,7 @@ impl Reason {
             Reason::MaxWaitExceeded => "MaxWaitExceeded",
             Reason::ComputeWaitExceeded => "ComputeWaitExceeded",
             Reason::DeadlineAtRisk => "DeadlineAtRisk",
+            Reason::PrivateStartTooLate => "PrivateStartTooLate",
             Reason::CloudOnlyPlacement => "CloudOnlyPlacement",
             Reason::RequiredByPolicy => "RequiredByPolicy",
             Reason::FitsExistingCloudNodes => "FitsExistingCloudNodes",

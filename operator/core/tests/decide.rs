@@ -530,3 +530,67 @@ fn cost_aware_waits_longer_for_jobs_dearer_to_burst() {
     let plan = run(&s, 22);
     assert_decision(&plan, "dear", Outcome::StartCloud, Reason::MaxWaitExceeded);
 }
+
+#[test]
+fn conservative_order_bursts_at_once_a_job_planned_later_than_it_may_wait() {
+    let mut s = base();
+    // One node, fully busy for another 60 minutes; the queue waits up to 15 minutes.
+    s.nodes = vec![private_node("n1", 8, 0, "A100")];
+    let busy = running(job("busy", 8, -10), &["n1"], -10, Some(70));
+    let mut late = job("late", 8, 0);
+    late.estimated_runtime = Some(mins(30));
+    s.jobs = vec![busy, late];
+    let plan = run(&s, 1);
+    assert_decision(
+        &plan,
+        "late",
+        Outcome::StartCloud,
+        Reason::PrivateStartTooLate,
+    );
+    // Planned within its wait: it waits for its slot, and the plan says when.
+    s.jobs[0] = running(job("busy", 8, -10), &["n1"], -10, Some(20));
+    let plan = run(&s, 1);
+    assert_decision(&plan, "late", Outcome::Wait, Reason::WaitingForPrivate);
+    let d = plan.decisions.iter().find(|d| d.job == "ml/late").unwrap();
+    assert_eq!(d.estimated_wait, Some(mins(9)));
+
+    // Other orders wait the full 15 minutes first.
+    s.jobs[0] = running(job("busy", 8, -10), &["n1"], -10, Some(70));
+    s.settings.order = QueueOrder::Backfill;
+    let plan = run(&s, 1);
+    assert_decision(&plan, "late", Outcome::Wait, Reason::WaitingForPrivate);
+}
+
+#[test]
+fn conservative_order_starts_a_job_now_only_if_it_delays_no_planned_one() {
+    let mut s = base();
+    s.queues[0].burst.enabled = false;
+    // n1: 4 GPUs busy until t=60m. The 8-GPU head is planned at 60m; a 4-GPU job of 30m
+    // fits before it, one of 90m would delay it.
+    s.nodes = vec![private_node("n1", 8, 4, "A100")];
+    let busy = running(job("busy", 4, -10), &["n1"], -10, Some(70));
+    let mut head = job("head", 8, 0);
+    head.estimated_runtime = Some(mins(60));
+    let mut short = job("short", 4, 1);
+    short.estimated_runtime = Some(mins(30));
+    let mut long = job("long", 4, 2);
+    long.estimated_runtime = Some(mins(90));
+    s.jobs = vec![busy, head, short, long];
+    let plan = run(&s, 5);
+    assert_decision(&plan, "short", Outcome::StartPrivate, Reason::Backfilled);
+    assert_decision(&plan, "head", Outcome::Wait, Reason::BurstDisabled);
+    assert_decision(&plan, "long", Outcome::Wait, Reason::BurstDisabled);
+    // `long` is planned after the head ends (60m + 60m), not before.
+    let est = |j: &str| {
+        plan.decisions
+            .iter()
+            .find(|d| d.job == format!("ml/{j}"))
+            .and_then(|d| d.estimated_wait)
+    };
+    assert_eq!(
+        est("head"),
+        None,
+        "BurstDisabled decisions carry no estimate"
+    );
+    assert!(plan.starts.iter().all(|st| st.job != "ml/long"));
+}

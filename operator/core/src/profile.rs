@@ -1,0 +1,357 @@
+//! The private nodes' free GPUs over time, for conservative backfilling.
+//!
+//! Each private node's free GPUs are a step function of time, starting at the cycle's `now`
+//! with the GPUs free now and rising where running work is expected to end. Waiting jobs are
+//! planned in queue order: each gets the earliest start at which its whole gang fits for its
+//! whole estimated runtime, and that interval is taken from the profile, so a job planned later
+//! can never delay one planned earlier. With exact runtime estimates a planned start is a
+//! promise (the job starts then or sooner); with rough ones it is a forecast that the next
+//! cycle revises.
+//!
+//! The work of one cycle is bounded ([`Profile::budget_left`]): past it, jobs are not planned
+//! and wait as they would without estimates.
+
+use crate::{Duration, Job, Node, Packing, Time};
+
+/// Node-interval evaluations one cycle may spend on planning.
+const WORK_BUDGET: u64 = 1_000_000;
+
+/// Free GPUs of one node: `steps[k].1` from `steps[k].0` until the next step (the last one
+/// lasts forever). Times are milliseconds; `steps[0].0` is the cycle's now.
+#[derive(Clone, Debug)]
+struct Steps(Vec<(i64, u32)>);
+
+impl Steps {
+    /// Index of the step in force at `t` (t >= steps[0].0).
+    fn at(&self, t: i64) -> usize {
+        self.0.partition_point(|&(s, _)| s <= t).saturating_sub(1)
+    }
+
+    /// Makes `t` a step boundary; returns its index.
+    fn split(&mut self, t: i64) -> usize {
+        let k = self.at(t);
+        if self.0[k].0 == t {
+            return k;
+        }
+        let free = self.0[k].1;
+        self.0.insert(k + 1, (t, free));
+        k + 1
+    }
+
+    /// Least free GPUs over `[from, to)` (`to` = None: forever).
+    fn min_free(&self, from: i64, to: Option<i64>) -> u32 {
+        let mut k = self.at(from);
+        let mut least = u32::MAX;
+        while k < self.0.len() && to.is_none_or(|to| self.0[k].0 < to) {
+            least = least.min(self.0[k].1);
+            k += 1;
+        }
+        least
+    }
+
+    fn add(&mut self, from: i64, to: Option<i64>, gpus: u32, cap: u32, sub: bool) {
+        let first = self.split(from);
+        let last = match to {
+            Some(to) => self.split(to),
+            None => self.0.len(),
+        };
+        for step in &mut self.0[first..last] {
+            step.1 = if sub {
+                step.1.saturating_sub(gpus)
+            } else {
+                (step.1 + gpus).min(cap)
+            };
+        }
+    }
+}
+
+/// The profile of the private nodes of one cycle.
+pub(crate) struct Profile {
+    now: i64,
+    /// Per node (index into the snapshot's nodes); `None` for nodes that are not private and
+    /// schedulable.
+    nodes: Vec<Option<Steps>>,
+    capacity: Vec<u32>,
+    packing: Packing,
+    work: u64,
+}
+
+/// Where and when a gang fits.
+pub(crate) struct Slot {
+    pub at: Time,
+    /// One node per replica.
+    pub nodes: Vec<usize>,
+}
+
+impl Profile {
+    /// `free[i]` GPUs free now on node `i` if `private[i]`; `releases` are (time, node, GPUs)
+    /// of running work expected to end. Work expected to have ended already is expected to end
+    /// a second from now (it is overdue, not gone).
+    pub fn new(
+        now: Time,
+        nodes: &[Node],
+        private: &[bool],
+        free: &[u32],
+        releases: &[(Time, usize, u32)],
+        packing: Packing,
+    ) -> Profile {
+        let now = now.as_millis();
+        let mut p = Profile {
+            now,
+            nodes: (0..nodes.len())
+                .map(|i| private[i].then(|| Steps(vec![(now, free[i])])))
+                .collect(),
+            capacity: nodes.iter().map(|n| n.gpus).collect(),
+            packing,
+            work: 0,
+        };
+        for &(t, n, gpus) in releases {
+            let t = t.as_millis().max(now + 1000);
+            let cap = p.capacity[n];
+            if let Some(steps) = p.nodes[n].as_mut() {
+                steps.add(t, None, gpus, cap, false);
+            }
+        }
+        p
+    }
+
+    pub fn budget_left(&self) -> bool {
+        self.work < WORK_BUDGET
+    }
+
+    /// The earliest slot for `job` over `runtime` (None: it never ends), among the nodes
+    /// `accepts` allows; the nodes at that time by the profile's packing. `None` if it never fits, or
+    /// the cycle's planning budget ran out first.
+    pub fn earliest(
+        &mut self,
+        job: &Job,
+        runtime: Option<Duration>,
+        accepts: impl Fn(usize) -> bool,
+    ) -> Option<Slot> {
+        self.search(job, runtime, accepts, false)
+    }
+
+    /// A slot starting now, if there is one (costs one pass over the nodes).
+    pub fn now_slot(
+        &mut self,
+        job: &Job,
+        runtime: Option<Duration>,
+        accepts: impl Fn(usize) -> bool,
+    ) -> Option<Slot> {
+        self.search(job, runtime, accepts, true)
+    }
+
+    fn search(
+        &mut self,
+        job: &Job,
+        runtime: Option<Duration>,
+        accepts: impl Fn(usize) -> bool,
+        only_now: bool,
+    ) -> Option<Slot> {
+        let g = job.gpus_per_replica;
+        if g == 0 {
+            return None;
+        }
+        self.work += self.nodes.len() as u64;
+        let eligible: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].is_some() && self.capacity[i] >= g && accepts(i))
+            .collect();
+        let mut times: Vec<i64> = if only_now {
+            vec![self.now]
+        } else {
+            eligible
+                .iter()
+                .filter_map(|&i| self.nodes[i].as_ref())
+                .flat_map(|s| s.0.iter().map(|&(t, _)| t))
+                .collect()
+        };
+        times.sort_unstable();
+        times.dedup();
+        let len = runtime.map(|d| d.as_millis().min(i64::MAX as u64 / 4) as i64);
+        for t in times {
+            if !only_now && !self.budget_left() {
+                return None;
+            }
+            let to = len.map(|l| t.saturating_add(l.max(1)));
+            let mut rooms: Vec<(u32, usize)> = Vec::new();
+            let mut slots = 0u32;
+            for &i in &eligible {
+                self.work += 1;
+                let Some(steps) = self.nodes[i].as_ref() else {
+                    continue;
+                };
+                let room = steps.min_free(t, to);
+                if room >= g {
+                    slots += room / g;
+                    rooms.push((room, i));
+                }
+            }
+            if slots < job.replicas {
+                continue;
+            }
+            match self.packing {
+                Packing::BestFit => rooms.sort_unstable(),
+                Packing::FirstFit => rooms.sort_unstable_by_key(|&(_, i)| i),
+            }
+            let mut nodes = Vec::with_capacity(job.replicas as usize);
+            for (room, i) in rooms {
+                let k = (room / g).min(job.replicas - nodes.len() as u32);
+                nodes.extend(std::iter::repeat_n(i, k as usize));
+                if nodes.len() as u32 == job.replicas {
+                    break;
+                }
+            }
+            return Some(Slot {
+                at: Time::from_millis(t),
+                nodes,
+            });
+        }
+        None
+    }
+
+    /// Takes the slot's GPUs from `slot.at` for `runtime` (None: forever).
+    pub fn take(&mut self, job: &Job, slot: &Slot, runtime: Option<Duration>) {
+        let from = slot.at.as_millis();
+        let to = runtime.map(|d| from.saturating_add((d.as_millis() as i64).max(1)));
+        for &i in &slot.nodes {
+            let cap = self.capacity[i];
+            if let Some(steps) = self.nodes[i].as_mut() {
+                steps.add(from, to, job.gpus_per_replica, cap, true);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, gpus: u32) -> Node {
+        Node {
+            name: name.into(),
+            pool: "p".into(),
+            gpu_model: None,
+            gpus,
+            free_gpus: gpus,
+            schedulable: true,
+            instance_id: None,
+            idle_since: None,
+        }
+    }
+
+    fn job(gpus: u32, replicas: u32) -> Job {
+        let mut j = Job::new("j", "q", gpus, Time::from_millis(0));
+        j.replicas = replicas;
+        j
+    }
+
+    fn secs(s: u64) -> Option<Duration> {
+        Some(Duration::from_secs(s))
+    }
+
+    #[test]
+    fn plans_in_order_without_delaying_earlier_plans() {
+        // Two 8-GPU nodes: n0 has 4 free until t=100 s, n1 is full until t=50 s.
+        let nodes = [node("n0", 8), node("n1", 8)];
+        let releases = [
+            (Time::from_millis(100_000), 0, 4),
+            (Time::from_millis(50_000), 1, 8),
+        ];
+        let mut p = Profile::new(
+            Time::from_millis(0),
+            &nodes,
+            &[true, true],
+            &[4, 0],
+            &releases,
+            Packing::BestFit,
+        );
+        // An 8-GPU job fits first on n1 at 50 s.
+        let big = job(8, 1);
+        let slot = p.earliest(&big, secs(200), |_| true).unwrap();
+        assert_eq!((slot.at.as_millis(), slot.nodes.clone()), (50_000, vec![1]));
+        p.take(&big, &slot, secs(200));
+        // A 4-GPU job for 30 s fits now on n0.
+        let small = job(4, 1);
+        let slot = p.earliest(&small, secs(30), |_| true).unwrap();
+        assert_eq!((slot.at.as_millis(), slot.nodes.clone()), (0, vec![0]));
+        p.take(&small, &slot, secs(30));
+        // Another 8-GPU job: n1 is taken until 250 s, n0 is whole from 100 s.
+        let slot = p.earliest(&big, secs(10), |_| true).unwrap();
+        assert_eq!(
+            (slot.at.as_millis(), slot.nodes.clone()),
+            (100_000, vec![0])
+        );
+        // A 2 x 8 gang must wait for both: 250 s.
+        let gang = job(8, 2);
+        let slot = p.earliest(&gang, secs(10), |_| true).unwrap();
+        assert_eq!(slot.at.as_millis(), 250_000);
+        assert_eq!(slot.nodes.len(), 2);
+        // A job that never ends fits only where nothing is reserved later: n0 keeps 4 GPUs
+        // free from 30 s on.
+        let forever = p.earliest(&job(4, 1), None, |_| true).unwrap();
+        assert_eq!(
+            (forever.at.as_millis(), forever.nodes.clone()),
+            (30_000, vec![0])
+        );
+        assert_eq!(
+            p.earliest(&job(8, 1), None, |_| true)
+                .unwrap()
+                .at
+                .as_millis(),
+            100_000
+        );
+    }
+
+    #[test]
+    fn a_job_longer_than_a_gap_waits_for_a_gap_long_enough() {
+        let nodes = [node("n0", 8)];
+        let mut p = Profile::new(
+            Time::from_millis(0),
+            &nodes,
+            &[true],
+            &[8],
+            &[],
+            Packing::BestFit,
+        );
+        // Reserved from 60 s for 100 s.
+        let blocker = job(8, 1);
+        let slot = Slot {
+            at: Time::from_millis(60_000),
+            nodes: vec![0],
+        };
+        p.take(&blocker, &slot, secs(100));
+        let short = job(8, 1);
+        assert_eq!(
+            p.earliest(&short, secs(60), |_| true)
+                .unwrap()
+                .at
+                .as_millis(),
+            0
+        );
+        assert_eq!(
+            p.earliest(&short, secs(61), |_| true)
+                .unwrap()
+                .at
+                .as_millis(),
+            160_000
+        );
+        assert!(p.earliest(&job(16, 1), secs(1), |_| true).is_none());
+        assert!(p.earliest(&short, secs(1), |_| false).is_none());
+    }
+
+    #[test]
+    fn overdue_work_is_expected_a_second_from_now() {
+        let nodes = [node("n0", 8)];
+        let releases = [(Time::from_millis(-5_000), 0, 8)];
+        let mut p = Profile::new(
+            Time::from_millis(0),
+            &nodes,
+            &[true],
+            &[0],
+            &releases,
+            Packing::BestFit,
+        );
+        let slot = p.earliest(&job(8, 1), secs(10), |_| true).unwrap();
+        assert_eq!(slot.at.as_millis(), 1_000);
+    }
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Regenerates the "Against Starburst" comparison tables of docs/simulator.md: the full openb
+# trace on Starburst's terms (examples/starburst-terms/: $1 per GPU-hour, no boot delay, the
+# jobs' own time billed) at 16, 32 and 64 private GPUs, without and with the censored pods,
+# with exact, noisy and no runtime estimates. Prints Markdown.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+trace="${1:-../shared/data/traces/alibaba-gpu-v2023/openb_pod_list_default.csv}"
+cargo build --release -q
+terms=examples/starburst-terms
+fmt=$(mktemp)
+trap 'rm -f "$fmt"' EXIT
+cat > "$fmt" <<'PY'
+import json, sys
+label, gpus, cens, est = sys.argv[1:5]
+for r in json.load(sys.stdin):
+    name = r["strategy"] if r["strategy"] != "spillway" else "spillway (" + label + ")"
+    print("| {} | {} | {} | {} | {:,.1f} | {:,.0f} s | {:,.0f} s |".format(
+        gpus, cens, est, name, r["cloud_gpu_hours"], r["avg_jct_s"], r["avg_wait_s"]))
+PY
+run() { # gpus censored estimates config label strategies
+  local keep=()
+  [ "$2" = kept ] && keep=(--keep-censored)
+  ./target/release/spillway simulate --trace "$trace" --private-gpus "$1" --config "$4" \
+    --catalog "$terms/catalog.csv" --cloud-boot-delay 0 --runtime-estimates "$3" \
+    --strategy "$6" --json "${keep[@]}" 2>/dev/null | python3 "$fmt" "$5" "$(( ${1%x8} * 8 ))" "$2" "$3"
+}
+echo "| private GPUs | censored pods | estimates | strategy | cloud GPU-h | avg JCT | avg wait |"
+echo "|---|---|---|---|---|---|---|"
+for cens in left-out kept; do
+  for gpus in 2x8 4x8 8x8; do
+    run "$gpus" "$cens" exact "$terms/setup.yaml" "maxWait 15m" starburst,starburst-best-fit,no-wait,spillway
+    run "$gpus" "$cens" exact "$terms/setup-compute-wait.yaml" "compute-wait 0.2" spillway
+  done
+done
+for est in noisy:0.5 noisy:1 none; do
+  for gpus in 2x8 4x8; do
+    run "$gpus" left-out "$est" "$terms/setup.yaml" "maxWait 15m" starburst,starburst-best-fit,spillway
+    run "$gpus" left-out "$est" "$terms/setup-compute-wait.yaml" "compute-wait 0.2" spillway
+  done
+done
