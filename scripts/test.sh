@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every Spillway test on a fresh machine: installs and caches what the tests need (a real
 # Kubernetes control plane built from Debian's source package, moto's EC2 server, promtool, Helm 3
-# and 4 with kubectl), then runs the workspace's tests against them. Heavy builds are cached under ~/.cache/spillway.
+# and 4 with kubectl, Debian's Chromium for the report's browser test), then runs the workspace's tests against them. Heavy builds are cached under ~/.cache/spillway.
 #
 #   scripts/test.sh            # everything
 #   scripts/test.sh -p spillway-core   # extra arguments go to `cargo test`
@@ -29,6 +29,8 @@ while read -r which dir; do
     helm4) export SPILLWAY_HELM4="$dir" ;;
   esac
 done < <(scripts/helm.sh)
-echo "test.sh: Kubernetes binaries in $KUBEBUILDER_ASSETS; moto at $SPILLWAY_MOTO_SERVER; promtool at $SPILLWAY_PROMTOOL; Helm 3 in $SPILLWAY_HELM3, Helm 4 in $SPILLWAY_HELM4" >&2
+SPILLWAY_CHROMIUM="$(scripts/chromium.sh)"
+export SPILLWAY_CHROMIUM
+echo "test.sh: Kubernetes binaries in $KUBEBUILDER_ASSETS; moto at $SPILLWAY_MOTO_SERVER; promtool at $SPILLWAY_PROMTOOL; Helm 3 in $SPILLWAY_HELM3, Helm 4 in $SPILLWAY_HELM4; Chromium $SPILLWAY_CHROMIUM" >&2
 
 cargo test --workspace --locked --no-fail-fast "$@"

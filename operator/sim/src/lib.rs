@@ -14,6 +14,7 @@ pub mod html;
 pub mod report;
 pub mod setup;
 pub mod strategy;
+pub mod sweep;
 pub mod trace;
 
 use std::time::Instant;
@@ -85,30 +86,47 @@ pub fn compare_with_progress(
     strategies
         .iter()
         .map(|strategy| {
-            let mut snapshot = base.clone();
-            let oracle = strategy.apply(&mut snapshot, options.boot_delay);
-            let estimates = match options.estimates {
-                Estimates::Trace if oracle => Estimates::Exact,
-                e => e,
-            };
-            let world = World {
-                snapshot,
-                boot_delay: options.boot_delay,
-                capacity_error_rate: options.capacity_error_rate,
-                capacity_cooldown: Duration::from_secs(300),
-                spot_interruptions_per_hour: options.spot_interruptions_per_hour,
-                seed: options.seed,
-                estimates,
-            };
-            let started = Instant::now();
-            let outcome = engine::run_with_progress(&world, trace, policy, &mut |done, total| {
-                progress(strategy, done, total)
-            });
-            let wall = started.elapsed().as_secs_f64();
-            (
-                report::summarize(&strategy.to_string(), &outcome, wall),
-                outcome,
+            replay(
+                base,
+                trace,
+                strategy,
+                options,
+                policy,
+                &mut |done, total| progress(strategy, done, total),
             )
         })
         .collect()
+}
+
+/// Replays `trace` with one strategy applied to `base`.
+pub fn replay(
+    base: &spillway_core::Snapshot,
+    trace: &[TraceJob],
+    strategy: &Strategy,
+    options: &Options,
+    policy: &dyn Policy,
+    progress: &mut dyn FnMut(usize, usize),
+) -> (Summary, Outcome) {
+    let mut snapshot = base.clone();
+    let oracle = strategy.apply(&mut snapshot, options.boot_delay);
+    let estimates = match options.estimates {
+        Estimates::Trace if oracle => Estimates::Exact,
+        e => e,
+    };
+    let world = World {
+        snapshot,
+        boot_delay: options.boot_delay,
+        capacity_error_rate: options.capacity_error_rate,
+        capacity_cooldown: Duration::from_secs(300),
+        spot_interruptions_per_hour: options.spot_interruptions_per_hour,
+        seed: options.seed,
+        estimates,
+    };
+    let started = Instant::now();
+    let outcome = engine::run_with_progress(&world, trace, policy, progress);
+    let wall = started.elapsed().as_secs_f64();
+    (
+        report::summarize(&strategy.to_string(), &outcome, wall),
+        outcome,
+    )
 }

@@ -122,7 +122,7 @@ fn round(v: f64, digits: i32) -> f64 {
     (v * f).round() / f
 }
 
-fn human_secs(s: f64) -> String {
+pub fn human_secs(s: f64) -> String {
     if s < 120.0 {
         format!("{s:.0}s")
     } else if s < 7200.0 {

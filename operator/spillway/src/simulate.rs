@@ -62,6 +62,11 @@ pub struct SimulateArgs {
         default_value = "trace"
     )]
     runtime_estimates: String,
+    /// Replay each strategy over its knob (the queues' maxWait or computeWaitFactor,
+    /// Starburst's factor, constant-wait seconds) and report the cost-versus-JCT frontier:
+    /// a table, JSON with --json, and a chart with --report. Replays run on every core.
+    #[arg(long)]
+    sweep: bool,
     /// Keep the trace's censored jobs (openb pods still running when the trace was cut, whose
     /// runtime is only a lower bound). Left out by default, with their count on stderr.
     #[arg(long)]
@@ -215,6 +220,33 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode, InputError> {
         capacity_error_rate: args.capacity_error_rate,
         spot_interruptions_per_hour: args.spot_interruption_rate,
     };
+    if args.sweep {
+        let objects: Vec<_> = manifests
+            .as_ref()
+            .map(|m| m.policies.iter().map(|p| p.object.clone()).collect())
+            .unwrap_or_default();
+        // One policy per worker thread. These objects compiled without error above, and
+        // compiling is deterministic.
+        let make = || -> Box<dyn Policy> {
+            match PolicyEngine::compile(&objects) {
+                Ok(engine) if !objects.is_empty() => Box::new(engine),
+                _ => Box::new(NoPolicy),
+            }
+        };
+        if std::io::stderr().is_terminal() {
+            eprintln!(
+                "sweeping {} strategies over {} jobs on {} threads...",
+                strategies.len(),
+                jobs.len(),
+                spillway_sim::sweep::threads()
+            );
+        }
+        let mut points = spillway_sim::sweep::run(&base, &jobs, &strategies, &options, &make);
+        for p in &mut points {
+            p.summary.censored_jobs_left_out = censored;
+        }
+        return write_sweep(&args, &points, &trace_name);
+    }
     let progress = std::io::stderr().is_terminal();
     let private: u32 = inventory.iter().map(|n| n.gpus).sum();
     let mut show = |s: &Strategy, done: usize, total: usize| {
@@ -270,6 +302,38 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode, InputError> {
         }
         if !args.json {
             print_out(&format!("report: {}\n", path.display()));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn write_sweep(
+    args: &SimulateArgs,
+    points: &[spillway_sim::sweep::Point],
+    trace_name: &str,
+) -> Result<ExitCode, InputError> {
+    if args.json {
+        match serde_json::to_string_pretty(points) {
+            Ok(json) => print_out(&format!("{json}\n")),
+            Err(e) => return Err(InputError(format!("cannot encode results: {e}"))),
+        }
+    } else {
+        print_out(&spillway_sim::sweep::table(points));
+    }
+    if let Some(dir) = &args.report {
+        let title = format!("Spillway sweep: {trace_name}");
+        let page = html::render_sweep(&title, points)
+            .map_err(|e| InputError(format!("rendering the report: {e}")))?;
+        let chart = html::sweep_chart(points)
+            .map_err(|e| InputError(format!("rendering the chart: {e}")))?;
+        std::fs::create_dir_all(dir).map_err(|e| InputError(format!("{}: {e}", dir.display())))?;
+        for (name, text) in [("index.html", page), ("frontier.svg", chart)] {
+            let path = dir.join(name);
+            std::fs::write(&path, text)
+                .map_err(|e| InputError(format!("{}: {e}", path.display())))?;
+        }
+        if !args.json {
+            print_out(&format!("report: {}\n", dir.join("index.html").display()));
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -397,3 +397,39 @@ fn starburst_reproduces_its_published_simulator_on_the_bundled_example() {
         );
     }
 }
+
+#[test]
+fn sweep_json_marks_today_and_each_frontier() {
+    let out = spillway(&[
+        "simulate",
+        "--sweep",
+        "--strategy",
+        "starburst,no-wait",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let points = v.as_array().unwrap();
+    let starburst: Vec<&serde_json::Value> = points
+        .iter()
+        .filter(|p| p["family"] == "starburst")
+        .collect();
+    assert!(starburst.len() >= 10, "one point per factor");
+    assert!(starburst.iter().all(|p| p["knob"] == "factor"));
+    let today: Vec<&&serde_json::Value> =
+        starburst.iter().filter(|p| p["current"] == true).collect();
+    assert_eq!(today.len(), 1);
+    assert_eq!(today[0]["value"], 0.076);
+    assert_eq!(today[0]["strategy"], "starburst");
+    assert!(starburst.iter().any(|p| p["frontier"] == true));
+    // Factor 0 waits for nothing: it costs what no-wait costs (same packing aside).
+    let zero = starburst.iter().find(|p| p["value"] == 0.0).unwrap();
+    let no_wait = points.iter().find(|p| p["family"] == "no-wait").unwrap();
+    assert_eq!(no_wait["current"], true);
+    assert!(zero["avg_wait_s"].as_f64().unwrap() <= today[0]["avg_wait_s"].as_f64().unwrap());
+    assert!(no_wait.get("cloud_cost_usd").is_some());
+}
