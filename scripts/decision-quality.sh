@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Regenerates the "Against Starburst" comparison tables of docs/simulator.md: the full openb
-# trace on Starburst's terms (examples/starburst-terms/: $1 per GPU-hour, no boot delay, the
-# jobs' own time billed) at 16, 32 and 64 private GPUs, without and with the censored pods,
-# with exact, noisy and no runtime estimates. Prints Markdown.
+# Regenerates the "Against Starburst" and "Real prices" tables of docs/simulator.md: the full
+# openb trace and a synthetic one (scripts/synthetic-trace.py 5000 530 1) on Starburst's terms
+# (examples/starburst-terms/: $1 per GPU-hour, no boot delay, the jobs' own time billed) at 16,
+# 32 and 64 private GPUs, openb without and with the censored pods, with exact, noisy and no
+# runtime estimates; then the frontiers of a sweep on the real AWS catalog (180 s boot, 10-minute
+# idle timeout, examples/compute-wait/). Prints Markdown.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 trace="${1:-../shared/data/traces/alibaba-gpu-v2023/openb_pod_list_default.csv}"
 cargo build --release -q
 terms=examples/starburst-terms
 fmt=$(mktemp)
-trap 'rm -f "$fmt"' EXIT
 cat > "$fmt" <<'PY'
 import json, sys
 label, gpus, cens, est = sys.argv[1:5]
@@ -33,9 +34,39 @@ for cens in left-out kept; do
     run "$gpus" "$cens" exact "$terms/setup-compute-wait.yaml" "compute-wait 0.2" spillway
   done
 done
+synthetic=$(mktemp)
+trap 'rm -f "$fmt" "$synthetic"' EXIT
+python3 scripts/synthetic-trace.py 5000 530 1 > "$synthetic"
+openb="$trace"
+trace="$synthetic"
+for gpus in 2x8 4x8 8x8; do
+  run "$gpus" synthetic exact "$terms/setup.yaml" "maxWait 15m" starburst,starburst-best-fit,no-wait,spillway
+  run "$gpus" synthetic exact "$terms/setup-compute-wait.yaml" "compute-wait 0.2" spillway
+done
+trace="$openb"
 for est in noisy:0.5 noisy:1 none; do
   for gpus in 2x8 4x8; do
     run "$gpus" left-out "$est" "$terms/setup.yaml" "maxWait 15m" starburst,starburst-best-fit,spillway
     run "$gpus" left-out "$est" "$terms/setup-compute-wait.yaml" "compute-wait 0.2" spillway
   done
+done
+
+echo
+echo "Real prices (frontier points and today's configuration of each strategy):"
+echo
+echo "| private GPUs | strategy | knob | value | cloud USD | avg JCT | marks |"
+echo "|---|---|---|---|---|---|---|"
+for gpus in 2x8 4x8; do
+  ./target/release/spillway simulate --trace "$trace" --private-gpus "$gpus" \
+    --config examples/compute-wait/setup.yaml --runtime-estimates exact --sweep --json \
+    --strategy spillway,starburst,starburst-best-fit,constant-wait:900,no-wait 2>/dev/null |
+    python3 -c '
+import json, sys
+for p in json.load(sys.stdin):
+    if p["frontier"] or p["current"]:
+        marks = ", ".join(m for m, on in (("frontier", p["frontier"]), ("today", p["current"])) if on)
+        print("| {} | {} | {} | {} | {:,.0f} | {:,.0f} s | {} |".format(
+            sys.argv[1], p["family"], p["knob"], "-" if p["knob"] == "none" else p["value"],
+            p["cloud_cost_usd"], p["avg_jct_s"], marks))
+' "$(( ${gpus%x8} * 8 ))"
 done

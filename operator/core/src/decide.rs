@@ -323,9 +323,11 @@ impl<'a> Cycle<'a> {
                         state.private_gpus_in_use += job.total_gpus();
                         let end = job.planning_runtime().map(|r| {
                             let end = *started_at + r;
-                            // Overrunning its estimate: expect it to end soon, not never.
+                            // Overrunning its estimate: expect it to run as long again as it
+                            // has overrun (at least a minute), so the expectation recedes while
+                            // it keeps running instead of staying "soon" forever.
                             if end <= self.now {
-                                self.now + Duration::from_secs(60)
+                                self.now + self.now.since(end).max(Duration::from_secs(60))
                             } else {
                                 end
                             }

@@ -594,3 +594,22 @@ fn conservative_order_starts_a_job_now_only_if_it_delays_no_planned_one() {
     );
     assert!(plan.starts.iter().all(|st| st.job != "ml/long"));
 }
+
+#[test]
+fn work_overrunning_its_estimate_does_not_hold_a_job_back_forever() {
+    let mut s = base();
+    // `busy` was expected to end at t=10m and still runs; `next` has waited past maxWait.
+    s.nodes = vec![private_node("n1", 8, 0, "A100")];
+    let busy = running(job("busy", 8, -50), &["n1"], -50, Some(60));
+    let mut next = job("next", 8, -20);
+    next.estimated_runtime = Some(mins(30));
+    s.jobs = vec![busy, next];
+    // Just overdue (at 11m): expected within the cloud's boot delay, so it waits.
+    let plan = run(&s, 11);
+    assert_decision(&plan, "next", Outcome::Wait, Reason::PrivateStartSoon);
+    // Long overdue (at 40m, 30 minutes over): expected no sooner than in 30 more minutes, so
+    // the job bursts instead of waiting on a promise that keeps slipping.
+    let plan = run(&s, 40);
+    let d = plan.decisions.iter().find(|d| d.job == "ml/next").unwrap();
+    assert_eq!(d.outcome, Outcome::StartCloud, "{}", d.message);
+}
