@@ -134,8 +134,18 @@ pub fn yaml_error(file: &Path, doc: &Document<'_>, e: &serde_saphyr::Error) -> M
 
 /// serde-saphyr's messages can carry a source snippet after the first line; keep the message.
 fn first_line_of(message: &str) -> String {
-    let first = message.lines().next().unwrap_or(message).trim();
-    // Drop a trailing " at line X column Y", since we print the location in front.
+    let mut first = message.lines().next().unwrap_or(message).trim();
+    // Drop a leading "error: line X column Y: " and a trailing " at line X column Y": we
+    // print the location (in the file, not the document) in front.
+    first = first.strip_prefix("error: ").unwrap_or(first);
+    if let Some(rest) = first.strip_prefix("line ")
+        && let Some((location, tail)) = rest.split_once(": ")
+        && location
+            .split(" column ")
+            .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    {
+        first = tail;
+    }
     match first.rfind(" at line ") {
         Some(p) => first[..p].to_string(),
         None => first.to_string(),
@@ -273,6 +283,24 @@ impl Manifests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parser_locations_are_not_repeated_in_the_message() {
+        assert_eq!(
+            first_line_of("error: line 11 column 5: missing field `instanceTypes`"),
+            "missing field `instanceTypes`"
+        );
+        assert_eq!(
+            first_line_of(
+                "invalid type: string \"lots\", expected i32 at line 5 column 10\n  snippet"
+            ),
+            "invalid type: string \"lots\", expected i32"
+        );
+        assert_eq!(
+            first_line_of("line of sight: blocked"),
+            "line of sight: blocked"
+        );
+    }
 
     #[test]
     fn reads_several_documents_and_reports_lines() {
