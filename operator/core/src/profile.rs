@@ -14,7 +14,7 @@
 use crate::{Duration, Job, Node, Packing, Time};
 
 /// Node-interval evaluations one cycle may spend on planning.
-const WORK_BUDGET: u64 = 1_000_000;
+const WORK_BUDGET: u64 = 200_000;
 
 /// Free GPUs of one node: `steps[k].1` from `steps[k].0` until the next step (the last one
 /// lasts forever). Times are milliseconds; `steps[0].0` is the cycle's now.
@@ -207,6 +207,20 @@ impl Profile {
             });
         }
         None
+    }
+
+    /// Whether `nodes` (one per replica) keep room for `job` from now for `runtime`.
+    pub fn holds_now(&mut self, job: &Job, nodes: &[usize], runtime: Option<Duration>) -> bool {
+        let to = runtime.map(|d| self.now.saturating_add((d.as_millis() as i64).max(1)));
+        let mut sorted = nodes.to_vec();
+        sorted.sort_unstable();
+        sorted.chunk_by(|a, b| a == b).all(|same| {
+            self.work += 1;
+            let need = job.gpus_per_replica * same.len() as u32;
+            self.nodes[same[0]]
+                .as_ref()
+                .is_some_and(|s| s.min_free(self.now, to) >= need)
+        })
     }
 
     /// Takes the slot's GPUs from `slot.at` for `runtime` (None: forever).

@@ -3,7 +3,7 @@
 //! than its wait allows.
 
 use super::{Cycle, Waiting};
-use crate::profile::Profile;
+use crate::profile::{Profile, Slot};
 use crate::{Duration, Job, Time};
 
 impl<'a> Cycle<'a> {
@@ -47,9 +47,24 @@ impl<'a> Cycle<'a> {
                 && longer(*d, runtime)
         });
         if !known_not_now {
-            if let Some(slot) = profile.now_slot(job, runtime, accepts) {
-                profile.take(job, &slot, runtime);
-                return Some(slot.nodes);
+            // The free-GPU index answers "does it fit at all now" cheaply; its choice usually
+            // delays no slot, else every node is tried against the slots.
+            if let Some(nodes) =
+                self.private
+                    .fit(&self.snap.nodes, job, true, self.settings.packing)
+            {
+                let slot = if profile.holds_now(job, &nodes, runtime) {
+                    Some(Slot {
+                        at: self.now,
+                        nodes,
+                    })
+                } else {
+                    profile.now_slot(job, runtime, accepts)
+                };
+                if let Some(slot) = slot {
+                    profile.take(job, &slot, runtime);
+                    return Some(slot.nodes);
+                }
             }
             self.now_failures.push((
                 job.gpus_per_replica,
