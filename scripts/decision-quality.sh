@@ -4,7 +4,7 @@
 # (examples/starburst-terms/: $1 per GPU-hour, no boot delay, the jobs' own time billed) at 16,
 # 32 and 64 private GPUs, openb without and with the censored pods, with exact, noisy and no
 # runtime estimates; then the frontiers of a sweep on the real AWS catalog (180 s boot, 10-minute
-# idle timeout, examples/compute-wait/). Prints Markdown.
+# idle timeout, the bundled setup examples/config/setup.yaml). Prints Markdown.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 trace="${1:-../shared/data/traces/alibaba-gpu-v2023/openb_pod_list_default.csv}"
@@ -58,7 +58,7 @@ echo "| private GPUs | strategy | knob | value | cloud USD | avg JCT | marks |"
 echo "|---|---|---|---|---|---|---|"
 for gpus in 2x8 4x8; do
   ./target/release/spillway simulate --trace "$trace" --private-gpus "$gpus" \
-    --config examples/compute-wait/setup.yaml --runtime-estimates exact --sweep --json \
+    --config examples/config/setup.yaml --runtime-estimates exact --sweep --json \
     --strategy spillway,starburst,starburst-best-fit,constant-wait:900,no-wait 2>/dev/null |
     python3 -c '
 import json, sys

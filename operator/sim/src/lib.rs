@@ -37,6 +37,8 @@ pub mod example {
     pub const CATALOG_NAME: &str = "examples/catalog-aws-us-east-1.csv";
     /// The private inventory of the example: one node of eight GPUs.
     pub const PRIVATE_GPUS: &str = "1x8";
+    /// The example's runtime estimates: the real runtimes with a log-normal error of sigma 0.5.
+    pub const ESTIMATES: crate::Estimates = crate::Estimates::Noisy(0.5);
 }
 
 /// Options of a replay besides the world.

@@ -433,3 +433,38 @@ fn sweep_json_marks_today_and_each_frontier() {
     assert!(zero["avg_wait_s"].as_f64().unwrap() <= today[0]["avg_wait_s"].as_f64().unwrap());
     assert!(no_wait.get("cloud_cost_usd").is_some());
 }
+
+/// What the README's first screen claims of the bundled example: with its noisy estimates,
+/// `spillway` spends less than every strategy that bursts, and waits no longer on average than
+/// Starburst.
+#[test]
+fn the_bundled_example_shows_what_the_readme_says() {
+    let out = spillway(&["simulate"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .next()
+            .is_some_and(|l| l.contains("runtime estimates: noisy:0.5")),
+        "{text}"
+    );
+    let out = spillway(&["simulate", "--json"]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = |s: &str| {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["strategy"] == s)
+            .cloned()
+            .unwrap()
+    };
+    let ours = row("spillway");
+    for other in ["starburst", "constant-wait:900", "no-wait"] {
+        let theirs = row(other);
+        assert!(
+            ours["cloud_cost_usd"].as_f64() < theirs["cloud_cost_usd"].as_f64(),
+            "spillway {ours} against {theirs}"
+        );
+    }
+    assert!(ours["avg_jct_s"].as_f64() <= row("starburst")["avg_jct_s"].as_f64());
+}
