@@ -1,0 +1,349 @@
+//! Step 3 of a cycle: the private pass (fair share across queues, quotas, fitting gangs now,
+//! and what each waiting job can expect: EASY reservations, strict order, or the conservative
+//! plan of `conservative.rs`).
+
+use super::*;
+
+impl<'a> Cycle<'a> {
+    /// Step 3. Returns the jobs still waiting, in the order considered, with what the private
+    /// side knows about them.
+    pub(super) fn private_pass(&mut self, candidates: &[usize]) -> Vec<Waiting> {
+        let snap = self.snap;
+        // Per queue: its candidates in priority, then arrival, then name order.
+        let mut by_queue: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for &i in candidates {
+            by_queue
+                .entry(snap.jobs[i].queue.as_str())
+                .or_default()
+                .push(i);
+        }
+        for list in by_queue.values_mut() {
+            list.sort_by(|&a, &b| {
+                let (ja, jb) = (&snap.jobs[a], &snap.jobs[b]);
+                jb.priority
+                    .cmp(&ja.priority)
+                    .then(ja.queued_at.cmp(&jb.queued_at))
+                    .then(ja.id.cmp(&jb.id))
+            });
+            list.reverse(); // pop() takes the head
+        }
+        // One lane per queue, in name order (deterministic ties).
+        let mut lanes: Vec<Lane<'_>> = by_queue
+            .into_iter()
+            .filter_map(|(name, jobs)| Some((self.queues.get(name).copied()?, name, jobs)))
+            .map(|(queue, name, jobs)| Lane {
+                queue,
+                used: self
+                    .queue_state
+                    .get(name)
+                    .map_or(0, |s| s.private_gpus_in_use),
+                weight: queue.weight.max(1) as f64,
+                jobs,
+                blocked: false,
+                reserved: false,
+            })
+            .collect();
+        let mut waiting = Vec::new();
+        loop {
+            // Weighted fair share: the queue using the fewest private GPUs per unit of weight
+            // goes next.
+            let mut next: Option<(f64, usize)> = None;
+            for (l, lane) in lanes.iter().enumerate() {
+                if lane.jobs.is_empty() {
+                    continue;
+                }
+                let share = lane.used as f64 / lane.weight;
+                if next.is_none_or(|(best, _)| share < best) {
+                    next = Some((share, l));
+                }
+            }
+            let Some((_, l)) = next else { break };
+            let Some(i) = lanes[l].jobs.pop() else { break };
+            let job = &snap.jobs[i];
+            let effects = self.effects(job);
+            let effects = (effects != Effects::default()).then(|| Box::new(effects));
+            let mut w = Waiting {
+                job: i,
+                effects,
+                private_estimate: None,
+                never_private: false,
+                private_block: None,
+            };
+
+            if job.placement == Placement::CloudOnly {
+                w.private_block = Some((Reason::CloudOnlyPlacement, None));
+                waiting.push(w);
+                continue;
+            }
+            if let Some(r) = w
+                .effects()
+                .require
+                .as_ref()
+                .filter(|r| r.value == Environment::Cloud)
+            {
+                w.private_block = Some((Reason::RequiredByPolicy, Some(r.rule.clone())));
+                waiting.push(w);
+                continue;
+            }
+            let queue = lanes[l].queue;
+            let in_use = lanes[l].used;
+            if let Some(quota) = queue.quota_gpus
+                && !queue.borrowing
+                && in_use + job.total_gpus() > quota
+            {
+                w.private_block = Some((Reason::QuotaExhausted, None));
+                waiting.push(w);
+                continue;
+            }
+            if !self.can_ever_fit_private(job) {
+                w.never_private = true;
+                waiting.push(w);
+                continue;
+            }
+            if lanes[l].blocked {
+                w.private_estimate = None;
+                waiting.push(w);
+                continue;
+            }
+            // Fits now? A job known to end before every reservation's time may use reserved
+            // GPUs; any other job only unreserved ones.
+            let ends_before_reservations = !self.reservations.is_empty()
+                && job.planning_runtime().is_some_and(|r| {
+                    self.reservations
+                        .iter()
+                        .all(|res| res.at.is_some_and(|at| self.now + r <= at))
+                });
+            // Free GPUs only shrink during the pass, so a shape that failed keeps failing.
+            let shape_failed = self
+                .fit_failures
+                .iter()
+                .any(|((g, models, ignore), replicas)| {
+                    *g == job.gpus_per_replica
+                        && *ignore == ends_before_reservations
+                        && *replicas <= job.replicas
+                        && *models == job.gpu_models
+                });
+            let fit = if self.settings.order == QueueOrder::Conservative {
+                let hold = job.planning_runtime().is_none() && !lanes[l].reserved;
+                match self.conservative(job, &mut w, hold) {
+                    Some(nodes) => Some(nodes),
+                    None => {
+                        lanes[l].reserved |= hold;
+                        waiting.push(w);
+                        continue;
+                    }
+                }
+            } else if shape_failed {
+                None
+            } else {
+                let fit = self.private.fit(
+                    &snap.nodes,
+                    job,
+                    ends_before_reservations,
+                    self.settings.packing,
+                );
+                if fit.is_none() {
+                    self.fit_failures.push((
+                        (
+                            job.gpus_per_replica,
+                            job.gpu_models.clone(),
+                            ends_before_reservations,
+                        ),
+                        job.replicas,
+                    ));
+                }
+                fit
+            };
+            if let Some(nodes) = fit {
+                let backfilled = !self.reservations.is_empty() || self.planned > 0;
+                for &n in &nodes {
+                    self.private.take(n, job.gpus_per_replica);
+                    if let Some(r) = job.planning_runtime() {
+                        self.releases.push((self.now + r, n, job.gpus_per_replica));
+                        self.releases_sorted = false;
+                    }
+                }
+                let pool = snap.nodes[nodes[0]].pool.clone();
+                let hourly = match self.pools.get(pool.as_str()).map(|p| &p.kind) {
+                    Some(PoolKind::Private {
+                        gpu_cost_per_hour: Some(c),
+                    }) => Some(c * job.total_gpus() as f64),
+                    _ => None,
+                };
+                let (reason, message) = if backfilled {
+                    (
+                        Reason::Backfilled,
+                        self.say(|| format!(
+                            "Started on free private GPUs ahead of a larger waiting job, without delaying its expected start ({} GPUs on {} node(s)).",
+                            job.total_gpus(),
+                            distinct(&nodes)
+                        )),
+                    )
+                } else {
+                    (
+                        Reason::FitsPrivate,
+                        self.say(|| format!(
+                            "The whole gang fits on free private GPUs ({} GPUs on {} node(s) of pool {pool}).",
+                            job.total_gpus(),
+                            distinct(&nodes)
+                        )),
+                    )
+                };
+                lanes[l].used += job.total_gpus();
+                self.start(
+                    job,
+                    Environment::Private,
+                    &pool,
+                    nodes,
+                    reason,
+                    message,
+                    None,
+                    hourly,
+                );
+                continue;
+            }
+            // Does not fit now.
+            match self.settings.order {
+                QueueOrder::Backfill => {
+                    if !lanes[l].reserved {
+                        lanes[l].reserved = true;
+                        let may_burst = self.cloud_blocker(job, w.effects()).is_none();
+                        w.private_estimate = self.reserve(job, may_burst);
+                    } else {
+                        w.private_estimate = None;
+                    }
+                }
+                QueueOrder::Strict => {
+                    lanes[l].blocked = true;
+                    w.private_estimate = if self.reservations.is_empty() {
+                        self.estimate_only(job)
+                    } else {
+                        None
+                    };
+                    self.reservations.push(Reservation {
+                        at: w.private_estimate,
+                    });
+                }
+                // Whatever fits behind it starts; no estimate, no reservation. (Conservative
+                // order planned the job above and never gets here.)
+                QueueOrder::Greedy | QueueOrder::Conservative => w.private_estimate = None,
+            }
+            waiting.push(w);
+        }
+        waiting
+    }
+
+    /// Could the gang fit on the private nodes if they were empty? Computed once per shape
+    /// (GPUs per replica and models) and cycle.
+    pub(super) fn can_ever_fit_private(&mut self, job: &Job) -> bool {
+        let g = job.gpus_per_replica;
+        let cached = self
+            .capacity_slots
+            .iter()
+            .find(|((cg, models), _)| *cg == g && *models == job.gpu_models)
+            .map(|(_, slots)| *slots);
+        let slots = match cached {
+            Some(s) => s,
+            None => {
+                let mut slots = 0u32;
+                for (i, n) in self.snap.nodes.iter().enumerate() {
+                    if self.private.private[i]
+                        && n.gpus >= g
+                        && job.accepts_model(n.gpu_model.as_ref())
+                    {
+                        slots = slots.saturating_add(n.gpus / g);
+                    }
+                }
+                self.capacity_slots
+                    .push(((g, job.gpu_models.clone()), slots));
+                slots
+            }
+        };
+        slots >= job.replicas
+    }
+
+    pub(super) fn sort_releases(&mut self) {
+        if !self.releases_sorted {
+            self.releases.sort_by_key(|&(t, n, g)| (t, n, g));
+            self.releases_sorted = true;
+        }
+    }
+
+    /// When would `job` fit if private work ended as estimated? Returns the time and the free
+    /// GPUs per node at that time.
+    pub(super) fn shadow(&mut self, job: &Job) -> Option<(Time, Vec<u32>)> {
+        self.sort_releases();
+        let g = job.gpus_per_replica;
+        let nodes = &self.snap.nodes;
+        let mut free: Vec<u32> = (0..nodes.len())
+            .map(|i| self.private.effective(i))
+            .collect();
+        let accepts =
+            |i: usize| self.private.private[i] && job.accepts_model(nodes[i].gpu_model.as_ref());
+        let mut slots: u32 = (0..nodes.len())
+            .filter(|&i| accepts(i))
+            .map(|i| free[i] / g)
+            .sum();
+        for &(t, n, gpus) in &self.releases {
+            if !accepts(n) {
+                continue;
+            }
+            let before = free[n] / g;
+            free[n] = (free[n] + gpus).min(nodes[n].gpus);
+            slots += free[n] / g - before;
+            if slots >= job.replicas {
+                return Some((t.max(self.now), free));
+            }
+        }
+        None
+    }
+
+    pub(super) fn estimate_only(&mut self, job: &Job) -> Option<Time> {
+        self.shadow(job).map(|(t, _)| t)
+    }
+
+    /// Reserves private GPUs for a blocked job; returns its estimated start.
+    ///
+    /// When the start cannot be estimated (running work without runtimes), a job that may
+    /// burst gets no reservation: holding GPUs idle for an unknown time costs more than the
+    /// cloud placement that ends its wait after `maxWait`. A job that can never burst reserves
+    /// the nodes it would use once everything running has ended, so it cannot starve.
+    pub(super) fn reserve(&mut self, job: &Job, may_burst: bool) -> Option<Time> {
+        let g = job.gpus_per_replica;
+        let nodes = &self.snap.nodes;
+        let (at, room) = match self.shadow(job) {
+            Some((t, free)) => (Some(t), free),
+            None if may_burst => return None,
+            None => (None, nodes.iter().map(|n| n.gpus).collect()),
+        };
+        // Best fit at that time; prefer nodes with more GPUs free now (they are closer).
+        let mut order: Vec<usize> = (0..nodes.len())
+            .filter(|&i| {
+                self.private.private[i]
+                    && room[i] >= g
+                    && job.accepts_model(nodes[i].gpu_model.as_ref())
+            })
+            .collect();
+        order.sort_by_key(|&i| (room[i], std::cmp::Reverse(self.private.free[i]), i));
+        let mut left = job.replicas;
+        let mut claims = Vec::new();
+        for i in order {
+            let k = (room[i] / g).min(left);
+            if k > 0 {
+                claims.push((i, k * g));
+                left -= k;
+            }
+            if left == 0 {
+                break;
+            }
+        }
+        if left > 0 {
+            return None;
+        }
+        for (i, gpus) in claims {
+            self.private.reserve(i, gpus);
+        }
+        self.reservations.push(Reservation { at });
+        at
+    }
+}
