@@ -2,10 +2,14 @@
 //!
 //! 1. Index the snapshot: free GPUs per node, usage per queue and pool, spend per queue.
 //! 2. Jobs whose instances are launching: start them once every instance has joined.
-//! 3. Private pass, in weighted fair-share order across queues and priority/arrival order
-//!    within a queue: start each gang that fits whole on free private GPUs (best fit). A job
-//!    that does not fit gets a reservation (the nodes and the estimated time at which it will
-//!    fit); later jobs may backfill only where they do not delay it.
+//! 3. Private pass (`decide/private.rs`), in weighted fair-share order across queues and
+//!    priority/arrival order within a queue: start each gang that fits whole on free private
+//!    GPUs (best fit). What a job that does not fit gets depends on `Settings::order`: by
+//!    default (conservative, `decide/conservative.rs`) a planned slot at the earliest time it
+//!    fits, which later jobs may not delay, or an immediate burst when that slot is later than
+//!    its wait allows; with EASY backfilling a reservation for the first blocked job per queue;
+//!    in strict order nothing passes it; in greedy order (Starburst's) anything that fits
+//!    starts.
 //! 4. Burst pass over the jobs still waiting: a job may go to the cloud only if nothing forbids
 //!    it (placement, data classification, queue, rules) and it has waited past its threshold
 //!    (fixed or compute-wait), its deadline is at risk, or it can never run privately. It then
