@@ -112,6 +112,18 @@ fn line_chart(
     Ok(svg)
 }
 
+/// The start of a report page: head, styles (readable from phone to laptop width) and title.
+fn page_start(title: &str) -> String {
+    let mut html = String::new();
+    html.push_str("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n");
+    html.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
+    html.push_str(&format!("<title>{}</title>\n", escape(title)));
+    html.push_str("<style>body{font-family:sans-serif;margin:2em auto;padding:0 1em;max-width:960px}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child,th:first-child{text-align:left}figure{margin:1.5em 0}svg{max-width:100%;height:auto}</style>\n");
+    html.push_str("</head><body>\n");
+    html.push_str(&format!("<h1>{}</h1>\n", escape(title)));
+    html
+}
+
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -227,13 +239,7 @@ pub fn render(title: &str, runs: &[(Summary, Outcome)]) -> Result<String, String
             s.private_gpu_utilization * 100.0, s.avg_wait_s, s.p50_wait_s, s.p95_wait_s, s.avg_jct_s, s.unfinished_jobs
         ));
     }
-    let mut html = String::new();
-    html.push_str("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n");
-    html.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
-    html.push_str(&format!("<title>{}</title>\n", escape(title)));
-    html.push_str("<style>body{font-family:sans-serif;margin:2em auto;padding:0 1em;max-width:960px}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child,th:first-child{text-align:left}figure{margin:1.5em 0}svg{max-width:100%;height:auto}</style>\n");
-    html.push_str("</head><body>\n");
-    html.push_str(&format!("<h1>{}</h1>\n", escape(title)));
+    let mut html = page_start(title);
     html.push_str("<table><tr><th>strategy</th><th>jobs</th><th>burst jobs</th><th>cloud USD</th><th>cloud GPU-h</th><th>private util</th><th>avg wait s</th><th>p50 wait s</th><th>p95 wait s</th><th>avg JCT s</th><th>unfinished</th></tr>\n");
     html.push_str(&rows);
     html.push_str("</table>\n");
@@ -351,13 +357,7 @@ pub fn render_sweep(title: &str, points: &[crate::sweep::Point]) -> Result<Strin
             s.cloud_cost_usd, s.cloud_gpu_hours, s.avg_wait_s, s.avg_jct_s, s.unfinished_jobs, marks
         ));
     }
-    let mut html = String::new();
-    html.push_str("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n");
-    html.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
-    html.push_str(&format!("<title>{}</title>\n", escape(title)));
-    html.push_str("<style>body{font-family:sans-serif;margin:2em auto;padding:0 1em;max-width:960px}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child,th:first-child{text-align:left}figure{margin:1.5em 0}svg{max-width:100%;height:auto}</style>\n");
-    html.push_str("</head><body>\n");
-    html.push_str(&format!("<h1>{}</h1>\n", escape(title)));
+    let mut html = page_start(title);
     html.push_str("<p>Each strategy replayed over its knob. Lines join each strategy's frontier (no other setting of it is both cheaper and faster); rings mark today's configuration.</p>\n");
     html.push_str("<figure>");
     html.push_str(&chart);
