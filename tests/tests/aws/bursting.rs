@@ -137,8 +137,17 @@ async fn waits_past_max_wait_bursts_to_the_cheapest_instance_and_scales_down() {
         metrics.contains("spillway_cloud_calls_total{call=\"launch\",result=\"ok\"} 1"),
         "{metrics}"
     );
+    // Cordoned before its instance went. (Once the instance is gone, the node's own clean-up
+    // may cordon it again before its deletion is seen: a repeated, harmless write.)
+    let cordons: u32 = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("spillway_api_writes_total{kind=\"node-cordon\",result=\"ok\"} ")
+        })
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
     assert!(
-        metrics.contains("spillway_api_writes_total{kind=\"node-cordon\",result=\"ok\"} 1"),
+        cordons >= 1,
         "the node was cordoned before its instance went: {metrics}"
     );
     op.stop().await.expect("clean stop");
