@@ -12,7 +12,8 @@
 //!    starts.
 //! 4. Burst pass over the jobs still waiting: a job may go to the cloud only if nothing forbids
 //!    it (placement, data classification, queue, rules) and it has waited past its threshold
-//!    (fixed or compute-wait), its deadline is at risk, or it can never run privately. It then
+//!    (fixed or compute-wait), its planned private start comes after that threshold
+//!    (conservative order), its deadline is at risk, or it can never run privately. It then
 //!    takes idle cloud nodes that fit, or the cheapest offering (whole gang, egress included)
 //!    within rules, pool limits and the queue's budget.
 //! 5. Scale-down: cloud nodes idle past their pool's `idleTimeout` are terminated.

@@ -580,7 +580,7 @@ fn conservative_order_starts_a_job_now_only_if_it_delays_no_planned_one() {
     assert_decision(&plan, "short", Outcome::StartPrivate, Reason::Backfilled);
     assert_decision(&plan, "head", Outcome::Wait, Reason::BurstDisabled);
     assert_decision(&plan, "long", Outcome::Wait, Reason::BurstDisabled);
-    // `long` is planned after the head ends (60m + 60m), not before.
+    // `long` would overlap the head's slot, so it does not start now.
     let est = |j: &str| {
         plan.decisions
             .iter()

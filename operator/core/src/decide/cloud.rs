@@ -65,7 +65,7 @@ impl<'a> Cycle<'a> {
         } else if self.settings.order == QueueOrder::Conservative
             && waited < threshold
             && w.private_estimate
-                .is_some_and(|t| self.planned_too_late(job, &w, t))
+                .is_some_and(|t| t > job.queued_at + threshold)
         {
             Some((Reason::PrivateStartTooLate, threshold_rule))
         } else if waited >= threshold {

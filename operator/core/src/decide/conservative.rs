@@ -4,7 +4,7 @@
 
 use super::{Cycle, Waiting};
 use crate::profile::{Profile, Slot};
-use crate::{Duration, Job, Time};
+use crate::{Duration, Job};
 
 impl<'a> Cycle<'a> {
     /// Plans `job`. Returns the nodes to start it on now (already taken from the profile), or
@@ -94,10 +94,5 @@ impl<'a> Cycle<'a> {
         }
         w.private_estimate = Some(slot.at);
         None
-    }
-
-    /// Whether `start`, a planned private start, is later than `job` may wait.
-    pub(super) fn planned_too_late(&self, job: &Job, w: &Waiting, start: Time) -> bool {
-        start > job.queued_at + self.allowance(job, w.effects()).threshold
     }
 }
