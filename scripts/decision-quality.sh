@@ -43,6 +43,30 @@ for gpus in 2x8 4x8 8x8; do
   run "$gpus" synthetic exact "$terms/setup.yaml" "maxWait 15m" starburst,starburst-best-fit,no-wait,spillway
   run "$gpus" synthetic exact "$terms/setup-compute-wait.yaml" "compute-wait 0.2" spillway
 done
+echo
+echo "compute-wait factors on the rows where the goal turns (cloud GPU-h / avg JCT):"
+echo
+echo "| factor | openb 16 kept | openb 32 left-out | openb 64 kept | synthetic 16 | synthetic 32 |"
+echo "|---|---|---|---|---|---|"
+scan=$(mktemp)
+trap 'rm -f "$fmt" "$synthetic" "$scan"' EXIT
+for f in 0.1 0.12 0.13 0.14 0.15 0.18 0.2; do
+  sed "s/computeWaitFactor: 0.2/computeWaitFactor: $f/" "$terms/setup-compute-wait.yaml" > "$scan"
+  row="| $f |"
+  for spec in "$openb 2x8 --keep-censored" "$openb 4x8" "$openb 8x8 --keep-censored" \
+      "$synthetic 2x8" "$synthetic 4x8"; do
+    set -- $spec
+    cell=$(./target/release/spillway simulate --trace "$1" --private-gpus "$2" --config "$scan" \
+      --catalog "$terms/catalog.csv" --cloud-boot-delay 0 --runtime-estimates exact \
+      --strategy spillway --json ${3:-} 2>/dev/null | python3 -c '
+import json, sys
+r = json.load(sys.stdin)[0]
+print("{:,.1f} / {:,.0f} s".format(r["cloud_gpu_hours"], r["avg_jct_s"]))')
+    row="$row $cell |"
+  done
+  echo "$row"
+done
+echo
 trace="$openb"
 for est in noisy:0.5 noisy:1 none; do
   for gpus in 2x8 4x8; do
