@@ -106,7 +106,61 @@ fn bench_decide(c: &mut Criterion) {
             |b, s| b.iter(|| decide(s, &NoPolicy, now)),
         );
     }
+    // A scheduler deciding in full (something changed): `decide` plus telling what changed.
+    let s = snapshot(100_000, 10_000, 600);
+    let mut warm = Scheduler::new(s.clone());
+    warm.cycle(&NoPolicy, now);
+    let job = s.jobs[0].clone();
+    group.bench_function("scheduler_changed/100000x10000", |b| {
+        b.iter(|| {
+            warm.apply(Change::JobGone(job.id.clone()));
+            warm.apply(Change::Job(job.clone()));
+            warm.cycle(&NoPolicy, now)
+        })
+    });
+    // The operator's common turn: nothing arrived, finished or changed since the last one.
+    let mut sched = settled(snapshot(100_000, 10_000, 600), now);
+    let later = now + Duration::from_secs(1);
+    group.bench_function("scheduler_unchanged/100000x10000", |b| {
+        b.iter(|| sched.cycle(&NoPolicy, later))
+    });
     group.finish();
+}
+
+/// A scheduler on `s` after its starts were carried out, so that its last plan asks for
+/// nothing.
+fn settled(s: Snapshot, now: Time) -> Scheduler {
+    let mut sched = Scheduler::new(s);
+    loop {
+        let plan = sched.cycle(&NoPolicy, now);
+        if plan.starts.is_empty() && plan.launches.is_empty() && plan.terminations.is_empty() {
+            return sched;
+        }
+        let snap = sched.snapshot();
+        let jobs: std::collections::HashMap<&str, &Job> =
+            snap.jobs.iter().map(|j| (j.id.as_str(), j)).collect();
+        let mut nodes: std::collections::HashMap<&str, Node> = std::collections::HashMap::new();
+        let mut changes = Vec::new();
+        for st in &plan.starts {
+            let mut job = jobs[st.job.as_str()].clone();
+            for n in &st.nodes {
+                let node = nodes
+                    .entry(n.as_str())
+                    .or_insert_with(|| snap.nodes.iter().find(|x| &x.name == n).unwrap().clone());
+                node.free_gpus -= job.gpus_per_replica;
+            }
+            job.state = JobState::Running {
+                nodes: st.nodes.clone(),
+                started_at: now,
+                cloud: false,
+            };
+            changes.push(Change::Job(job));
+        }
+        changes.extend(nodes.into_values().map(Change::Node));
+        for c in changes {
+            sched.apply(c);
+        }
+    }
 }
 
 criterion_group!(benches, bench_decide);

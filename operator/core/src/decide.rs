@@ -37,7 +37,7 @@ use crate::{
 /// FNV-1a: the cycle hashes many short names; SipHash's protection against hash flooding is
 /// not needed for names the cycle itself puts in.
 #[derive(Default)]
-struct Fnv(u64);
+pub(crate) struct Fnv(u64);
 
 impl Hasher for Fnv {
     fn finish(&self) -> u64 {
@@ -58,7 +58,7 @@ impl Hasher for Fnv {
     }
 }
 
-type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
+pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
 
 /// A gang's shape for fit memos: GPUs per replica, acceptable models, may use reserved GPUs.
 type Shape = (u32, Vec<crate::GpuModel>, bool);
@@ -296,6 +296,15 @@ impl<'a> Cycle<'a> {
             .filter(|&n| cycle.cloud_free[n] > 0)
             .collect();
         cycle.index_usage();
+        if policy.reads_clock() {
+            // Rules may change with `waited` and `now`; EASY backfills depend on the clock.
+            cycle.stable_until(now);
+        }
+        for o in &snap.offerings {
+            if let Some(t) = o.unavailable_until.filter(|&t| t > now) {
+                cycle.stable_until(t);
+            }
+        }
         cycle
     }
 
@@ -340,6 +349,14 @@ impl<'a> Cycle<'a> {
                             }
                         });
                         if let Some(end) = end {
+                            // Past `end - 1 s` the planner clamps the release to a second from
+                            // now, and past the estimate the expected end moves with the clock.
+                            self.stable_until(match job.planning_runtime() {
+                                Some(r) if *started_at + r > self.now => {
+                                    end - Duration::from_secs(1)
+                                }
+                                _ => self.now,
+                            });
                             for n in nodes {
                                 if let Some(&i) = self.node_index.get(n.as_str()) {
                                     self.releases.push((end, i, job.gpus_per_replica));

@@ -23,6 +23,7 @@ pub mod model;
 pub mod plan;
 pub mod policy;
 mod profile;
+pub mod scheduler;
 pub mod spot;
 pub mod time;
 pub mod types;
@@ -37,5 +38,6 @@ pub use model::{
 };
 pub use plan::{Decision, Launch, OfferingChoice, Outcome, Plan, Reason, Start, Termination};
 pub use policy::{Effects, NoPolicy, Policy, PolicyContext, QueueState};
+pub use scheduler::{Change, Config, Scheduler, SchedulerStats};
 pub use time::Time;
 pub use types::{CapacityType, Classification, Environment, Placement};

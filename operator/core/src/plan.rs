@@ -243,6 +243,13 @@ pub struct Plan {
     /// The earliest time at which a decision would change with nothing else happening (a wait
     /// threshold or an idle timeout passing): callers should decide again then.
     pub next_wake: Option<Time>,
+    /// Until when deciding again with nothing changed gives the same outcomes: `next_wake`,
+    /// and the moments that change a decision's outcome or reason without asking for a wake
+    /// (a planned private start coming within a cloud node's boot time, a running job
+    /// passing its expected end, a cloud offering's cooldown ending). `None`: no such time.
+    /// The decide time itself when nothing makes the plan stable (rules that read the
+    /// clock; EASY backfilling; a running job past its expected end).
+    pub stable_until: Option<Time>,
 }
 
 impl Plan {

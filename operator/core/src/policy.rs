@@ -83,6 +83,12 @@ pub trait Policy {
     fn is_empty(&self) -> bool {
         false
     }
+
+    /// Whether some rule reads the clock (`waited`, `now`), so that its effects can change
+    /// with nothing but time passing. [`crate::Scheduler`] decides at every cycle then.
+    fn reads_clock(&self) -> bool {
+        true
+    }
 }
 
 /// No policies: queue and pool settings alone decide.
@@ -96,6 +102,10 @@ impl Policy for NoPolicy {
 
     fn is_empty(&self) -> bool {
         true
+    }
+
+    fn reads_clock(&self) -> bool {
+        false
     }
 }
 

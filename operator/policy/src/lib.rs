@@ -93,6 +93,8 @@ struct Rule {
 /// Compiled BurstPolicies, ready to evaluate.
 pub struct PolicyEngine {
     rules: Vec<Rule>,
+    /// Some rule reads `waited` or `now`.
+    reads_clock: bool,
     root: Context<'static, 'static>,
     errors: Mutex<BTreeMap<String, u64>>,
 }
@@ -146,6 +148,7 @@ impl PolicyEngine {
     pub fn empty() -> PolicyEngine {
         PolicyEngine {
             rules: Vec::new(),
+            reads_clock: false,
             root: Context::default(),
             errors: Mutex::new(BTreeMap::new()),
         }
@@ -205,7 +208,19 @@ impl PolicyEngine {
         if !errors.is_empty() {
             return Err(errors);
         }
+        let reads_clock = rules.iter().any(|r| {
+            [&r.when, &r.offering_filter]
+                .into_iter()
+                .flatten()
+                .any(|p| {
+                    p.references()
+                        .variables()
+                        .iter()
+                        .any(|v| matches!(*v, "waited" | "now"))
+                })
+        });
         Ok(PolicyEngine {
+            reads_clock,
             rules,
             root: Context::default(),
             errors: Mutex::new(BTreeMap::new()),
@@ -589,6 +604,10 @@ impl Policy for PolicyEngine {
 
     fn is_empty(&self) -> bool {
         self.rules.is_empty()
+    }
+
+    fn reads_clock(&self) -> bool {
+        self.reads_clock
     }
 }
 

@@ -208,3 +208,16 @@ fn syntax_errors_name_the_policy_rule_and_field() {
     let errs = PolicyEngine::compile(&policies).err().expect("too long");
     assert!(errs[0].message.contains("limit"), "{}", errs[0]);
 }
+
+#[test]
+fn an_engine_knows_whether_its_rules_read_the_clock() {
+    let static_rule = policy("  - name: big\n    when: job.totalGpus >= 8\n    maxWait: 1h\n");
+    assert!(!engine(&static_rule).reads_clock());
+    assert!(!PolicyEngine::empty().reads_clock());
+    for when in ["waited > 600.0", "now > 0.0 && job.totalGpus > 1"] {
+        let clocked = policy(&format!(
+            "  - name: late\n    when: {when}\n    maxWait: 1h\n"
+        ));
+        assert!(engine(&clocked).reads_clock(), "{when}");
+    }
+}

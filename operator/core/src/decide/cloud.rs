@@ -97,11 +97,19 @@ impl<'a> Cycle<'a> {
             self.wait(job, &w, Reason::WaitingForPrivate, message, None, Some(est));
             return;
         };
-        if self.settings.runtime_aware
+        let soon_applies = self.settings.runtime_aware
             && !matches!(
                 reason,
                 Reason::CloudOnlyPlacement | Reason::RequiredByPolicy | Reason::DeadlineAtRisk
-            )
+            );
+        if soon_applies
+            && let Some(t) = w.private_estimate
+            && t > self.now + self.settings.cloud_ready_delay
+        {
+            // Not soon yet; it becomes so as the clock nears the planned start.
+            self.stable_until(t - self.settings.cloud_ready_delay);
+        }
+        if soon_applies
             && let Some(t) = w.private_estimate
             && t <= self.now + self.settings.cloud_ready_delay
         {
@@ -177,6 +185,14 @@ impl<'a> Cycle<'a> {
         if t > self.now {
             self.plan.next_wake = Some(self.plan.next_wake.map_or(t, |w| w.min(t)));
         }
+        self.stable_until(t);
+    }
+
+    /// The plan may change at `t` with nothing else happening, but calls for no wake-up
+    /// (`Plan::stable_until`); `t <= now`: it may change at any time.
+    pub(super) fn stable_until(&mut self, t: Time) {
+        let t = t.max(self.now);
+        self.plan.stable_until = Some(self.plan.stable_until.map_or(t, |u| u.min(t)));
     }
 
     pub(super) fn wait(

@@ -1,0 +1,276 @@
+//! [`Scheduler`]: the decision core kept across cycles.
+//!
+//! [`decide`] is a pure function of a whole snapshot. A caller that runs it again and again
+//! (an operator turning at every event) mostly hands it the same world: nothing arrived, nothing
+//! finished, no threshold passed. A `Scheduler` owns the snapshot, takes what changed as
+//! [`Change`]s, and runs a cycle only when its outcome can differ from the last one:
+//!
+//! - it decides again when a change arrived, when the last plan asked for actions (their
+//!   effects come back as changes; until they do, deciding again repeats them), or when the
+//!   clock reaches the last plan's [`Plan::stable_until`]: its `next_wake`, or an earlier
+//!   moment that changes an outcome without a wake-up (a planned start coming within a cloud
+//!   node's boot time, a running private job nearing its expected end, a cooldown ending).
+//!   With rules that read the clock (`waited`, `now`), the EASY-backfilling order, or a
+//!   running job past its estimate (its expected end moves with the clock) it decides every
+//!   time;
+//! - its plan carries only changes: every start, launch and termination, and the decisions
+//!   whose outcome, reason or rule differ from the job's current ones ([`Scheduler::current`]).
+//!
+//! `decide` on the full snapshot stays the reference: `tests/scheduler.rs` feeds random
+//! histories to both and requires the same actions and the same decision changes at every
+//! step.
+
+use std::collections::BTreeMap;
+
+use crate::decide::FastMap as HashMap;
+
+use crate::model::{Dataset, Instance, Node, Offering, Pool, Queue, Settings};
+use crate::{Job, Outcome, Plan, Policy, Reason, Snapshot, Time, decide};
+
+/// Everything of a snapshot but its jobs, nodes, instances and offerings.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Config {
+    pub settings: Settings,
+    pub queues: Vec<Queue>,
+    pub pools: Vec<Pool>,
+    pub datasets: Vec<Dataset>,
+    pub invalid_queues: BTreeMap<String, String>,
+    pub invalid_datasets: BTreeMap<String, String>,
+}
+
+/// One thing that changed since the last cycle. Changes that leave the world as it was
+/// (an object sent again unchanged) cost nothing at the next cycle.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Change {
+    /// A job arrived or changed (its state, its spec).
+    Job(Job),
+    /// A job is gone (finished, deleted), by id.
+    JobGone(String),
+    /// A node joined or changed.
+    Node(Node),
+    /// A node is gone, by name.
+    NodeGone(String),
+    /// An instance was launched or changed.
+    Instance(Instance),
+    /// An instance is gone, by id.
+    InstanceGone(String),
+    /// The cloud offerings as they are now (prices, cooldowns, interruption counts).
+    Offerings(Vec<Offering>),
+    /// Queues, pools, datasets and settings as they are now.
+    Config(Box<Config>),
+}
+
+/// What the last full cycle leaves for the next one.
+#[derive(Clone, Debug)]
+struct Last {
+    at: Time,
+    /// Whether it planned starts, launches or terminations.
+    acted: bool,
+    /// Deciding before this time gives the same outcomes (`Plan::stable_until`).
+    until: Option<Time>,
+    next_wake: Option<Time>,
+}
+
+/// The decision core kept across cycles; see the module documentation.
+#[derive(Clone, Debug, Default)]
+pub struct Scheduler {
+    snap: Snapshot,
+    jobs: HashMap<String, usize>,
+    nodes: HashMap<String, usize>,
+    instances: HashMap<String, usize>,
+    changed: bool,
+    /// Each job's current outcome, reason and rule.
+    current: HashMap<String, (Outcome, Reason, Option<String>)>,
+    last: Option<Last>,
+    cycles: u64,
+    skipped: u64,
+}
+
+/// Counters of a scheduler's work.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SchedulerStats {
+    /// Cycles asked for.
+    pub cycles: u64,
+    /// Of those, answered without deciding because nothing could have changed.
+    pub skipped: u64,
+}
+
+impl Scheduler {
+    /// A scheduler starting from `snapshot` (job ids, node names and instance ids unique).
+    pub fn new(snapshot: Snapshot) -> Scheduler {
+        let mut s = Scheduler {
+            snap: snapshot,
+            changed: true,
+            ..Scheduler::default()
+        };
+        s.reindex();
+        s
+    }
+
+    fn reindex(&mut self) {
+        self.jobs = position(&self.snap.jobs, |j| &j.id);
+        self.nodes = position(&self.snap.nodes, |n| &n.name);
+        self.instances = position(&self.snap.instances, |i| &i.id);
+    }
+
+    /// The world as the scheduler sees it.
+    pub fn snapshot(&self) -> &Snapshot {
+        &self.snap
+    }
+
+    /// The job's current outcome, reason and rule: those of the last decision that changed
+    /// them.
+    pub fn current(&self, job: &str) -> Option<(Outcome, Reason, Option<&str>)> {
+        self.current
+            .get(job)
+            .map(|(o, r, rule)| (*o, *r, rule.as_deref()))
+    }
+
+    pub fn stats(&self) -> SchedulerStats {
+        SchedulerStats {
+            cycles: self.cycles,
+            skipped: self.skipped,
+        }
+    }
+
+    /// Takes one change. Jobs keep their order of arrival in the snapshot (a job that
+    /// changes keeps its place), as `decide` breaks ties by it.
+    pub fn apply(&mut self, change: Change) {
+        let changed = match change {
+            Change::Job(job) => upsert(&mut self.snap.jobs, &mut self.jobs, job, |j| &j.id),
+            Change::JobGone(id) => {
+                self.current.remove(&id);
+                remove(&mut self.snap.jobs, &mut self.jobs, &id, |j| &j.id)
+            }
+            Change::Node(node) => upsert(&mut self.snap.nodes, &mut self.nodes, node, |n| &n.name),
+            Change::NodeGone(name) => {
+                remove(&mut self.snap.nodes, &mut self.nodes, &name, |n| &n.name)
+            }
+            Change::Instance(i) => {
+                upsert(&mut self.snap.instances, &mut self.instances, i, |i| &i.id)
+            }
+            Change::InstanceGone(id) => {
+                remove(&mut self.snap.instances, &mut self.instances, &id, |i| {
+                    &i.id
+                })
+            }
+            Change::Offerings(o) => replace(&mut self.snap.offerings, o),
+            Change::Config(c) => {
+                let Config {
+                    settings,
+                    queues,
+                    pools,
+                    datasets,
+                    invalid_queues,
+                    invalid_datasets,
+                } = *c;
+                let s = &mut self.snap;
+                // Every one of them, not the first that differs.
+                [
+                    replace(&mut s.settings, settings),
+                    replace(&mut s.queues, queues),
+                    replace(&mut s.pools, pools),
+                    replace(&mut s.datasets, datasets),
+                    replace(&mut s.invalid_queues, invalid_queues),
+                    replace(&mut s.invalid_datasets, invalid_datasets),
+                ]
+                .contains(&true)
+            }
+        };
+        self.changed |= changed;
+    }
+
+    /// One cycle at `now`: the actions to take and the decisions that changed. Its
+    /// `next_wake` is the last full cycle's.
+    pub fn cycle(&mut self, policy: &dyn Policy, now: Time) -> Plan {
+        self.cycles += 1;
+        if let Some(last) = &self.last
+            && !self.changed
+            && !last.acted
+            && now >= last.at
+            && last.until.is_none_or(|u| now < u)
+        {
+            self.skipped += 1;
+            return Plan {
+                next_wake: last.next_wake,
+                ..Plan::default()
+            };
+        }
+        let mut plan = decide(&self.snap, policy, now);
+        self.last = Some(Last {
+            at: now,
+            acted: !(plan.starts.is_empty()
+                && plan.launches.is_empty()
+                && plan.terminations.is_empty()),
+            until: plan.stable_until,
+            next_wake: plan.next_wake,
+        });
+        self.changed = false;
+        plan.decisions
+            .retain(|d| match self.current.get_mut(&d.job) {
+                Some(c) if c.0 == d.outcome && c.1 == d.reason && c.2 == d.rule => false,
+                Some(c) => {
+                    *c = (d.outcome, d.reason, d.rule.clone());
+                    true
+                }
+                None => {
+                    self.current
+                        .insert(d.job.clone(), (d.outcome, d.reason, d.rule.clone()));
+                    true
+                }
+            });
+        plan
+    }
+}
+
+fn position<T>(items: &[T], key: impl Fn(&T) -> &String) -> HashMap<String, usize> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, x)| (key(x).clone(), i))
+        .collect()
+}
+
+fn replace<T: PartialEq>(slot: &mut T, value: T) -> bool {
+    if *slot == value {
+        false
+    } else {
+        *slot = value;
+        true
+    }
+}
+
+fn upsert<T: PartialEq>(
+    items: &mut Vec<T>,
+    index: &mut HashMap<String, usize>,
+    item: T,
+    key: impl Fn(&T) -> &String,
+) -> bool {
+    match index.get(key(&item)) {
+        Some(&i) => replace(&mut items[i], item),
+        None => {
+            index.insert(key(&item).clone(), items.len());
+            items.push(item);
+            true
+        }
+    }
+}
+
+/// Removes by key, keeping the order of the rest.
+fn remove<T>(
+    items: &mut Vec<T>,
+    index: &mut HashMap<String, usize>,
+    id: &str,
+    key: impl Fn(&T) -> &String,
+) -> bool {
+    let Some(i) = index.remove(id) else {
+        return false;
+    };
+    items.remove(i);
+    for x in &items[i..] {
+        if let Some(p) = index.get_mut(key(x)) {
+            *p -= 1;
+        }
+    }
+    true
+}

@@ -1,0 +1,474 @@
+//! The `Scheduler` against `decide` on the full snapshot: random histories (arrivals, plans
+//! carried out, instances joining, jobs finishing, nodes changing, cooldowns, and above all
+//! the clock moving with nothing else happening) fed to both, the same actions and the same
+//! decision changes required at every step.
+
+mod support;
+
+use std::collections::HashMap;
+
+use proptest::prelude::*;
+use spillway_core::*;
+use support::*;
+
+#[derive(Clone, Debug)]
+enum Step {
+    /// The clock moves this many seconds; nothing else happens.
+    Wait(u32),
+    /// The last plan is carried out: starts run, launches become instances, terminations
+    /// remove their nodes.
+    Carry,
+    /// Instances that have no node yet join.
+    Join,
+    /// The k-th running job finishes.
+    Finish(usize),
+    /// A job arrives: GPUs, replicas, estimate in minutes (0: none), queue.
+    Arrive(u32, u32, u32, usize),
+    /// The k-th private node is cordoned or uncordoned.
+    Cordon(usize),
+    /// The k-th offering cools down for this many seconds.
+    Cooldown(usize, u32),
+    /// The same job sent again unchanged (costs nothing).
+    Resend(usize),
+    /// The clock moves to this many milliseconds before the k-th running job's expected end,
+    /// if that is later than now.
+    NearEnd(usize, u32),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        10 => (1u32..3_000).prop_map(Step::Wait),
+        5 => Just(Step::Carry),
+        1 => Just(Step::Join),
+        2 => (0usize..8).prop_map(Step::Finish),
+        2 => (1u32..=8, 1u32..=2, 0u32..240, 0usize..2).prop_map(|(g, r, e, q)| Step::Arrive(g, r, e, q)),
+        1 => (0usize..4).prop_map(Step::Cordon),
+        1 => (0usize..4, 1u32..1_200).prop_map(|(k, s)| Step::Cooldown(k, s)),
+        1 => (0usize..8).prop_map(Step::Resend),
+        2 => (0usize..8, 0u32..2_500).prop_map(|(k, ms)| Step::NearEnd(k, ms)),
+    ]
+}
+
+#[derive(Clone, Debug)]
+struct History {
+    start: Snapshot,
+    steps: Vec<Step>,
+}
+
+fn history() -> impl Strategy<Value = History> {
+    let settings = (0usize..4, any::<bool>(), 0usize..3, 0u64..30);
+    let nodes = prop::collection::vec((prop::sample::select(vec![2u32, 4, 8]), 0usize..2), 1..4);
+    // Mostly busy nodes, whose running jobs end (or overrun) within the history.
+    let running = prop::collection::vec((1u32..=8, 0u32..40, 5u32..120, 0usize..3), 0..6);
+    let jobs = prop::collection::vec((1u32..=8, 1u32..=2, 0u32..240), 0..6);
+    (
+        settings,
+        nodes,
+        running,
+        jobs,
+        prop::collection::vec(step(), 1..60),
+    )
+        .prop_map(
+            |((order, first_fit, mode, wait), nodes, running, jobs, steps)| {
+                let mut s = base();
+                s.settings.order = [
+                    QueueOrder::Conservative,
+                    QueueOrder::Greedy,
+                    QueueOrder::Strict,
+                    QueueOrder::Backfill,
+                ][order];
+                if first_fit {
+                    s.settings.packing = Packing::FirstFit;
+                }
+                let mut q2 = bursting_queue("batch", wait);
+                q2.burst.wait_mode =
+                    [WaitMode::Fixed, WaitMode::ComputeWait, WaitMode::CostAware][mode];
+                q2.budget_hourly_usd = Some(40.0);
+                s.queues.push(q2);
+                s.pools[1].idle_timeout = mins(5);
+                let models = ["A100", "A10G"];
+                s.nodes = nodes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(gpus, m))| private_node(&format!("n{i}"), gpus, gpus, models[m]))
+                    .collect();
+                let start = Time::from_millis(3_600_000);
+                for (i, &(gpus, ago, est, k)) in running.iter().enumerate() {
+                    let k = k % s.nodes.len();
+                    let gpus = gpus.min(s.nodes[k].free_gpus);
+                    if gpus == 0 {
+                        continue;
+                    }
+                    s.nodes[k].free_gpus -= gpus;
+                    let mut j = Job::new(
+                        format!("ml/r{i}"),
+                        "research",
+                        gpus,
+                        start - mins(ago as u64 + 5),
+                    );
+                    j.estimated_runtime = Some(mins(est as u64));
+                    j.state = JobState::Running {
+                        nodes: vec![s.nodes[k].name.clone()],
+                        started_at: start - mins(ago as u64),
+                        cloud: false,
+                    };
+                    s.jobs.push(j);
+                }
+                for (i, &(gpus, replicas, est)) in jobs.iter().enumerate() {
+                    let mut j = Job::new(
+                        format!("ml/p{i}"),
+                        ["research", "batch"][i % 2],
+                        gpus,
+                        start,
+                    );
+                    j.replicas = replicas;
+                    j.estimated_runtime = (est > 0).then(|| mins(est as u64));
+                    s.jobs.push(j);
+                }
+                History { start: s, steps }
+            },
+        )
+}
+
+/// The reference side: a snapshot changed by hand, `decide` on all of it, and each job's
+/// current decision to tell changes.
+struct World {
+    snap: Snapshot,
+    now: Time,
+    last: Plan,
+    current: HashMap<String, (Outcome, Reason, Option<String>)>,
+    arrived: usize,
+    joined: usize,
+}
+
+impl World {
+    fn job(&self, id: &str) -> usize {
+        self.snap.jobs.iter().position(|j| j.id == id).expect("job")
+    }
+
+    /// Applies one step; returns the changes the scheduler gets for it.
+    fn step(&mut self, step: &Step) -> Vec<Change> {
+        let mut out = Vec::new();
+        match *step {
+            Step::Wait(s) => self.now = self.now + Duration::from_secs(s as u64),
+            Step::Carry => {
+                let plan = std::mem::take(&mut self.last);
+                for st in &plan.starts {
+                    let j = self.job(&st.job);
+                    let g = self.snap.jobs[j].gpus_per_replica;
+                    for n in &st.nodes {
+                        let node = self.snap.nodes.iter_mut().find(|x| &x.name == n).unwrap();
+                        node.free_gpus -= g;
+                        node.idle_since = None;
+                        out.push(Change::Node(node.clone()));
+                    }
+                    self.snap.jobs[j].state = JobState::Running {
+                        nodes: st.nodes.clone(),
+                        started_at: self.now,
+                        cloud: st.environment == Environment::Cloud,
+                    };
+                    out.push(Change::Job(self.snap.jobs[j].clone()));
+                }
+                for l in &plan.launches {
+                    for c in 0..l.count {
+                        let inst = Instance {
+                            id: format!("i-{}-{c}", l.need),
+                            pool: l.offering.pool.clone(),
+                            instance_type: l.offering.instance_type.clone(),
+                            capacity_type: l.offering.capacity_type,
+                            zone: l.offering.zone.clone(),
+                            gpus: l.offering.gpus_per_instance,
+                            hourly_price: l.offering.hourly_price,
+                            need: l.need.clone(),
+                            queue: l.queue.clone(),
+                            node: None,
+                            launched_at: self.now,
+                        };
+                        out.push(Change::Instance(inst.clone()));
+                        self.snap.instances.push(inst);
+                    }
+                    let j = self.job(&l.job);
+                    self.snap.jobs[j].state = JobState::Provisioning {
+                        need: l.need.clone(),
+                        pool: l.offering.pool.clone(),
+                    };
+                    out.push(Change::Job(self.snap.jobs[j].clone()));
+                }
+                for t in &plan.terminations {
+                    self.snap.nodes.retain(|n| n.name != t.node);
+                    out.push(Change::NodeGone(t.node.clone()));
+                    if let Some(id) = &t.instance_id {
+                        self.snap.instances.retain(|i| &i.id != id);
+                        out.push(Change::InstanceGone(id.clone()));
+                    }
+                }
+            }
+            Step::Join => {
+                for k in 0..self.snap.instances.len() {
+                    if self.snap.instances[k].node.is_some() {
+                        continue;
+                    }
+                    self.joined += 1;
+                    let inst = &mut self.snap.instances[k];
+                    let name = format!("cloud-{}", self.joined);
+                    inst.node = Some(name.clone());
+                    let node = Node {
+                        name,
+                        pool: inst.pool.clone(),
+                        gpu_model: Some(GpuModel::normalize("A100")),
+                        gpus: inst.gpus,
+                        free_gpus: inst.gpus,
+                        schedulable: true,
+                        instance_id: Some(inst.id.clone()),
+                        idle_since: Some(self.now),
+                    };
+                    out.push(Change::Instance(inst.clone()));
+                    out.push(Change::Node(node.clone()));
+                    self.snap.nodes.push(node);
+                }
+            }
+            Step::Finish(k) => {
+                let running: Vec<usize> = (0..self.snap.jobs.len())
+                    .filter(|&i| matches!(self.snap.jobs[i].state, JobState::Running { .. }))
+                    .collect();
+                if let Some(&j) = running.get(k % running.len().max(1)) {
+                    let job = self.snap.jobs.remove(j);
+                    if let JobState::Running { nodes, .. } = &job.state {
+                        for n in nodes {
+                            if let Some(node) = self.snap.nodes.iter_mut().find(|x| &x.name == n) {
+                                node.free_gpus += job.gpus_per_replica;
+                                if node.instance_id.is_some() && node.free_gpus == node.gpus {
+                                    node.idle_since = Some(self.now);
+                                }
+                                out.push(Change::Node(node.clone()));
+                            }
+                        }
+                    }
+                    self.current.remove(&job.id);
+                    out.push(Change::JobGone(job.id));
+                }
+            }
+            Step::Arrive(gpus, replicas, est, q) => {
+                self.arrived += 1;
+                let mut j = Job::new(
+                    format!("ml/a{}", self.arrived),
+                    ["research", "batch"][q],
+                    gpus,
+                    self.now,
+                );
+                j.replicas = replicas;
+                j.estimated_runtime = (est > 0).then(|| mins(est as u64));
+                out.push(Change::Job(j.clone()));
+                self.snap.jobs.push(j);
+            }
+            Step::Cordon(k) => {
+                let private: Vec<usize> = (0..self.snap.nodes.len())
+                    .filter(|&i| self.snap.nodes[i].instance_id.is_none())
+                    .collect();
+                if let Some(&n) = private.get(k % private.len().max(1)) {
+                    let node = &mut self.snap.nodes[n];
+                    node.schedulable = !node.schedulable;
+                    out.push(Change::Node(node.clone()));
+                }
+            }
+            Step::Cooldown(k, s) => {
+                let n = self.snap.offerings.len();
+                self.snap.offerings[k % n].unavailable_until =
+                    Some(self.now + Duration::from_secs(s as u64));
+                out.push(Change::Offerings(self.snap.offerings.clone()));
+            }
+            Step::NearEnd(k, ms) => {
+                let ends: Vec<Time> = self
+                    .snap
+                    .jobs
+                    .iter()
+                    .filter_map(|j| match (&j.state, j.planning_runtime()) {
+                        (JobState::Running { started_at, .. }, Some(r)) => Some(*started_at + r),
+                        _ => None,
+                    })
+                    .collect();
+                if let Some(&end) = ends.get(k % ends.len().max(1)) {
+                    self.now = self.now.max(end - Duration::from_millis(ms as u64));
+                }
+            }
+            Step::Resend(k) => {
+                if !self.snap.jobs.is_empty() {
+                    let j = k % self.snap.jobs.len();
+                    out.push(Change::Job(self.snap.jobs[j].clone()));
+                }
+            }
+        }
+        out
+    }
+
+    /// `decide` on everything, and the decisions that changed.
+    fn decide(&mut self) -> (Plan, Vec<(String, Outcome, Reason, Option<String>)>) {
+        let plan = decide(&self.snap, &NoPolicy, self.now);
+        let mut changed = Vec::new();
+        for d in &plan.decisions {
+            let key = (d.outcome, d.reason, d.rule.clone());
+            if self.current.get(&d.job) != Some(&key) {
+                changed.push((d.job.clone(), d.outcome, d.reason, d.rule.clone()));
+            }
+            self.current.insert(d.job.clone(), key);
+        }
+        self.last = plan.clone();
+        (plan, changed)
+    }
+}
+
+fn keys(plan: &Plan) -> Vec<(String, Outcome, Reason, Option<String>)> {
+    plan.decisions
+        .iter()
+        .map(|d| (d.job.clone(), d.outcome, d.reason, d.rule.clone()))
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1500))]
+
+    #[test]
+    fn the_scheduler_plans_what_decide_plans(h in history()) {
+        let mut world = World {
+            now: Time::from_millis(3_600_000),
+            snap: h.start.clone(),
+            last: Plan::default(),
+            current: HashMap::new(),
+            arrived: 0,
+            joined: 0,
+        };
+        let mut sched = Scheduler::new(h.start.clone());
+        let (full, changed) = world.decide();
+        let got = sched.cycle(&NoPolicy, world.now);
+        prop_assert_eq!(&got.starts, &full.starts);
+        prop_assert_eq!(keys(&got), changed);
+        for (i, step) in h.steps.iter().enumerate() {
+            for change in world.step(step) {
+                sched.apply(change);
+            }
+            prop_assert_eq!(sched.snapshot(), &world.snap, "step {}: {:?}", i, step);
+            let (full, changed) = world.decide();
+            let got = sched.cycle(&NoPolicy, world.now);
+            let ctx = format!("step {i} ({step:?}) at {}: skipped {:?}", world.now, sched.stats());
+            prop_assert_eq!(&got.starts, &full.starts, "{}", ctx);
+            prop_assert_eq!(&got.launches, &full.launches, "{}", ctx);
+            prop_assert_eq!(&got.terminations, &full.terminations, "{}", ctx);
+            prop_assert_eq!(keys(&got), changed, "{}", ctx);
+            prop_assert_eq!(got.next_wake, full.next_wake, "{}", ctx);
+        }
+    }
+}
+
+#[test]
+fn nothing_changed_is_not_decided_again() {
+    let mut s = base();
+    s.nodes = vec![private_node("n1", 8, 0, "A100")];
+    s.jobs = vec![
+        running(job("busy", 8, 0), &["n1"], 0, Some(120)),
+        job("waits", 8, 10),
+    ];
+    s.jobs[1].estimated_runtime = Some(mins(30));
+    s.queues[0].burst.enabled = false;
+    let mut sched = Scheduler::new(s);
+    let first = sched.cycle(&NoPolicy, at_min(11));
+    assert_eq!(first.decisions.len(), 1, "{:?}", first.decisions);
+    assert_eq!(sched.current("ml/waits").map(|d| d.0), Some(Outcome::Wait));
+    // Until a second before the busy job's expected end nothing can change.
+    for m in [12, 30, 60, 119] {
+        let plan = sched.cycle(&NoPolicy, at_min(m));
+        assert!(plan.decisions.is_empty() && plan.starts.is_empty());
+    }
+    assert_eq!(
+        sched.stats(),
+        SchedulerStats {
+            cycles: 5,
+            skipped: 4
+        }
+    );
+    // The same job sent again changes nothing.
+    let same = sched.snapshot().jobs[1].clone();
+    sched.apply(Change::Job(same));
+    sched.cycle(&NoPolicy, at_min(119));
+    assert_eq!(sched.stats().skipped, 5);
+    // The busy job finishes: the waiting one starts.
+    sched.apply(Change::JobGone("ml/busy".into()));
+    sched.apply(Change::Node(private_node("n1", 8, 8, "A100")));
+    let plan = sched.cycle(&NoPolicy, at_min(119));
+    assert_eq!(plan.starts.len(), 1);
+    assert_eq!(
+        sched.current("ml/waits").map(|d| d.0),
+        Some(Outcome::StartPrivate)
+    );
+}
+
+/// Forbids the cloud to jobs that have waited less than 20 minutes: its effects change with
+/// the clock alone.
+struct PatientRule;
+
+impl Policy for PatientRule {
+    fn effects(&self, ctx: &PolicyContext<'_>) -> Effects {
+        let mut e = Effects::default();
+        if ctx.waited < mins(20) {
+            e.forbid.push(spillway_core::policy::Ruled {
+                value: Environment::Cloud,
+                rule: "p/patient".into(),
+            });
+        }
+        e
+    }
+}
+
+#[test]
+fn rules_that_read_the_clock_are_decided_at_every_cycle() {
+    let mut s = base();
+    s.nodes = vec![private_node("n1", 8, 0, "A100")];
+    s.queues[0].burst.max_wait = mins(1);
+    s.jobs = vec![job("waits", 8, 0)];
+    let mut sched = Scheduler::new(s);
+    let first = sched.cycle(&PatientRule, at_min(5));
+    assert_eq!(first.decisions[0].reason, Reason::ForbiddenByPolicy);
+    // No wake marks the rule's 20 minutes; the scheduler decides anyway.
+    assert!(sched.cycle(&PatientRule, at_min(10)).launches.is_empty());
+    assert_eq!(sched.cycle(&PatientRule, at_min(21)).launches.len(), 1);
+    assert_eq!(sched.stats().skipped, 0);
+}
+
+#[test]
+fn a_planned_start_coming_within_boot_time_is_decided_again() {
+    let mut s = base();
+    s.nodes = vec![private_node("n1", 8, 0, "A100")];
+    // No money: the job may burst (its planned start is too late) but cannot.
+    s.queues[0].budget_hourly_usd = Some(0.0);
+    s.jobs = vec![
+        running(job("busy", 8, 0), &["n1"], 0, Some(40)),
+        job("waits", 8, 0),
+    ];
+    s.jobs[1].estimated_runtime = Some(mins(30));
+    let mut sched = Scheduler::new(s);
+    let first = sched.cycle(&NoPolicy, at_min(1));
+    assert_eq!(first.decisions.len(), 1);
+    assert_ne!(first.decisions[0].reason, Reason::PrivateStartSoon);
+    assert!(sched.cycle(&NoPolicy, at_min(20)).decisions.is_empty());
+    assert_eq!(sched.stats().skipped, 1);
+    // Three minutes (a cloud node's boot) before the busy job's end, waiting is better.
+    let later = sched.cycle(&NoPolicy, at_min(38));
+    assert_eq!(later.decisions.len(), 1, "{:?}", later.decisions);
+    assert_eq!(later.decisions[0].reason, Reason::PrivateStartSoon);
+}
+
+#[test]
+fn the_last_second_before_a_release_is_decided_again() {
+    let mut s = base();
+    s.nodes = vec![private_node("n1", 8, 0, "A100")];
+    s.jobs = vec![running(job("busy", 8, 0), &["n1"], 0, Some(40))];
+    let mut sched = Scheduler::new(s);
+    sched.cycle(&NoPolicy, at_min(1));
+    assert_eq!(sched.cycle(&NoPolicy, at_min(39)).next_wake, None);
+    assert_eq!(sched.stats().skipped, 1);
+    sched.cycle(&NoPolicy, at_min(40) - Duration::from_millis(500));
+    assert_eq!(
+        sched.stats().skipped,
+        1,
+        "within the last second it decides"
+    );
+}
