@@ -19,12 +19,14 @@
 pub mod lint;
 pub mod testing;
 pub mod variables;
+mod vars;
+
+use vars::{Vars, vars};
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use cel::{Context, Program, Value};
-use serde::Serialize;
 use spillway_api::BurstPolicy;
 use spillway_api::policy::PolicyRule;
 use spillway_api::queue::WaitMode as ApiWaitMode;
@@ -95,7 +97,8 @@ pub struct PolicyEngine {
     rules: Vec<Rule>,
     /// Some rule reads `waited` or `now`.
     reads_clock: bool,
-    root: Context<'static, 'static>,
+    /// The standard functions and macros, shared by every evaluation.
+    env: Arc<cel::Env>,
     errors: Mutex<BTreeMap<String, u64>>,
 }
 
@@ -149,7 +152,7 @@ impl PolicyEngine {
         PolicyEngine {
             rules: Vec::new(),
             reads_clock: false,
-            root: Context::default(),
+            env: Arc::new(cel::Env::stdlib()),
             errors: Mutex::new(BTreeMap::new()),
         }
     }
@@ -222,7 +225,7 @@ impl PolicyEngine {
         Ok(PolicyEngine {
             reads_clock,
             rules,
-            root: Context::default(),
+            env: Arc::new(cel::Env::stdlib()),
             errors: Mutex::new(BTreeMap::new()),
         })
     }
@@ -297,9 +300,7 @@ impl PolicyEngine {
             waited: now.since(job.queued_at),
             now,
         };
-        let Some(v) = vars(&ctx, None) else {
-            return Vec::new();
-        };
+        let v = vars(&ctx, None);
         self.rules
             .iter()
             .map(|r| {
@@ -316,19 +317,11 @@ impl PolicyEngine {
             .collect()
     }
 
-    fn eval(&self, rule: &Rule, program: &Program, vars: &Vars) -> bool {
-        let mut ctx = self.root.new_inner_scope();
-        let mut added = ctx.add_variable("job", vars.job.clone()).is_ok()
-            && ctx.add_variable("queue", vars.queue.clone()).is_ok()
-            && ctx.add_variable("waited", vars.waited).is_ok()
-            && ctx.add_variable("now", vars.now).is_ok();
-        if let Some(o) = &vars.offering {
-            added = added && ctx.add_variable("offering", o.clone()).is_ok();
-        }
-        if !added {
-            self.count_error(rule);
-            return false;
-        }
+    fn eval(&self, rule: &Rule, program: &Program, vars: &Vars<'_>) -> bool {
+        // One root per evaluation, sharing the engine's functions; the variables are the
+        // ones built for this job, lent by reference (no copy per rule).
+        let mut ctx = Context::with_env(self.env.clone());
+        ctx.set_variable_resolver(vars);
         match program.execute(&ctx) {
             Ok(Value::Bool(b)) => b,
             _ => {
@@ -342,7 +335,7 @@ impl PolicyEngine {
         *self.error_counts().entry(rule.id.clone()).or_default() += 1;
     }
 
-    fn applies(&self, rule: &Rule, vars: &Vars) -> bool {
+    fn applies(&self, rule: &Rule, vars: &Vars<'_>) -> bool {
         match &rule.when {
             None => true,
             Some(p) => self.eval(rule, p, vars),
@@ -357,158 +350,6 @@ pub enum RuleOutcome {
     NotApplied,
     /// Its expression failed at run time, so it did not apply.
     Failed,
-}
-
-/// The variables a rule sees.
-struct Vars {
-    job: Value,
-    queue: Value,
-    waited: f64,
-    now: f64,
-    offering: Option<Value>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct JobView<'a> {
-    name: &'a str,
-    namespace: &'a str,
-    queue: &'a str,
-    priority: i64,
-    replicas: u64,
-    gpus_per_replica: u64,
-    total_gpus: u64,
-    gpu_models: Vec<&'a str>,
-    datasets: Vec<DatasetView<'a>>,
-    restartable: bool,
-    placement: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    estimated_runtime_seconds: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_runtime_seconds: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_hourly_cost: Option<f64>,
-    labels: &'a BTreeMap<String, String>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct DatasetView<'a> {
-    name: &'a str,
-    classification: &'a str,
-    #[serde(rename = "sizeGiB")]
-    size_gib: f64,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct QueueView<'a> {
-    name: &'a str,
-    pending_jobs: u64,
-    running_jobs: u64,
-    private_gpus_in_use: u64,
-    cloud_gpus_in_use: u64,
-    #[serde(rename = "hourlyUSD")]
-    hourly_usd: f64,
-    #[serde(rename = "spentThisMonthUSD")]
-    spent_this_month_usd: f64,
-    #[serde(
-        rename = "budgetLeftHourlyUSD",
-        skip_serializing_if = "Option::is_none"
-    )]
-    budget_left_hourly_usd: Option<f64>,
-    #[serde(
-        rename = "budgetLeftMonthlyUSD",
-        skip_serializing_if = "Option::is_none"
-    )]
-    budget_left_monthly_usd: Option<f64>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct OfferingView<'a> {
-    instance_type: &'a str,
-    gpu_model: &'a str,
-    gpus: u64,
-    capacity_type: &'a str,
-    region: &'a str,
-    zone: &'a str,
-    hourly_price: f64,
-    #[serde(rename = "gpuMemoryGiB")]
-    gpu_memory_gib: f64,
-    recent_interruptions: u64,
-}
-
-fn vars(ctx: &PolicyContext<'_>, offering: Option<&Offering>) -> Option<Vars> {
-    let job = ctx.job;
-    let name = job.id.split_once('/').map_or(job.id.as_str(), |(_, n)| n);
-    let view = JobView {
-        name,
-        namespace: &job.namespace,
-        queue: &job.queue,
-        priority: i64::from(job.priority),
-        replicas: u64::from(job.replicas),
-        gpus_per_replica: u64::from(job.gpus_per_replica),
-        total_gpus: u64::from(job.total_gpus()),
-        gpu_models: job.gpu_models.iter().map(|m| m.as_str()).collect(),
-        datasets: ctx
-            .datasets
-            .iter()
-            .map(|d| DatasetView {
-                name: &d.name,
-                classification: d.classification.as_str(),
-                size_gib: d.size_gib,
-            })
-            .collect(),
-        restartable: job.restartable,
-        placement: job.placement.as_str(),
-        estimated_runtime_seconds: job.estimated_runtime.map(|d| d.as_secs_f64()),
-        max_runtime_seconds: job.max_runtime.map(|d| d.as_secs_f64()),
-        max_hourly_cost: job.max_hourly_cost,
-        labels: &job.labels,
-    };
-    let q = ctx.queue_state;
-    let queue = QueueView {
-        name: &ctx.queue.name,
-        pending_jobs: u64::from(q.pending_jobs),
-        running_jobs: u64::from(q.running_jobs),
-        private_gpus_in_use: u64::from(q.private_gpus_in_use),
-        cloud_gpus_in_use: u64::from(q.cloud_gpus_in_use),
-        hourly_usd: q.hourly_usd,
-        spent_this_month_usd: q.spent_this_month_usd,
-        budget_left_hourly_usd: ctx
-            .queue
-            .budget_hourly_usd
-            .map(|b| (b - q.hourly_usd).max(0.0)),
-        budget_left_monthly_usd: ctx
-            .queue
-            .budget_monthly_usd
-            .map(|b| (b - q.spent_this_month_usd).max(0.0)),
-    };
-    let offering = match offering {
-        Some(o) => Some(
-            cel::to_value(OfferingView {
-                instance_type: &o.instance_type,
-                gpu_model: o.gpu_model.as_str(),
-                gpus: u64::from(o.gpus),
-                capacity_type: o.capacity_type.as_str(),
-                region: &o.region,
-                zone: &o.zone,
-                hourly_price: o.hourly_price,
-                gpu_memory_gib: o.gpu_memory_gib,
-                recent_interruptions: u64::from(o.recent_interruptions),
-            })
-            .ok()?,
-        ),
-        None => None,
-    };
-    Some(Vars {
-        job: cel::to_value(view).ok()?,
-        queue: cel::to_value(queue).ok()?,
-        waited: ctx.waited.as_secs_f64(),
-        now: ctx.now.as_secs_f64(),
-        offering,
-    })
 }
 
 fn ruled<T>(value: T, rule: &str) -> Ruled<T> {
@@ -536,9 +377,7 @@ impl Policy for PolicyEngine {
         if self.rules.is_empty() {
             return out;
         }
-        let Some(v) = vars(ctx, None) else {
-            return out;
-        };
+        let v = vars(ctx, None);
         for rule in &self.rules {
             if !self.applies(rule, &v) {
                 continue;
@@ -584,9 +423,7 @@ impl Policy for PolicyEngine {
     }
 
     fn offering_allowed(&self, ctx: &PolicyContext<'_>, offering: &Offering) -> Result<(), String> {
-        let Some(v) = vars(ctx, Some(offering)) else {
-            return Ok(());
-        };
+        let v = vars(ctx, Some(offering));
         for rule in &self.rules {
             let Some(filter) = &rule.offering_filter else {
                 continue;
@@ -616,74 +453,3 @@ const _: fn() = || {
     fn shareable<T: Send + Sync>() {}
     shareable::<PolicyEngine>();
 };
-
-#[cfg(test)]
-mod variable_tests {
-    use std::collections::BTreeSet;
-
-    use super::*;
-
-    fn keys(v: serde_json::Value) -> BTreeSet<String> {
-        v.as_object()
-            .map(|m| m.keys().cloned().collect())
-            .unwrap_or_default()
-    }
-
-    fn listed(name: &str) -> BTreeSet<String> {
-        variables::variable(name)
-            .map(|v| v.fields.iter().map(|f| f.name.to_string()).collect())
-            .unwrap_or_default()
-    }
-
-    /// The values the engine builds have exactly the fields `variables::VARIABLES` lists (all
-    /// optional ones present here).
-    #[test]
-    fn the_variable_list_matches_what_rules_see() {
-        let labels = BTreeMap::new();
-        let job = JobView {
-            name: "n",
-            namespace: "ns",
-            queue: "q",
-            priority: 0,
-            replicas: 1,
-            gpus_per_replica: 1,
-            total_gpus: 1,
-            gpu_models: vec![],
-            datasets: vec![],
-            restartable: false,
-            placement: "Auto",
-            estimated_runtime_seconds: Some(1.0),
-            max_runtime_seconds: Some(1.0),
-            max_hourly_cost: Some(1.0),
-            labels: &labels,
-        };
-        let queue = QueueView {
-            name: "q",
-            pending_jobs: 0,
-            running_jobs: 0,
-            private_gpus_in_use: 0,
-            cloud_gpus_in_use: 0,
-            hourly_usd: 0.0,
-            spent_this_month_usd: 0.0,
-            budget_left_hourly_usd: Some(1.0),
-            budget_left_monthly_usd: Some(1.0),
-        };
-        let offering = OfferingView {
-            instance_type: "t",
-            gpu_model: "m",
-            gpus: 1,
-            capacity_type: "spot",
-            region: "r",
-            zone: "z",
-            hourly_price: 1.0,
-            gpu_memory_gib: 24.0,
-            recent_interruptions: 0,
-        };
-        assert_eq!(keys(serde_json::to_value(&job).unwrap()), listed("job"));
-        assert_eq!(keys(serde_json::to_value(&queue).unwrap()), listed("queue"));
-        assert_eq!(
-            keys(serde_json::to_value(&offering).unwrap()),
-            listed("offering")
-        );
-    }
-}
