@@ -18,7 +18,7 @@
 //!    within rules, pool limits and the queue's budget.
 //! 5. Scale-down: cloud nodes idle past their pool's `idleTimeout` are terminated.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::model::{JobState, Packing, QueueOrder, Settings, WaitMode};

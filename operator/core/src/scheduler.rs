@@ -14,7 +14,8 @@
 //!   running job past its estimate (its expected end moves with the clock) it decides every
 //!   time;
 //! - its plan carries only changes: every start, launch and termination, and the decisions
-//!   whose outcome, reason or rule differ from the job's current ones ([`Scheduler::current`]).
+//!   whose outcome, reason, rule or offering differ from the job's current ones
+//!   ([`Scheduler::current`]).
 //!
 //! `decide` on the full snapshot stays the reference: `tests/scheduler.rs` feeds random
 //! histories to both and requires the same actions and the same decision changes at every
@@ -25,7 +26,7 @@ use std::collections::BTreeMap;
 use crate::decide::FastMap as HashMap;
 
 use crate::model::{Dataset, Instance, Node, Offering, Pool, Queue, Settings};
-use crate::{Job, Outcome, Plan, Policy, Reason, Snapshot, Time, decide};
+use crate::{Decision, Job, OfferingChoice, Outcome, Plan, Policy, Reason, Snapshot, Time, decide};
 
 /// Everything of a snapshot but its jobs, nodes, instances and offerings.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -79,8 +80,8 @@ pub struct Scheduler {
     nodes: HashMap<String, usize>,
     instances: HashMap<String, usize>,
     changed: bool,
-    /// Each job's current outcome, reason and rule.
-    current: HashMap<String, (Outcome, Reason, Option<String>)>,
+    /// Each job's current outcome, reason, rule and offering.
+    current: HashMap<String, Current>,
     last: Option<Last>,
     cycles: u64,
     skipped: u64,
@@ -123,7 +124,7 @@ impl Scheduler {
     pub fn current(&self, job: &str) -> Option<(Outcome, Reason, Option<&str>)> {
         self.current
             .get(job)
-            .map(|(o, r, rule)| (*o, *r, rule.as_deref()))
+            .map(|(o, r, rule, _)| (*o, *r, rule.as_deref()))
     }
 
     pub fn stats(&self) -> SchedulerStats {
@@ -180,6 +181,33 @@ impl Scheduler {
         self.changed |= changed;
     }
 
+    /// Takes the world as it is now, whole: a caller that rebuilds its snapshot anyway (the
+    /// operator, from its caches) hands it over and the scheduler tells whether anything
+    /// changed. Costs one comparison when nothing did.
+    pub fn sync(&mut self, snapshot: &Snapshot) {
+        if self.snap == *snapshot {
+            return;
+        }
+        self.snap = snapshot.clone();
+        self.reindex();
+        let jobs = &self.jobs;
+        self.current.retain(|id, _| jobs.contains_key(id));
+        self.changed = true;
+    }
+
+    /// Forgets what `job` was last told, so that the next cycle decides and reports it again
+    /// (the caller lost what it did with it, for example a status write that failed).
+    pub fn refresh(&mut self, job: &str) {
+        self.current.remove(job);
+        self.changed = true;
+    }
+
+    /// Decides in full at the next cycle: something the scheduler cannot see changed (the
+    /// policy rules).
+    pub fn invalidate(&mut self) {
+        self.changed = true;
+    }
+
     /// One cycle at `now`: the actions to take and the decisions that changed. Its
     /// `next_wake` is the last full cycle's.
     pub fn cycle(&mut self, policy: &dyn Policy, now: Time) -> Plan {
@@ -208,19 +236,30 @@ impl Scheduler {
         self.changed = false;
         plan.decisions
             .retain(|d| match self.current.get_mut(&d.job) {
-                Some(c) if c.0 == d.outcome && c.1 == d.reason && c.2 == d.rule => false,
+                Some(c) if same(c, d) => false,
                 Some(c) => {
-                    *c = (d.outcome, d.reason, d.rule.clone());
+                    *c = key(d);
                     true
                 }
                 None => {
-                    self.current
-                        .insert(d.job.clone(), (d.outcome, d.reason, d.rule.clone()));
+                    self.current.insert(d.job.clone(), key(d));
                     true
                 }
             });
         plan
     }
+}
+
+/// What makes a decision a change: its outcome, reason, rule and offering (its sentence and
+/// estimates move with the clock and are not changes).
+type Current = (Outcome, Reason, Option<String>, Option<Box<OfferingChoice>>);
+
+fn key(d: &Decision) -> Current {
+    (d.outcome, d.reason, d.rule.clone(), d.offering.clone())
+}
+
+fn same(c: &Current, d: &Decision) -> bool {
+    c.0 == d.outcome && c.1 == d.reason && c.2 == d.rule && c.3 == d.offering
 }
 
 fn position<T>(items: &[T], key: impl Fn(&T) -> &String) -> HashMap<String, usize> {

@@ -136,7 +136,7 @@ struct World {
     snap: Snapshot,
     now: Time,
     last: Plan,
-    current: HashMap<String, (Outcome, Reason, Option<String>)>,
+    current: HashMap<String, Key>,
     arrived: usize,
     joined: usize,
 }
@@ -302,13 +302,13 @@ impl World {
     }
 
     /// `decide` on everything, and the decisions that changed.
-    fn decide(&mut self) -> (Plan, Vec<(String, Outcome, Reason, Option<String>)>) {
+    fn decide(&mut self) -> (Plan, Vec<Key>) {
         let plan = decide(&self.snap, &NoPolicy, self.now);
         let mut changed = Vec::new();
         for d in &plan.decisions {
-            let key = (d.outcome, d.reason, d.rule.clone());
+            let key = key(d);
             if self.current.get(&d.job) != Some(&key) {
-                changed.push((d.job.clone(), d.outcome, d.reason, d.rule.clone()));
+                changed.push(key.clone());
             }
             self.current.insert(d.job.clone(), key);
         }
@@ -317,11 +317,26 @@ impl World {
     }
 }
 
-fn keys(plan: &Plan) -> Vec<(String, Outcome, Reason, Option<String>)> {
-    plan.decisions
-        .iter()
-        .map(|d| (d.job.clone(), d.outcome, d.reason, d.rule.clone()))
-        .collect()
+type Key = (
+    String,
+    Outcome,
+    Reason,
+    Option<String>,
+    Option<OfferingChoice>,
+);
+
+fn key(d: &Decision) -> Key {
+    (
+        d.job.clone(),
+        d.outcome,
+        d.reason,
+        d.rule.clone(),
+        d.offering.as_deref().cloned(),
+    )
+}
+
+fn keys(plan: &Plan) -> Vec<Key> {
+    plan.decisions.iter().map(key).collect()
 }
 
 proptest! {

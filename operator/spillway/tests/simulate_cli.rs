@@ -468,3 +468,39 @@ fn the_bundled_example_shows_what_the_readme_says() {
     }
     assert!(ours["avg_jct_s"].as_f64() <= row("starburst")["avg_jct_s"].as_f64());
 }
+
+/// The decisions on the bundled example, pinned: work on the core that is meant to change
+/// nothing (the incremental core, performance work) must leave every strategy's figures as
+/// they are. A deliberate policy change updates them here and says so in its commit.
+#[test]
+fn the_bundled_example_replays_exactly_as_before() {
+    let out = spillway(&["simulate", "--json"]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let got: Vec<(String, f64, f64, u64, u64)> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["strategy"].as_str().unwrap().to_string(),
+                r["cloud_cost_usd"].as_f64().unwrap(),
+                r["avg_jct_s"].as_f64().unwrap(),
+                r["burst_jobs"].as_u64().unwrap(),
+                r["decide_calls"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let want = [
+        ("spillway", 92.04, 6146.3, 110, 749),
+        ("starburst", 512.31, 6206.8, 124, 865),
+        ("constant-wait:900", 528.08, 6010.3, 49, 735),
+        ("no-wait", 551.25, 5752.0, 62, 653),
+        ("never-burst", 0.0, 178808.5, 0, 554),
+    ];
+    let want: Vec<(String, f64, f64, u64, u64)> = want
+        .iter()
+        .map(|&(s, c, j, b, d)| (s.to_string(), c, j, b, d))
+        .collect();
+    assert_eq!(got, want);
+}

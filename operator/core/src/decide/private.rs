@@ -4,32 +4,46 @@
 
 use super::*;
 
+/// A candidate's place in its queue: priority (highest first), arrival, then its index.
+type OrderKey = (std::cmp::Reverse<i32>, Time, usize);
+
 impl<'a> Cycle<'a> {
     /// Step 3. Returns the jobs still waiting, in the order considered, with what the private
     /// side knows about them.
     pub(super) fn private_pass(&mut self, candidates: &[usize]) -> Vec<Waiting> {
         let snap = self.snap;
-        // Per queue: its candidates in priority, then arrival, then name order.
-        let mut by_queue: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        // Per queue: its candidates in priority, then arrival, then name order. The sort keys
+        // are copied out of the jobs first (the jobs are large; the keys fit a cache line).
+        let mut slot: FastMap<&str, usize> = FastMap::default();
+        let mut keyed: Vec<(&str, Vec<OrderKey>)> = Vec::new();
         for &i in candidates {
-            by_queue
-                .entry(snap.jobs[i].queue.as_str())
-                .or_default()
-                .push(i);
-        }
-        for list in by_queue.values_mut() {
-            list.sort_by(|&a, &b| {
-                let (ja, jb) = (&snap.jobs[a], &snap.jobs[b]);
-                jb.priority
-                    .cmp(&ja.priority)
-                    .then(ja.queued_at.cmp(&jb.queued_at))
-                    .then(ja.id.cmp(&jb.id))
+            let job = &snap.jobs[i];
+            let q = *slot.entry(job.queue.as_str()).or_insert_with(|| {
+                keyed.push((job.queue.as_str(), Vec::new()));
+                keyed.len() - 1
             });
-            list.reverse(); // pop() takes the head
+            keyed[q]
+                .1
+                .push((std::cmp::Reverse(job.priority), job.queued_at, i));
         }
+        keyed.sort_unstable_by_key(|(name, _)| *name);
+        let by_queue = keyed.into_iter().map(|(name, mut list)| {
+            list.sort_by(|a, b| {
+                (a.0, a.1)
+                    .cmp(&(b.0, b.1))
+                    .then_with(|| snap.jobs[a.2].id.cmp(&snap.jobs[b.2].id))
+            });
+            // pop() takes the head.
+            (
+                name,
+                list.into_iter()
+                    .rev()
+                    .map(|(_, _, i)| i)
+                    .collect::<Vec<usize>>(),
+            )
+        });
         // One lane per queue, in name order (deterministic ties).
         let mut lanes: Vec<Lane<'_>> = by_queue
-            .into_iter()
             .filter_map(|(name, jobs)| Some((self.queues.get(name).copied()?, name, jobs)))
             .map(|(queue, name, jobs)| Lane {
                 queue,

@@ -131,6 +131,11 @@ pub struct State {
     tokens: HashMap<String, identity::TokenRecord>,
     /// Jobs whose trace context annotation was written (until the cache shows it).
     annotated: HashSet<String>,
+    /// The decision core kept across turns: it decides again only when the world, the rules
+    /// or the clock can change an outcome, and reports only decisions that changed.
+    scheduler: core::Scheduler,
+    /// The rules the scheduler last decided with.
+    engine_seen: Option<Arc<spillway_policy::PolicyEngine>>,
     /// This turn's actions.
     out: Vec<Action>,
 }
@@ -154,6 +159,8 @@ impl State {
             keys_written: None,
             tokens: HashMap::new(),
             annotated: HashSet::new(),
+            scheduler: core::Scheduler::default(),
+            engine_seen: None,
             out: Vec::new(),
         }
     }
@@ -229,7 +236,16 @@ impl State {
             self.add_cloud_facts(&mut built, &inputs, c, now);
         }
         let rates = self.account_spend(&mut built, &inputs, cloud, metrics, now);
-        let plan = core::decide(&built.snapshot, engine.as_ref(), now);
+        if !self
+            .engine_seen
+            .as_ref()
+            .is_some_and(|e| Arc::ptr_eq(e, &engine))
+        {
+            self.scheduler.invalidate();
+            self.engine_seen = Some(engine.clone());
+        }
+        self.scheduler.sync(&built.snapshot);
+        let plan = self.scheduler.cycle(engine.as_ref(), now);
         metrics.set_policy_errors(engine.runtime_errors());
 
         self.starts(&plan, &mut built, &pools, &queues, metrics, now);
@@ -246,7 +262,7 @@ impl State {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        self.objects(&built, &inputs, &plan, cloud, &rates, metrics, now);
+        self.objects(&built, &inputs, cloud, &rates, metrics, now);
         Turn {
             actions: std::mem::take(&mut self.out),
             wake,
@@ -275,7 +291,11 @@ impl State {
                 tracing::warn!(kind = p.kind.as_str(), object = %p.id(), error = %f.error, "status write failed; writing it again at the next turn");
                 let id = p.id();
                 match p.kind {
-                    StatusKind::GpuJob => self.written.jobs.remove(&id).map(|_| ()),
+                    StatusKind::GpuJob => {
+                        // The decision it carried is told again at the next turn.
+                        self.scheduler.refresh(&id);
+                        self.written.jobs.remove(&id).map(|_| ())
+                    }
                     StatusKind::GpuQueue => self.written.queues.remove(&id).map(|_| ()),
                     StatusKind::ComputePool => self.written.pools.remove(&id).map(|_| ()),
                     StatusKind::Dataset => self.written.datasets.remove(&id).map(|_| ()),

@@ -35,7 +35,6 @@ impl State {
         &mut self,
         built: &world::Built,
         inputs: &Inputs,
-        plan: &core::Plan,
         cloud: Option<CloudInputs<'_>>,
         rates: &Rates,
         metrics: &Metrics,
@@ -58,7 +57,7 @@ impl State {
             }
         }
         metrics.set_invalid_objects(invalid);
-        self.queues(built, inputs, plan, rates, metrics, now);
+        self.queues(built, inputs, rates, metrics, now);
         self.pools(built, inputs, cloud, rates, metrics, now);
         self.datasets(built, inputs, now);
         self.policy_status(inputs, now);
@@ -68,16 +67,19 @@ impl State {
         &mut self,
         built: &world::Built,
         inputs: &Inputs,
-        plan: &core::Plan,
         rates: &Rates,
         metrics: &Metrics,
         now: Time,
     ) {
-        // Jobs held back by their queue's budget, per queue.
+        // Jobs held back by their queue's budget, per queue (the plan reports only decisions
+        // that changed; the scheduler keeps every job's current one).
         let mut budget_held: HashMap<&str, usize> = HashMap::new();
-        for d in &plan.decisions {
-            if d.reason == core::Reason::BudgetExhausted
-                && let Some(view) = built.jobs.get(&d.job)
+        for (id, view) in &built.jobs {
+            if matches!(view.lifecycle, Lifecycle::Pending)
+                && self
+                    .scheduler
+                    .current(id)
+                    .is_some_and(|(_, reason, _)| reason == core::Reason::BudgetExhausted)
             {
                 *budget_held.entry(view.job.spec.queue.as_str()).or_default() += 1;
             }

@@ -179,6 +179,7 @@ fn a_failed_status_write_is_written_again_next_turn() {
         .find(|a| matches!(a, Action::ApplyStatus(_)))
         .cloned()
         .expect("a status write");
+    let first = status_of(&t, StatusKind::GpuJob, "waits").expect("first write");
     // Unchanged, nothing is written again...
     assert!(status_of(&l.turn(&i, None, noon()), StatusKind::GpuJob, "waits").is_none());
     // ...unless the write failed.
@@ -187,7 +188,34 @@ fn a_failed_status_write_is_written_again_next_turn() {
         error: api_error(500, "InternalError", "etcd timeout"),
     });
     let t = l.turn(&i, None, noon());
-    assert!(status_of(&t, StatusKind::GpuJob, "waits").is_some());
+    let st = status_of(&t, StatusKind::GpuJob, "waits").expect("written again");
+    // With the decision it carried, though the scheduler saw nothing change.
+    assert_eq!(st["decision"]["reason"], first["decision"]["reason"]);
+    assert!(st["decision"]["reason"].is_string(), "{st}");
+}
+
+#[test]
+fn an_unchanged_world_is_not_decided_again() {
+    let mut i = cluster();
+    i.nodes = vec![node("a", "onprem", 8)];
+    let busy = job("busy")
+        .gpus(8)
+        .status(json!({"phase": "Running", "startedAt": "2026-03-10T11:00:00Z"}))
+        .build();
+    i.pods = vec![pod(&busy, 0, 0, "a", "Running")];
+    i.jobs = vec![busy, job("waits").gpus(8).build()];
+    let mut l = Loop::new();
+    l.turn(&i, None, noon());
+    let t = l.turn(&i, None, noon() + minutes(1));
+    assert!(t.actions.is_empty(), "{:?}", kinds(&t));
+    assert_eq!(l.state.scheduler.stats().skipped, 1);
+    // A new job is a change: decided, and only it gets a decision.
+    i.jobs.push(job("new").gpus(8).build());
+    let t = l.turn(&i, None, noon() + minutes(2));
+    assert_eq!(l.state.scheduler.stats().skipped, 1);
+    let st = status_of(&t, StatusKind::GpuJob, "new").expect("new job's status");
+    assert_eq!(st["phase"], "Queued");
+    assert!(status_of(&t, StatusKind::GpuJob, "waits").is_none());
 }
 
 #[test]
