@@ -300,11 +300,6 @@ impl<'a> Cycle<'a> {
             // Rules may change with `waited` and `now`; EASY backfills depend on the clock.
             cycle.stable_until(now);
         }
-        for o in &snap.offerings {
-            if let Some(t) = o.unavailable_until.filter(|&t| t > now) {
-                cycle.stable_until(t);
-            }
-        }
         cycle
     }
 

@@ -246,7 +246,8 @@ pub struct Plan {
     /// Until when deciding again with nothing changed gives the same outcomes: `next_wake`,
     /// and the moments that change a decision's outcome or reason without asking for a wake
     /// (a planned private start coming within a cloud node's boot time, a running job
-    /// passing its expected end, a cloud offering's cooldown ending). `None`: no such time.
+    /// passing its expected end). `None`: no such time. Cloud offerings' cooldowns ending are
+    /// not in it (they are in the snapshot; [`crate::Scheduler`] adds them).
     /// The decide time itself when nothing makes the plan stable (rules that read the
     /// clock; EASY backfilling; a running job past its expected end).
     pub stable_until: Option<Time>,

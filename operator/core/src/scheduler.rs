@@ -230,7 +230,7 @@ impl Scheduler {
             acted: !(plan.starts.is_empty()
                 && plan.launches.is_empty()
                 && plan.terminations.is_empty()),
-            until: plan.stable_until,
+            until: self.until(&plan, now),
             next_wake: plan.next_wake,
         });
         self.changed = false;
@@ -247,6 +247,19 @@ impl Scheduler {
                 }
             });
         plan
+    }
+}
+
+impl Scheduler {
+    /// The plan's `stable_until`, and the end of every cloud offering's cooldown (an
+    /// offering becoming available again can turn a waiting job into a launch).
+    fn until(&self, plan: &Plan, now: Time) -> Option<Time> {
+        self.snap
+            .offerings
+            .iter()
+            .filter_map(|o| o.unavailable_until.filter(|&t| t > now))
+            .chain(plan.stable_until)
+            .min()
     }
 }
 
