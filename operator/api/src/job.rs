@@ -43,9 +43,9 @@ pub struct GpuJobSpec {
     #[serde(default)]
     pub priority: i32,
 
-    /// Gang size: the number of pods. All replicas start together or none do.
+    /// Gang size: the number of pods (1 to 1024). All replicas start together or none do.
     #[serde(default = "default_replicas")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 1024))]
     pub replicas: i32,
 
     /// GPUs each replica needs, all on the same node (1 to 16).
@@ -103,6 +103,9 @@ pub struct GpuJobSpec {
     #[schemars(schema_with = "preserve_unknown_object")]
     pub template: PodTemplateSpec,
 }
+
+/// The largest gang one GpuJob may ask for: 1,024 pods (16,384 GPUs at 16 per pod).
+pub const MAX_REPLICAS: i32 = 1024;
 
 fn default_replicas() -> i32 {
     1

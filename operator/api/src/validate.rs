@@ -150,10 +150,14 @@ pub fn gpu_job(spec: &GpuJobSpec) -> Result<(), FieldErrors> {
     if let Err(why) = check_dns_subdomain(&spec.queue) {
         errs.push("spec.queue", why);
     }
-    if spec.replicas < 1 {
+    if !(1..=crate::job::MAX_REPLICAS).contains(&spec.replicas) {
         errs.push(
             "spec.replicas",
-            format!("must be at least 1, got {}", spec.replicas),
+            format!(
+                "must be between 1 and {}, got {}",
+                crate::job::MAX_REPLICAS,
+                spec.replicas
+            ),
         );
     }
     if !(1..=16).contains(&spec.gpus_per_replica) {

@@ -74,7 +74,12 @@ fn job_rules() {
     assert_one(
         validate::gpu_job(&job(json!({"replicas": 0}))),
         "spec.replicas",
-        "at least 1",
+        "between 1 and 1024, got 0",
+    );
+    assert_one(
+        validate::gpu_job(&job(json!({"replicas": 90000}))),
+        "spec.replicas",
+        "between 1 and 1024, got 90000",
     );
     assert_one(
         validate::gpu_job(&job(json!({"gpusPerReplica": 0}))),

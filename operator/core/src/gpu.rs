@@ -148,6 +148,11 @@ pub struct NodeShape {
 }
 
 impl NodeShape {
+    /// The most nodes a shape may name (a simulated inventory is built node by node).
+    pub const MAX_NODES: u32 = 100_000;
+    /// The most GPUs a node may have.
+    pub const MAX_GPUS: u32 = 64;
+
     /// Parses `NODESxGPUS[:MODEL]`; the error says what is wrong, without the caller's context.
     pub fn parse(spec: &str) -> Result<NodeShape, String> {
         let (shape, model) = match spec.split_once(':') {
@@ -167,6 +172,18 @@ impl NodeShape {
             .map_err(|_| format!("{spec:?}: {g:?} is not a GPU count"))?;
         if gpus == 0 {
             return Err(format!("{spec:?}: nodes need at least one GPU"));
+        }
+        if gpus > NodeShape::MAX_GPUS {
+            return Err(format!(
+                "{spec:?}: at most {} GPUs per node, got {gpus}",
+                NodeShape::MAX_GPUS
+            ));
+        }
+        if nodes > NodeShape::MAX_NODES {
+            return Err(format!(
+                "{spec:?}: at most {} nodes, got {nodes}",
+                NodeShape::MAX_NODES
+            ));
         }
         Ok(NodeShape { nodes, gpus, model })
     }

@@ -45,6 +45,25 @@ impl fmt::Display for Diagnostic {
     }
 }
 
+/// Each kind's OpenAPI schema, from the CRDs (generated once: they do not change).
+fn schemas() -> &'static std::collections::HashMap<String, serde_json::Value> {
+    static SCHEMAS: std::sync::OnceLock<std::collections::HashMap<String, serde_json::Value>> =
+        std::sync::OnceLock::new();
+    SCHEMAS.get_or_init(|| {
+        spillway_api::crds()
+            .into_iter()
+            .filter_map(|crd| {
+                let schema = crd.spec.versions[0]
+                    .schema
+                    .as_ref()
+                    .and_then(|s| s.open_api_v3_schema.as_ref())
+                    .and_then(|s| serde_json::to_value(s).ok())?;
+                Some((crd.spec.names.kind.clone(), schema))
+            })
+            .collect()
+    })
+}
+
 /// Lints one file's text.
 pub fn lint_str(file: &Path, text: &str) -> Vec<Diagnostic> {
     let mut out = Vec::new();
@@ -58,16 +77,8 @@ pub fn lint_str(file: &Path, text: &str) -> Vec<Diagnostic> {
             }
         };
         let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or("");
-        if let Some(crd) = spillway_api::crds()
-            .into_iter()
-            .find(|c| c.spec.names.kind == kind)
-            && let Some(schema) = crd.spec.versions[0]
-                .schema
-                .as_ref()
-                .and_then(|s| s.open_api_v3_schema.as_ref())
-            && let Ok(schema) = serde_json::to_value(schema)
-        {
-            unknown_fields(file, &doc, &value, &schema, "", &mut out);
+        if let Some(schema) = schemas().get(kind) {
+            unknown_fields(file, &doc, &value, schema, "", &mut out);
         }
     }
     // Types, validation and everything the loader checks.

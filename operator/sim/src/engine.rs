@@ -384,12 +384,14 @@ impl<'a> Engine<'a> {
             .get(need)
             .cloned()
             .unwrap_or_default();
+        let states: HashMap<&str, InstanceState> =
+            listed.iter().map(|i| (i.id.as_str(), i.state)).collect();
         for idx in mine {
             if !self.instances[idx].alive {
                 continue;
             }
             let id = self.instances[idx].core.id.clone();
-            match listed.iter().find(|i| i.id == id).map(|i| i.state) {
+            match states.get(id.as_str()).copied() {
                 Some(InstanceState::Running) if self.instances[idx].core.node.is_none() => {
                     self.join(idx, t)
                 }
@@ -572,7 +574,7 @@ impl<'a> Engine<'a> {
             rec.cloud = cloud;
             let attempt = self.attempt[i];
             self.push(
-                t + Self::ms(self.remaining[i]),
+                t.saturating_add(Self::ms(self.remaining[i])),
                 Event::Finish { job: i, attempt },
             );
         }

@@ -131,6 +131,36 @@ fn optional<T: std::str::FromStr>(
     }
 }
 
+/// The largest time a trace may hold, in seconds (about 31 years): far beyond any trace, and
+/// far within what the replay's millisecond clock can add up.
+pub const MAX_SECONDS: f64 = 1e9;
+
+/// A time or duration in seconds: a finite number from 0 to [`MAX_SECONDS`].
+fn seconds(fields: &[&str], col: usize, name: &str, line: usize) -> Result<f64, InputError> {
+    let v: f64 = number(fields, col, name, line)?;
+    if v.is_finite() && (0.0..=MAX_SECONDS).contains(&v) {
+        Ok(v)
+    } else {
+        Err(InputError {
+            line,
+            message: format!(
+                "{name} must be a number of seconds from 0 to {MAX_SECONDS:e}, got {v}"
+            ),
+        })
+    }
+}
+
+fn optional_seconds(
+    fields: &[&str],
+    col: Option<usize>,
+    name: &str,
+    line: usize,
+) -> Result<Option<f64>, InputError> {
+    optional::<f64>(fields, col, name, line)?
+        .map(|_| seconds(fields, col.unwrap_or(0), name, line))
+        .transpose()
+}
+
 /// Guesses the format from the header line.
 pub fn detect_format(text: &str) -> Option<TraceFormat> {
     let (_, header) = lines(text).next()?;
@@ -187,7 +217,7 @@ fn parse_openb(text: &str) -> Result<Vec<TraceJob>, InputError> {
             });
         }
         let gpus: u32 = number(&f, num_gpu, "num_gpu", line)?;
-        let end: f64 = number(&f, deleted, "deletion_time", line)?;
+        let end = seconds(&f, deleted, "deletion_time", line)?;
         if end > last_end {
             (last_end, at_last_end) = (end, 1);
         } else if end == last_end {
@@ -199,8 +229,8 @@ fn parse_openb(text: &str) -> Result<Vec<TraceJob>, InputError> {
         if f[scheduled].is_empty() {
             continue; // never ran
         }
-        let arrival: f64 = number(&f, created, "creation_time", line)?;
-        let start: f64 = number(&f, scheduled, "scheduled_time", line)?;
+        let arrival = seconds(&f, created, "creation_time", line)?;
+        let start = seconds(&f, scheduled, "scheduled_time", line)?;
         if end < start {
             return Err(InputError {
                 line,
@@ -275,15 +305,8 @@ fn parse_spillway(text: &str) -> Result<Vec<TraceJob>, InputError> {
             });
         }
         let gpus: u32 = number(&f, gpus_col, "num_gpus", line)?;
-        let arrival_s: f64 = number(&f, arrival, "arrival_s", line)?;
-        let runtime_s: f64 = number(&f, runtime, "runtime_s", line)?;
-        let valid = |v: f64| v.is_finite() && v >= 0.0;
-        if !valid(arrival_s) || !valid(runtime_s) {
-            return Err(InputError {
-                line,
-                message: "arrival_s and runtime_s must be numbers >= 0".into(),
-            });
-        }
+        let arrival_s = seconds(&f, arrival, "arrival_s", line)?;
+        let runtime_s = seconds(&f, runtime, "runtime_s", line)?;
         if gpus == 0 || gpus > 16 {
             return Err(InputError {
                 line,
@@ -300,15 +323,21 @@ fn parse_spillway(text: &str) -> Result<Vec<TraceJob>, InputError> {
                 });
             }
         };
+        let replicas: u32 = optional(&f, replicas, "replicas", line)?.unwrap_or(1);
+        let max = spillway_api::job::MAX_REPLICAS as u32;
+        if !(1..=max).contains(&replicas) {
+            return Err(InputError {
+                line,
+                message: format!("replicas must be between 1 and {max}, got {replicas}"),
+            });
+        }
         jobs.push(TraceJob {
             id: job_id.to_string(),
             arrival_s,
             runtime_s: runtime_s.max(1.0),
             gpus,
-            replicas: optional(&f, replicas, "replicas", line)?
-                .unwrap_or(1)
-                .max(1),
-            estimated_runtime_s: optional(&f, est, "estimated_runtime_s", line)?,
+            replicas,
+            estimated_runtime_s: optional_seconds(&f, est, "estimated_runtime_s", line)?,
             gpu_models: list(&f, model)
                 .iter()
                 .map(|m| GpuModel::normalize(m))
@@ -361,6 +390,12 @@ pub fn parse_openb_nodes(text: &str) -> Result<Vec<InventoryNode>, InputError> {
         let gpus: u32 = number(&f, gpu, "gpu", line)?;
         if gpus == 0 {
             continue;
+        }
+        if gpus > NodeShape::MAX_GPUS {
+            return Err(InputError {
+                line,
+                message: format!("gpu must be at most {}, got {gpus}", NodeShape::MAX_GPUS),
+            });
         }
         nodes.push(InventoryNode {
             name: f.get(sn).copied().unwrap_or("").to_string(),
@@ -479,5 +514,47 @@ mod tests {
         assert_eq!(nodes[0].model.as_ref().map(|m| m.as_str()), Some("H100"));
         assert!(parse_private_gpus("4by8").is_err());
         assert!(parse_private_gpus("4x0").is_err());
+        // Found by fuzzing: an inventory too large to build is refused, not allocated.
+        let e = parse_private_gpus("999999999x8").unwrap_err();
+        assert!(e.contains("at most 100000 nodes"), "{e}");
+        assert!(parse_private_gpus("1x65").is_err());
+    }
+
+    /// Found by fuzzing: values the replay cannot hold are refused at their line.
+    #[test]
+    fn absurd_values_are_refused_at_their_line() {
+        let header = "job_id,arrival_s,runtime_s,num_gpus,estimated_runtime_s,replicas\n";
+        for (row, says) in [
+            (
+                "a,0,1e300,1,,1",
+                "runtime_s must be a number of seconds from 0 to 1e9",
+            ),
+            ("a,NaN,10,1,,1", "arrival_s must be a number of seconds"),
+            ("a,inf,10,1,,1", "arrival_s must be a number of seconds"),
+            (
+                "a,0,10,1,-5,1",
+                "estimated_runtime_s must be a number of seconds",
+            ),
+            (
+                "a,0,10,8,,90000",
+                "replicas must be between 1 and 1024, got 90000",
+            ),
+            ("a,0,10,8,,0", "replicas must be between 1 and 1024, got 0"),
+        ] {
+            let e = parse(&format!("{header}{row}\n"), TraceFormat::Spillway).unwrap_err();
+            assert_eq!(e.line, 2, "{row}");
+            assert!(e.message.contains(says), "{row}: {}", e.message);
+        }
+        let openb = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n\
+            p0,1000,100,1,500,,LS,Running,10,1e400,20\n";
+        let e = parse(openb, TraceFormat::Openb).unwrap_err();
+        assert!(e.message.contains("deletion_time must be"), "{}", e.message);
+        let nodes = "sn,cpu_milli,memory_mib,gpu,model\nn1,1,1,4294967295,T4\n";
+        assert!(
+            parse_openb_nodes(nodes)
+                .unwrap_err()
+                .message
+                .contains("at most 64")
+        );
     }
 }
