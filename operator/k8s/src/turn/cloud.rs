@@ -159,15 +159,18 @@ impl State {
     }
 
     /// Cordons the node (if any), terminates the instance (if any), then deletes the node.
+    /// Remembered under both names until each is gone, so that a node outliving its
+    /// instance (its deletion not seen yet) is not retired a second time as an orphan.
     fn retire(&mut self, instance: Option<String>, node: Option<String>, why: &str) {
-        let key = match (&instance, &node) {
-            (Some(i), _) => format!("instance/{i}"),
-            (None, Some(n)) => format!("node/{n}"),
-            (None, None) => return,
-        };
-        if !self.retiring.insert(key) {
+        let keys: Vec<String> = instance
+            .iter()
+            .map(|i| format!("instance/{i}"))
+            .chain(node.iter().map(|n| format!("node/{n}")))
+            .collect();
+        if keys.is_empty() || keys.iter().any(|k| self.retiring.contains(k)) {
             return;
         }
+        self.retiring.extend(keys);
         if let Some(n) = &node {
             self.emit(Action::Cordon { node: n.clone() });
         }

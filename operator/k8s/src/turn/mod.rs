@@ -334,8 +334,11 @@ impl State {
                 self.annotated.remove(&format!("{namespace}/{name}"));
                 Vec::new()
             }
-            Action::Terminate { instance, .. } => {
+            Action::Terminate { instance, node, .. } => {
                 self.retiring.remove(&format!("instance/{instance}"));
+                if let Some(node) = node {
+                    self.retiring.remove(&format!("node/{node}"));
+                }
                 Vec::new()
             }
             Action::ApplySecret(secret) => {

@@ -132,6 +132,22 @@ fn an_idle_cloud_node_is_cordoned_then_terminated_after_its_idle_timeout() {
             .iter()
             .any(|a| matches!(a, Action::Terminate { .. }))
     );
+    // The instance is gone and its node not yet: the node is not retired again as an orphan
+    // (it was cordoned twice in an end-to-end run before).
+    c.view.instances.clear();
+    let t = l.turn(&i, Some(&c), noon() + minutes(14));
+    assert!(
+        !t.actions
+            .iter()
+            .any(|a| matches!(a, Action::Cordon { .. } | Action::DeleteNode { .. })),
+        "{:?}",
+        t.actions
+    );
+    // Once the node is gone too, nothing is remembered of it.
+    i.nodes
+        .retain(|n| n.metadata.name.as_deref() != Some("ip-10-0-0-1"));
+    l.turn(&i, Some(&c), noon() + minutes(15));
+    assert!(l.state.retiring.is_empty(), "{:?}", l.state.retiring);
 }
 
 #[test]
