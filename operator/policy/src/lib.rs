@@ -301,11 +301,12 @@ impl PolicyEngine {
             now,
         };
         let v = vars(&ctx, None);
+        let scope = self.scope(&v);
         self.rules
             .iter()
             .map(|r| {
                 let before = self.error_counts().get(&r.id).copied().unwrap_or(0);
-                let applied = self.applies(r, &v);
+                let applied = self.applies(r, &scope);
                 let failed = self.error_counts().get(&r.id).copied().unwrap_or(0) > before;
                 let outcome = match (applied, failed) {
                     (true, _) => RuleOutcome::Applied,
@@ -317,12 +318,16 @@ impl PolicyEngine {
             .collect()
     }
 
-    fn eval(&self, rule: &Rule, program: &Program, vars: &Vars<'_>) -> bool {
-        // One root per evaluation, sharing the engine's functions; the variables are the
-        // ones built for this job, lent by reference (no copy per rule).
+    /// The context every rule of one job is evaluated in: the engine's functions, and the
+    /// variables built for this job lent by reference (no copy per rule).
+    fn scope<'v>(&self, vars: &'v Vars<'_>) -> Context<'v, 'v> {
         let mut ctx = Context::with_env(self.env.clone());
         ctx.set_variable_resolver(vars);
-        match program.execute(&ctx) {
+        ctx
+    }
+
+    fn eval(&self, rule: &Rule, program: &Program, ctx: &Context<'_, '_>) -> bool {
+        match program.execute(ctx) {
             Ok(Value::Bool(b)) => b,
             _ => {
                 self.count_error(rule);
@@ -335,10 +340,10 @@ impl PolicyEngine {
         *self.error_counts().entry(rule.id.clone()).or_default() += 1;
     }
 
-    fn applies(&self, rule: &Rule, vars: &Vars<'_>) -> bool {
+    fn applies(&self, rule: &Rule, ctx: &Context<'_, '_>) -> bool {
         match &rule.when {
             None => true,
-            Some(p) => self.eval(rule, p, vars),
+            Some(p) => self.eval(rule, p, ctx),
         }
     }
 }
@@ -378,8 +383,9 @@ impl Policy for PolicyEngine {
             return out;
         }
         let v = vars(ctx, None);
+        let scope = self.scope(&v);
         for rule in &self.rules {
-            if !self.applies(rule, &v) {
+            if !self.applies(rule, &scope) {
                 continue;
             }
             let r = &rule.spec;
@@ -424,11 +430,12 @@ impl Policy for PolicyEngine {
 
     fn offering_allowed(&self, ctx: &PolicyContext<'_>, offering: &Offering) -> Result<(), String> {
         let v = vars(ctx, Some(offering));
+        let scope = self.scope(&v);
         for rule in &self.rules {
             let Some(filter) = &rule.offering_filter else {
                 continue;
             };
-            if self.applies(rule, &v) && !self.eval(rule, filter, &v) {
+            if self.applies(rule, &scope) && !self.eval(rule, filter, &scope) {
                 return Err(rule.id.clone());
             }
         }
