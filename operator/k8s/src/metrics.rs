@@ -94,6 +94,7 @@ struct Inner {
     policy_errors: BTreeMap<Labels, u64>,
     cloud_calls: BTreeMap<Labels, u64>,
     garbage: BTreeMap<Labels, u64>,
+    decide_cycles: BTreeMap<Labels, u64>,
     spot_interruptions: BTreeMap<Labels, u64>,
     spend: BTreeMap<Labels, f64>,
     actions: BTreeMap<Labels, u64>,
@@ -202,6 +203,17 @@ impl Metrics {
 
     pub fn garbage(&self, kind: &'static str) {
         self.with(|m| *m.garbage.entry(vec![("kind", kind.into())]).or_default() += 1);
+    }
+
+    /// One turn's decision cycle: `decided` in full, or `skipped` because nothing could
+    /// change an outcome since the last.
+    pub fn decide_cycle(&self, skipped: bool) {
+        let result = if skipped { "skipped" } else { "decided" };
+        self.with(|m| {
+            *m.decide_cycles
+                .entry(vec![("result", result.into())])
+                .or_default() += 1
+        });
     }
 
     pub fn job_waited(&self, queue: &str, seconds: f64) {
@@ -385,6 +397,12 @@ impl Metrics {
                 Kind::Counter,
                 "Cloud spend accrued while this operator ran, USD, by queue, pool and capacity type.",
                 points(&m.spend),
+            ),
+            Family(
+                "spillway_decide_cycles_total",
+                Kind::Counter,
+                "Decision cycles by result: decided in full, or skipped because nothing could change an outcome.",
+                points(&m.decide_cycles),
             ),
             Family(
                 "spillway_garbage_collected_total",

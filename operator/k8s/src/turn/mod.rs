@@ -245,7 +245,9 @@ impl State {
             self.engine_seen = Some(engine.clone());
         }
         self.scheduler.sync(&built.snapshot);
+        let skipped = self.scheduler.stats().skipped;
         let plan = self.scheduler.cycle(engine.as_ref(), now);
+        metrics.decide_cycle(self.scheduler.stats().skipped > skipped);
         metrics.set_policy_errors(engine.runtime_errors());
 
         self.starts(&plan, &mut built, &pools, &queues, metrics, now);

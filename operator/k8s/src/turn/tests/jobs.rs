@@ -209,6 +209,12 @@ fn an_unchanged_world_is_not_decided_again() {
     let t = l.turn(&i, None, noon() + minutes(1));
     assert!(t.actions.is_empty(), "{:?}", kinds(&t));
     assert_eq!(l.state.scheduler.stats().skipped, 1);
+    let shown = l.metrics.render();
+    assert!(
+        shown.contains(r#"spillway_decide_cycles_total{result="skipped"} 1"#)
+            && shown.contains(r#"spillway_decide_cycles_total{result="decided"} 1"#),
+        "{shown}"
+    );
     // A new job is a change: decided, and only it gets a decision.
     i.jobs.push(job("new").gpus(8).build());
     let t = l.turn(&i, None, noon() + minutes(2));
