@@ -135,7 +135,8 @@ impl Scheduler {
     }
 
     /// Takes one change. Jobs keep their order of arrival in the snapshot (a job that
-    /// changes keeps its place), as `decide` breaks ties by it.
+    /// changes keeps its place), as `decide` breaks ties by it; so a removal shifts the
+    /// objects after it (linear in their number), an addition or a change does not.
     pub fn apply(&mut self, change: Change) {
         let changed = match change {
             Change::Job(job) => upsert(&mut self.snap.jobs, &mut self.jobs, job, |j| &j.id),
