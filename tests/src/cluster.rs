@@ -52,6 +52,17 @@ fn binary(name: &str) -> anyhow::Result<PathBuf> {
 }
 
 impl TestCluster {
+    /// The shared control plane with Spillway's CRDs served, and a client of it.
+    pub async fn with_crds() -> (&'static TestCluster, Client) {
+        let cluster = TestCluster::shared().await;
+        let client = cluster.client().await.expect("client");
+        cluster
+            .install_crds(&client, &spillway_api::crds())
+            .await
+            .expect("install CRDs");
+        (cluster, client)
+    }
+
     /// The control plane of this test process, started on first use.
     pub async fn shared() -> &'static TestCluster {
         SHARED

@@ -13,13 +13,7 @@ use spillway_tests::cluster::TestCluster;
 use spillway_tests::kubelet::{EXIT_CODE, FakeKubelet, FakeNode, RUN_SECONDS};
 
 async fn setup() -> (&'static TestCluster, Client) {
-    let cluster = TestCluster::shared().await;
-    let client = cluster.client().await.expect("client");
-    cluster
-        .install_crds(&client, &spillway_api::crds())
-        .await
-        .expect("install CRDs");
-    (cluster, client)
+    TestCluster::with_crds().await
 }
 
 fn dynamic_api(client: &Client, kind: &str, plural: &str, ns: Option<&str>) -> Api<DynamicObject> {

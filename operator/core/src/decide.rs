@@ -296,7 +296,7 @@ impl<'a> Cycle<'a> {
             .filter(|&n| cycle.cloud_free[n] > 0)
             .collect();
         cycle.index_usage();
-        if policy.reads_clock() {
+        if policy.reads_clock() || snap.settings.order == QueueOrder::Backfill {
             // Rules may change with `waited` and `now`; EASY backfills depend on the clock.
             cycle.stable_until(now);
         }

@@ -249,9 +249,7 @@ impl Scheduler {
             });
         plan
     }
-}
 
-impl Scheduler {
     /// The plan's `stable_until`, and the end of every cloud offering's cooldown (an
     /// offering becoming available again can turn a waiting job into a launch).
     fn until(&self, plan: &Plan, now: Time) -> Option<Time> {

@@ -487,3 +487,20 @@ fn the_last_second_before_a_release_is_decided_again() {
         "within the last second it decides"
     );
 }
+
+/// EASY backfilling lets a job pass a reservation only while it ends before it, which the
+/// clock alone changes: under that order the scheduler decides at every cycle.
+#[test]
+fn the_backfilling_order_is_decided_at_every_cycle() {
+    let mut s = base();
+    s.settings.order = QueueOrder::Backfill;
+    s.nodes = vec![private_node("n1", 8, 0, "A100")];
+    s.jobs = vec![
+        running(job("busy", 8, 0), &["n1"], 0, Some(120)),
+        job("waits", 8, 10),
+    ];
+    let mut sched = Scheduler::new(s);
+    sched.cycle(&NoPolicy, at_min(11));
+    sched.cycle(&NoPolicy, at_min(12));
+    assert_eq!(sched.stats().skipped, 0);
+}

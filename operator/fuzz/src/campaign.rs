@@ -50,7 +50,12 @@ pub fn seeds(harness: Harness, corpus_dir: &Path, repo: &Path) -> Vec<Vec<u8>> {
 
 /// Runs `input` through `harness`; `Err` with the panic's message if it panicked.
 pub fn run_one(harness: Harness, input: &[u8]) -> Result<Verdict, String> {
-    catch_unwind(AssertUnwindSafe(|| harness.run(input))).map_err(|p| {
+    caught(|| harness.run(input))
+}
+
+/// `run`'s verdict, or `Err` with its panic's message.
+pub fn caught(run: impl FnOnce() -> Verdict) -> Result<Verdict, String> {
+    catch_unwind(AssertUnwindSafe(run)).map_err(|p| {
         p.downcast_ref::<String>()
             .cloned()
             .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))

@@ -433,25 +433,11 @@ fn manifests(text: &str) -> Verdict {
         Ok(m) => m,
         Err(e) => return Verdict::Rejected(e.to_string()),
     };
-    let policies: Vec<BurstPolicy> = m.policies.iter().map(|p| p.object.clone()).collect();
-    let engine = match PolicyEngine::compile(&policies) {
+    // As `spillway simulate` reports them: the policy's file and line, then the rule, the
+    // field and the position in its expression.
+    let engine = match PolicyEngine::compile_manifests(&m) {
         Ok(e) => e,
-        // As `spillway simulate` reports them: the policy's file and line, then the rule, the
-        // field and the position in its expression.
-        Err(errs) => {
-            let lines: Vec<String> = errs
-                .iter()
-                .map(|e| {
-                    let line = m
-                        .policies
-                        .iter()
-                        .find(|p| p.object.metadata.name.as_deref() == Some(e.policy.as_str()))
-                        .map_or(0, |p| p.line);
-                    format!("fuzz.yaml:{line}: {e}")
-                })
-                .collect();
-            return Verdict::Rejected(lines.join("\n"));
-        }
+        Err(e) => return Verdict::Rejected(e),
     };
     let nodes = trace::parse_private_gpus("2x8").expect("inventory");
     let mut snap = match setup::snapshot(Some(&m), &nodes, catalog_rows()) {

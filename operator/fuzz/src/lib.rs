@@ -8,5 +8,5 @@ pub mod campaign;
 pub mod harness;
 pub mod mutate;
 
-pub use campaign::{Report, campaign, campaign_watched, run_one, seeds};
+pub use campaign::{Report, campaign, campaign_watched, caught, run_one, seeds};
 pub use harness::{Harness, Verdict};

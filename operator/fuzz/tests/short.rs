@@ -84,8 +84,17 @@ fn tokens() {
 /// rejection without a position is not taken for a clear one.
 #[test]
 fn the_harness_catches_panics_and_unclear_rejections() {
-    let err = spillway_fuzz::run_one(Harness::Trace, b"x").map(|_| ());
-    assert!(err.is_ok(), "a plain rejection is not a panic");
+    assert!(
+        matches!(
+            spillway_fuzz::run_one(Harness::Trace, b"x"),
+            Ok(spillway_fuzz::Verdict::Rejected(_))
+        ),
+        "a plain rejection is not a panic"
+    );
+    let panicked = spillway_fuzz::caught(|| panic!("boom at {}", 3));
+    assert_eq!(panicked, Err("boom at 3".to_string()));
+    let panicked = spillway_fuzz::caught(|| panic!("boom"));
+    assert_eq!(panicked, Err("boom".to_string()));
     assert!(
         Harness::Trace
             .clear("3: runtime_s must be a number")

@@ -157,6 +157,29 @@ impl PolicyEngine {
         }
     }
 
+    /// Compiles the BurstPolicies of loaded manifests; each error is one line naming the
+    /// policy's file and line (`file:line: BurstPolicy p rule r: ...`).
+    pub fn compile_manifests(
+        m: &spillway_api::manifests::Manifests,
+    ) -> Result<PolicyEngine, String> {
+        let objects: Vec<BurstPolicy> = m.policies.iter().map(|p| p.object.clone()).collect();
+        PolicyEngine::compile(&objects).map_err(|errors| {
+            let lines: Vec<String> = errors
+                .iter()
+                .map(|e| {
+                    let at = m
+                        .policies
+                        .iter()
+                        .find(|p| p.object.metadata.name.as_deref() == Some(e.policy.as_str()))
+                        .map(|p| format!("{}:{}", p.file.display(), p.line))
+                        .unwrap_or_default();
+                    format!("{at}: {e}")
+                })
+                .collect();
+            lines.join("\n")
+        })
+    }
+
     /// Compiles every rule of `policies`; reports every rule that does not compile.
     pub fn compile(policies: &[BurstPolicy]) -> Result<PolicyEngine, Vec<CompileError>> {
         let mut sorted: Vec<&BurstPolicy> = policies.iter().collect();

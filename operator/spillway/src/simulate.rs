@@ -159,27 +159,7 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode, InputError> {
     // BurstPolicies from the manifests, compiled once; an error names the policy's file and line.
     let policy: Box<dyn Policy> = match &manifests {
         Some(m) if !m.policies.is_empty() => {
-            let objects: Vec<_> = m.policies.iter().map(|p| p.object.clone()).collect();
-            match PolicyEngine::compile(&objects) {
-                Ok(engine) => Box::new(engine),
-                Err(errors) => {
-                    let lines: Vec<String> = errors
-                        .iter()
-                        .map(|e| {
-                            let at = m
-                                .policies
-                                .iter()
-                                .find(|p| {
-                                    p.object.metadata.name.as_deref() == Some(e.policy.as_str())
-                                })
-                                .map(|p| format!("{}:{}", p.file.display(), p.line))
-                                .unwrap_or_default();
-                            format!("{at}: {e}")
-                        })
-                        .collect();
-                    return Err(InputError(lines.join("\n")));
-                }
-            }
+            Box::new(PolicyEngine::compile_manifests(m).map_err(InputError)?)
         }
         _ => Box::new(NoPolicy),
     };

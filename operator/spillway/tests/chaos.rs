@@ -155,12 +155,7 @@ async fn random_kills_lose_nothing_and_never_place_twice() {
     );
     let mut rng = Rng(seed);
 
-    let cluster = TestCluster::shared().await;
-    let client = cluster.client().await.expect("client");
-    cluster
-        .install_crds(&client, &spillway_api::crds())
-        .await
-        .expect("crds");
+    let (cluster, client) = TestCluster::with_crds().await;
     let ns = cluster.namespace(&client, "chaos").await.expect("ns");
     let kubelet = FakeKubelet::start(client.clone());
     let label = format!("chaos-{ns}");

@@ -45,12 +45,7 @@ async fn create(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_binary_and_kubectl_plugin() {
-    let cluster = TestCluster::shared().await;
-    let client = cluster.client().await.expect("client");
-    cluster
-        .install_crds(&client, &spillway_api::crds())
-        .await
-        .expect("crds");
+    let (cluster, client) = TestCluster::with_crds().await;
     let ns = cluster.namespace(&client, "plugin").await.expect("ns");
     let kubelet = FakeKubelet::start(client.clone());
     kubelet

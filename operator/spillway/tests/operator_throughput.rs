@@ -30,12 +30,7 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement; run scripts/bench-operator.sh"]
 async fn place_1000_jobs() {
-    let cluster = TestCluster::shared().await;
-    let client = cluster.client().await.expect("client");
-    cluster
-        .install_crds(&client, &spillway_api::crds())
-        .await
-        .expect("crds");
+    let (cluster, client) = TestCluster::with_crds().await;
     let ns = cluster.namespace(&client, "bench").await.expect("ns");
     let kubelet = FakeKubelet::start(client.clone());
     for i in 0..NODES {

@@ -37,12 +37,7 @@ impl World {
     /// A queue that may burst after `max_wait`, a private pool of one busy 1-GPU node, and an
     /// AWS pool of g6.xlarge (L4) and g5.8xlarge (A10G), on-demand, idle timeout 3 s.
     pub async fn new(prefix: &str, queue_extra: serde_json::Value) -> World {
-        let cluster = TestCluster::shared().await;
-        let client = cluster.client().await.expect("client");
-        cluster
-            .install_crds(&client, &spillway_api::crds())
-            .await
-            .expect("crds");
+        let (cluster, client) = TestCluster::with_crds().await;
         let moto = MotoServer::shared().await;
         let ec2 = moto.ec2_client().await;
         let ami = ec2

@@ -12,13 +12,7 @@ use spillway_tests::operator::eventually;
 use spillway_tests::workload::{self, WAIT};
 
 pub async fn setup() -> (&'static TestCluster, Client) {
-    let cluster = TestCluster::shared().await;
-    let client = cluster.client().await.expect("client");
-    cluster
-        .install_crds(&client, &spillway_api::crds())
-        .await
-        .expect("install CRDs");
-    (cluster, client)
+    TestCluster::with_crds().await
 }
 
 /// A test's own world: a namespace, a queue named after it, a private pool selecting nodes
