@@ -23,6 +23,9 @@ use tokio::task::JoinHandle;
 pub const RUN_SECONDS: &str = "kubelet.spillway.io/run-seconds";
 /// Annotation: exit code of the pod's containers when it finishes (default 0).
 pub const EXIT_CODE: &str = "kubelet.spillway.io/exit-code";
+/// Annotation: seconds the pod's containers take to stop once it is deleted (absent: at
+/// once). As a real kubelet does, the stop is cut short at the pod's grace period.
+pub const STOP_SECONDS: &str = "kubelet.spillway.io/stop-seconds";
 
 /// A GPU node to register.
 #[derive(Clone, Debug)]
@@ -214,6 +217,7 @@ async fn heartbeat(client: Client, nodes: Arc<Mutex<HashSet<String>>>) {
 async fn run_pods(client: Client, nodes: Arc<Mutex<HashSet<String>>>) {
     let api: Api<Pod> = Api::all(client.clone());
     let started: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let stopping: Arc<Mutex<HashSet<String>>> = Arc::default();
     let mut events = watcher(api, watcher::Config::default())
         .default_backoff()
         .applied_objects()
@@ -231,11 +235,40 @@ async fn run_pods(client: Client, nodes: Arc<Mutex<HashSet<String>>>) {
         let key = format!("{ns}/{name}/{}", pod.uid().unwrap_or_default());
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         if pod.metadata.deletion_timestamp.is_some() {
-            // Confirm the deletion, as a kubelet does once the containers have stopped.
-            let _ = pods
-                .delete(&name, &DeleteParams::default().grace_period(0))
-                .await;
+            // Confirm the deletion, as a kubelet does once the containers have stopped (after
+            // STOP_SECONDS, at most the grace period).
+            let stop = pod
+                .annotations()
+                .get(STOP_SECONDS)
+                .and_then(|s| s.parse::<u64>().ok())
+                .unwrap_or(0)
+                .min(
+                    pod.metadata
+                        .deletion_grace_period_seconds
+                        .unwrap_or(0)
+                        .max(0) as u64,
+                );
             started.lock().expect("started set poisoned").remove(&key);
+            if stop == 0 {
+                let _ = pods
+                    .delete(&name, &DeleteParams::default().grace_period(0))
+                    .await;
+            } else if stopping.lock().expect("stopping set poisoned").insert(key) {
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_secs(stop)).await;
+                    for _ in 0..10 {
+                        match pods
+                            .delete(&name, &DeleteParams::default().grace_period(0))
+                            .await
+                        {
+                            Err(kube::Error::Api(e)) if e.code != 404 => {}
+                            Err(kube::Error::Api(_)) | Ok(_) => break,
+                            Err(_) => {}
+                        }
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                });
+            }
             continue;
         }
         let phase = pod

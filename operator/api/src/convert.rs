@@ -46,6 +46,10 @@ pub fn queue(q: &GpuQueue) -> Result<core::Queue, FieldErrors> {
         budget_hourly_usd: spec.budget.as_ref().and_then(|b| b.hourly_usd),
         budget_monthly_usd: spec.budget.as_ref().and_then(|b| b.monthly_usd),
         spent_this_month_usd: 0.0,
+        preempt_non_restartable: spec
+            .preemption
+            .as_ref()
+            .is_some_and(|p| p.allow_non_restartable),
     })
 }
 
@@ -120,6 +124,8 @@ pub fn job(j: &GpuJob, queued_at: core::Time) -> Result<core::Job, FieldErrors> 
             .collect(),
         datasets: spec.datasets.clone(),
         restartable: spec.restartable,
+        checkpointed_at: checkpoint_time(j),
+        checkpoint_interval: spec.checkpoint_interval.as_deref().map(duration),
         estimated_runtime: spec.estimated_runtime.as_deref().map(duration),
         max_runtime: spec.max_runtime.as_deref().map(duration),
         deadline: spec
@@ -133,4 +139,16 @@ pub fn job(j: &GpuJob, queued_at: core::Time) -> Result<core::Job, FieldErrors> 
         attempt: 0,
         state: core::JobState::Pending,
     })
+}
+
+/// When the job last announced a checkpoint (its `spillway.io/checkpoint-time` annotation). An
+/// annotation that is not an RFC 3339 time counts as none.
+pub fn checkpoint_time(j: &GpuJob) -> Option<core::Time> {
+    let value = j
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(crate::job::CHECKPOINT_ANNOTATION)?;
+    let t: k8s_openapi::jiff::Timestamp = value.trim().parse().ok()?;
+    Some(core::Time::from_millis(t.as_millisecond()))
 }

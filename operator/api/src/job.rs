@@ -62,10 +62,17 @@ pub struct GpuJobSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub datasets: Vec<String>,
 
-    /// The job checkpoints and may be stopped and resumed. Allows spot capacity and moving the
-    /// job back to private capacity.
+    /// The job checkpoints and may be stopped and resumed. Allows spot capacity, and preemption
+    /// when GPUs its queue borrowed beyond its quota are reclaimed.
     #[serde(default)]
     pub restartable: bool,
+
+    /// How often a restartable job saves a checkpoint, such as `30m`. When the job's pods do
+    /// not announce checkpoints (the `spillway.io/checkpoint-time` annotation on the GpuJob),
+    /// Spillway estimates the work a preemption or a move loses from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "optional_duration_schema")]
+    pub checkpoint_interval: Option<String>,
 
     /// How long the job is expected to run, such as `90m` or `4h`. Used for backfilling, deadline
     /// checks and cost estimates.
@@ -103,6 +110,10 @@ pub struct GpuJobSpec {
     #[schemars(schema_with = "preserve_unknown_object")]
     pub template: PodTemplateSpec,
 }
+
+/// The annotation a restartable job's pods (or a sidecar) set on their GpuJob, an RFC 3339
+/// time, each time the workload has saved a checkpoint.
+pub const CHECKPOINT_ANNOTATION: &str = "spillway.io/checkpoint-time";
 
 /// The largest gang one GpuJob may ask for: 1,024 pods (16,384 GPUs at 16 per pod).
 pub const MAX_REPLICAS: i32 = 1024;

@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use spillway_core::CapacityType;
 
-use crate::common::{Budget, duration_schema};
+use crate::common::{Budget, duration_schema, optional_duration_schema};
 
 /// A queue of GpuJobs from some namespaces, with a private GPU quota, a fair-share weight, a
 /// burst policy and a dollar budget.
@@ -51,6 +51,11 @@ pub struct GpuQueueSpec {
     #[serde(default = "default_true")]
     pub borrowing: bool,
 
+    /// How this queue's jobs are preempted when another queue reclaims GPUs they borrowed
+    /// beyond this queue's quota. Restartable jobs always may be.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption: Option<QueuePreemption>,
+
     /// Fair-share weight relative to other queues (at least 1). A queue of weight 3 gets three
     /// times the private GPUs of a queue of weight 1 when both have work waiting.
     #[serde(default = "default_weight")]
@@ -73,6 +78,22 @@ pub struct GpuQueueSpec {
     /// Telemetry of this queue's pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub telemetry: Option<QueueTelemetry>,
+}
+
+/// How a queue's jobs are preempted when the GPUs they borrowed are reclaimed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuePreemption {
+    /// Jobs that are not restartable may be preempted too (they lose all their work and start
+    /// over). Off by default: only restartable jobs give borrowed GPUs back.
+    #[serde(default)]
+    pub allow_non_restartable: bool,
+    /// The longest a preempted pod may take to stop, such as `2m`: its template's
+    /// `terminationGracePeriodSeconds`, capped by this. Without it the template's value (or
+    /// Kubernetes' default of 30 s) holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "optional_duration_schema")]
+    pub max_grace_period: Option<String>,
 }
 
 /// Telemetry settings of a queue.

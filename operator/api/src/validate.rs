@@ -174,6 +174,10 @@ pub fn gpu_job(spec: &GpuJobSpec) -> Result<(), FieldErrors> {
     errs.unique("spec.gpuModels", &spec.gpu_models);
     errs.dns_names("spec.datasets", &spec.datasets);
     errs.unique("spec.datasets", &spec.datasets);
+    errs.duration(
+        "spec.checkpointInterval",
+        spec.checkpoint_interval.as_deref(),
+    );
     let estimated = errs.duration("spec.estimatedRuntime", spec.estimated_runtime.as_deref());
     let max = errs.duration("spec.maxRuntime", spec.max_runtime.as_deref());
     if let (Some(est), Some(max)) = (estimated, max)
@@ -229,6 +233,12 @@ pub fn gpu_queue(spec: &GpuQueueSpec) -> Result<(), FieldErrors> {
         errs.dns_names("spec.burst.pools", &burst.pools);
         errs.unique("spec.burst.pools", &burst.pools);
         unique_capacity(&mut errs, "spec.burst.capacityTypes", &burst.capacity_types);
+    }
+    if let Some(p) = &spec.preemption {
+        errs.duration(
+            "spec.preemption.maxGracePeriod",
+            p.max_grace_period.as_deref(),
+        );
     }
     if let Some(b) = &spec.budget {
         errs.non_negative("spec.budget.monthlyUSD", b.monthly_usd);

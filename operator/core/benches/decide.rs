@@ -32,6 +32,7 @@ fn snapshot(pending: usize, nodes: usize, spread_s: i64) -> Snapshot {
             gpus: 8,
             free_gpus: (i % 5 == 0) as u32 * (i % 8) as u32,
             schedulable: true,
+            releasing_gpus: 0,
             instance_id: None,
             idle_since: None,
         })

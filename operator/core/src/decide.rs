@@ -27,6 +27,7 @@ use crate::profile::Profile;
 mod cloud;
 mod conservative;
 mod private;
+mod reclaim;
 use crate::plan::{Decision, Launch, OfferingChoice, Outcome, Plan, Reason, Start, Termination};
 use crate::policy::{Effects, Policy, PolicyContext, QueueState, glob_match};
 use crate::{
@@ -223,6 +224,10 @@ struct Cycle<'a> {
     /// Gang shapes (GPUs per replica, models, replicas, runtime; None: unknown) that found no
     /// slot starting now.
     now_failures: Vec<(u32, Vec<crate::GpuModel>, u32, Option<Duration>)>,
+    /// Jobs preempted this cycle (indexes into `snapshot.jobs`).
+    preempted: BTreeSet<usize>,
+    /// Private GPUs preempted this cycle, per victim queue.
+    preempted_gpus: FastMap<&'a str, u32>,
 }
 
 impl<'a> Cycle<'a> {
@@ -270,6 +275,8 @@ impl<'a> Cycle<'a> {
             profile: None,
             planned: 0,
             now_failures: Vec::new(),
+            preempted: BTreeSet::new(),
+            preempted_gpus: FastMap::default(),
             releases_sorted: false,
             reservations: Vec::new(),
             queue_state: FastMap::default(),

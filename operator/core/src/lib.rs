@@ -36,7 +36,9 @@ pub use model::{
     BurstSettings, Dataset, Instance, Job, JobState, Node, Offering, Packing, Pool, PoolKind,
     Queue, QueueOrder, Settings, Snapshot, WaitMode,
 };
-pub use plan::{Decision, Launch, OfferingChoice, Outcome, Plan, Reason, Start, Termination};
+pub use plan::{
+    Decision, Launch, OfferingChoice, Outcome, Plan, Preemption, Reason, Start, Termination,
+};
 pub use policy::{Effects, NoPolicy, Policy, PolicyContext, QueueState};
 pub use scheduler::{Change, Config, Scheduler, SchedulerStats};
 pub use time::Time;

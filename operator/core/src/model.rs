@@ -69,6 +69,10 @@ pub struct Queue {
     pub budget_monthly_usd: Option<f64>,
     /// Cloud spend so far this month, USD.
     pub spent_this_month_usd: f64,
+    /// Jobs of this queue that are not restartable may be preempted when they run on borrowed
+    /// GPUs that another queue reclaims (they lose their work). Off by default: restartable
+    /// jobs only.
+    pub preempt_non_restartable: bool,
 }
 
 impl Queue {
@@ -83,6 +87,7 @@ impl Queue {
             budget_hourly_usd: None,
             budget_monthly_usd: None,
             spent_this_month_usd: 0.0,
+            preempt_non_restartable: false,
         }
     }
 }
@@ -154,6 +159,9 @@ pub struct Node {
     pub free_gpus: u32,
     /// Ready and schedulable (not cordoned, not being drained).
     pub schedulable: bool,
+    /// Of the GPUs not free, those held by pods being stopped (preempted, or of a job's
+    /// earlier attempt): free once their grace period ends. Included in `gpus - free_gpus`.
+    pub releasing_gpus: u32,
     /// For cloud nodes: the instance behind it.
     pub instance_id: Option<String>,
     /// Since when the node has had no job (`None` while it runs one).
@@ -220,6 +228,11 @@ pub struct Job {
     pub gpu_models: Vec<GpuModel>,
     pub datasets: Vec<String>,
     pub restartable: bool,
+    /// When the workload last saved a checkpoint (restartable jobs announce it), if known.
+    pub checkpointed_at: Option<Time>,
+    /// How often the workload checkpoints: the estimate of lost work when `checkpointed_at`
+    /// is unknown.
+    pub checkpoint_interval: Option<Duration>,
     pub estimated_runtime: Option<Duration>,
     pub max_runtime: Option<Duration>,
     pub deadline: Option<Time>,
@@ -250,6 +263,8 @@ impl Job {
             gpu_models: Vec::new(),
             datasets: Vec::new(),
             restartable: false,
+            checkpointed_at: None,
+            checkpoint_interval: None,
             estimated_runtime: None,
             max_runtime: None,
             deadline: None,
@@ -273,6 +288,23 @@ impl Job {
 
     pub fn accepts_model(&self, model: Option<&GpuModel>) -> bool {
         self.gpu_models.is_empty() || model.is_some_and(|m| self.gpu_models.contains(m))
+    }
+
+    /// How much of its work a job running since `started_at` loses if stopped at `now`: a
+    /// restartable job since its last checkpoint (announced, else estimated from its
+    /// checkpoint interval, else since it started); any other job everything since it started.
+    pub fn work_at_risk(&self, started_at: Time, now: Time) -> Duration {
+        let ran = now.since(started_at);
+        if !self.restartable {
+            return ran;
+        }
+        match (self.checkpointed_at, self.checkpoint_interval) {
+            (Some(c), _) if c >= started_at => now.since(c),
+            (_, Some(i)) if i > Duration::ZERO => {
+                Duration::from_millis(ran.as_millis() % i.as_millis())
+            }
+            _ => ran,
+        }
     }
 
     /// The runtime to plan with: the estimate, else the limit.

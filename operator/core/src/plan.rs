@@ -67,6 +67,9 @@ pub enum Reason {
     PrivateStartSoon,
     /// Instances are being launched for it.
     Provisioning,
+    /// Its queue is within its private quota and the GPUs it needs are lent to other queues:
+    /// they are being given back (borrowing jobs preempted, or their pods stopping).
+    Reclaiming,
     /// Its queue does not allow bursting.
     BurstDisabled,
     /// `placement: PrivateOnly`.
@@ -118,6 +121,7 @@ impl Reason {
             Reason::WaitingForPrivate => "WaitingForPrivate",
             Reason::PrivateStartSoon => "PrivateStartSoon",
             Reason::Provisioning => "Provisioning",
+            Reason::Reclaiming => "Reclaiming",
             Reason::BurstDisabled => "BurstDisabled",
             Reason::PrivateOnlyPlacement => "PrivateOnlyPlacement",
             Reason::RestrictedData => "RestrictedData",
@@ -232,12 +236,35 @@ pub struct Termination {
     pub idle_for: Duration,
 }
 
+/// Stop a running private job that uses borrowed GPUs, so a queue within its quota gets them
+/// back. The job goes back to its queue (a new attempt).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Preemption {
+    pub job: String,
+    /// The preempted job's queue (it was using more than its quota).
+    pub queue: String,
+    /// The queue reclaiming its quota.
+    pub by_queue: String,
+    /// The waiting job the GPUs go to.
+    pub for_job: String,
+    /// GPUs given back (the whole job).
+    pub gpus: u32,
+    pub restartable: bool,
+    /// GPU-seconds of work lost: since its last checkpoint (restartable jobs), else since it
+    /// started.
+    pub lost_gpu_seconds: f64,
+    /// One human sentence, for the job's `Preempted` condition and Event.
+    pub message: String,
+}
+
 /// Everything one `decide` call wants done.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
     pub starts: Vec<Start>,
     pub launches: Vec<Launch>,
     pub terminations: Vec<Termination>,
+    /// Borrowing jobs to stop so queues get their quota back.
+    pub preemptions: Vec<Preemption>,
     /// One per job looked at, in the order they were considered.
     pub decisions: Vec<Decision>,
     /// The earliest time at which a decision would change with nothing else happening (a wait

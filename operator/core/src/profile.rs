@@ -223,6 +223,15 @@ impl Profile {
         })
     }
 
+    /// Holds `gpus` of node `i` from now on (for a job that starts there once other GPUs of
+    /// the node are given back).
+    pub fn hold(&mut self, i: usize, gpus: u32) {
+        let (now, cap) = (self.now, self.capacity[i]);
+        if let Some(steps) = self.nodes[i].as_mut() {
+            steps.add(now, None, gpus, cap, true);
+        }
+    }
+
     /// Takes the slot's GPUs from `slot.at` for `runtime` (None: forever).
     pub fn take(&mut self, job: &Job, slot: &Slot, runtime: Option<Duration>) {
         let from = slot.at.as_millis();
@@ -248,6 +257,7 @@ mod tests {
             gpus,
             free_gpus: gpus,
             schedulable: true,
+            releasing_gpus: 0,
             instance_id: None,
             idle_since: None,
         }

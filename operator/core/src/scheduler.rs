@@ -230,7 +230,8 @@ impl Scheduler {
             at: now,
             acted: !(plan.starts.is_empty()
                 && plan.launches.is_empty()
-                && plan.terminations.is_empty()),
+                && plan.terminations.is_empty()
+                && plan.preemptions.is_empty()),
             until: self.until(&plan, now),
             next_wake: plan.next_wake,
         });

@@ -405,6 +405,7 @@ fn provisioning_jobs_start_on_their_instances_and_are_not_launched_twice() {
         gpus: 4,
         free_gpus: 4,
         schedulable: true,
+        releasing_gpus: 0,
         instance_id: Some("i-1".into()),
         idle_since: Some(at_min(23)),
     });
@@ -433,6 +434,7 @@ fn idle_cloud_nodes_are_reused_then_terminated() {
         gpus: 4,
         free_gpus: 4,
         schedulable: true,
+        releasing_gpus: 0,
         instance_id: Some("i-9".into()),
         idle_since: Some(at_min(0)),
     });

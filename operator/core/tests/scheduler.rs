@@ -84,6 +84,8 @@ fn history() -> impl Strategy<Value = History> {
                 q2.burst.wait_mode =
                     [WaitMode::Fixed, WaitMode::ComputeWait, WaitMode::CostAware][mode];
                 q2.budget_hourly_usd = Some(40.0);
+                // Some histories give "batch" a quota, which it reclaims from "research".
+                q2.quota_gpus = (wait % 3 != 0).then_some((wait % 9) as u32);
                 s.queues.push(q2);
                 s.pools[1].idle_timeout = mins(5);
                 let models = ["A100", "A10G"];
@@ -107,6 +109,7 @@ fn history() -> impl Strategy<Value = History> {
                         start - mins(ago as u64 + 5),
                     );
                     j.estimated_runtime = Some(mins(est as u64));
+                    j.restartable = i % 2 == 0;
                     j.state = JobState::Running {
                         nodes: vec![s.nodes[k].name.clone()],
                         started_at: start - mins(ago as u64),
@@ -169,6 +172,20 @@ impl World {
                     };
                     out.push(Change::Job(self.snap.jobs[j].clone()));
                 }
+                for p in &plan.preemptions {
+                    let j = self.job(&p.job);
+                    let job = &mut self.snap.jobs[j];
+                    if let JobState::Running { nodes, .. } = &job.state {
+                        for n in nodes {
+                            let node = self.snap.nodes.iter_mut().find(|x| &x.name == n).unwrap();
+                            node.free_gpus += job.gpus_per_replica;
+                            out.push(Change::Node(node.clone()));
+                        }
+                    }
+                    job.state = JobState::Pending;
+                    job.attempt += 1;
+                    out.push(Change::Job(job.clone()));
+                }
                 for l in &plan.launches {
                     for c in 0..l.count {
                         let inst = Instance {
@@ -219,6 +236,7 @@ impl World {
                         gpus: inst.gpus,
                         free_gpus: inst.gpus,
                         schedulable: true,
+                        releasing_gpus: 0,
                         instance_id: Some(inst.id.clone()),
                         idle_since: Some(self.now),
                     };
@@ -368,6 +386,7 @@ proptest! {
             prop_assert_eq!(&got.starts, &full.starts, "{}", ctx);
             prop_assert_eq!(&got.launches, &full.launches, "{}", ctx);
             prop_assert_eq!(&got.terminations, &full.terminations, "{}", ctx);
+            prop_assert_eq!(&got.preemptions, &full.preemptions, "{}", ctx);
             prop_assert_eq!(keys(&got), changed, "{}", ctx);
             prop_assert_eq!(got.next_wake, full.next_wake, "{}", ctx);
         }

@@ -19,6 +19,7 @@ pub fn private_node(name: &str, gpus: u32, free: u32, model: &str) -> Node {
         gpus,
         free_gpus: free,
         schedulable: true,
+        releasing_gpus: 0,
         instance_id: None,
         idle_since: None,
     }

@@ -129,6 +129,7 @@ impl fmt::Debug for SecretApply {
 pub enum ActionKind {
     CreatePod,
     DeletePod,
+    EvictPod,
     ApplyStatus,
     Publish,
     Launch,
@@ -147,6 +148,7 @@ impl ActionKind {
         match self {
             ActionKind::CreatePod => "create_pod",
             ActionKind::DeletePod => "delete_pod",
+            ActionKind::EvictPod => "evict_pod",
             ActionKind::ApplyStatus => "apply_status",
             ActionKind::Publish => "publish_event",
             ActionKind::Launch => "launch",
@@ -173,6 +175,14 @@ pub enum Action {
         namespace: String,
         name: String,
         uid: String,
+    },
+    /// Stops a pod of a preempted job: deletes it, only if it is still the one with `uid`,
+    /// giving it `grace_seconds` to stop.
+    EvictPod {
+        namespace: String,
+        name: String,
+        uid: String,
+        grace_seconds: i64,
     },
     /// Applies a status. A newer status of the same object supersedes one not yet applied.
     ApplyStatus(StatusPatch),
@@ -224,6 +234,7 @@ impl Action {
         match self {
             Action::CreatePod { .. } => ActionKind::CreatePod,
             Action::DeletePod { .. } => ActionKind::DeletePod,
+            Action::EvictPod { .. } => ActionKind::EvictPod,
             Action::ApplyStatus(_) => ActionKind::ApplyStatus,
             Action::Publish(_) => ActionKind::Publish,
             Action::Launch(_) => ActionKind::Launch,
@@ -251,6 +262,9 @@ impl Action {
                 ),
             ),
             Action::DeletePod {
+                namespace, name, ..
+            }
+            | Action::EvictPod {
                 namespace, name, ..
             } => Key::new("Pod", format!("{namespace}/{name}")),
             Action::ApplyStatus(p) => Key::new(status_key_kind(p.kind), p.id()),

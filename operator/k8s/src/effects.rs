@@ -102,11 +102,14 @@ impl KubeEffects {
         }
     }
 
+    /// Deletes a pod if it is still the one with `uid`, with `grace_seconds` to stop (the
+    /// pod's own grace period when `None`).
     async fn delete_pod(
         &self,
         namespace: &str,
         name: &str,
         uid: &str,
+        grace_seconds: Option<i64>,
         fence: &Fence,
     ) -> Result<(), Error> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
@@ -115,6 +118,7 @@ impl KubeEffects {
                 uid: Some(uid.to_string()),
                 resource_version: None,
             }),
+            grace_period_seconds: grace_seconds.map(|g| g.clamp(0, u32::MAX as i64) as u32),
             ..DeleteParams::background()
         };
         fence.check()?;
@@ -403,7 +407,16 @@ impl Effects for KubeEffects {
                     namespace,
                     name,
                     uid,
-                } => self.delete_pod(namespace, name, uid, fence).await,
+                } => self.delete_pod(namespace, name, uid, None, fence).await,
+                Action::EvictPod {
+                    namespace,
+                    name,
+                    uid,
+                    grace_seconds,
+                } => {
+                    self.delete_pod(namespace, name, uid, Some(*grace_seconds), fence)
+                        .await
+                }
                 Action::ApplyStatus(p) => self.apply_status(p, fence).await,
                 Action::Publish(n) => self.publish(n, fence).await,
                 Action::Launch(order) => self.launch(order, fence).await,

@@ -519,11 +519,16 @@ pub fn build(
 
     // GPUs in use per node: every active pod bound (or placed by us) there.
     let mut used: HashMap<String, u32> = HashMap::new();
+    // Of those, GPUs of pods on their way out (being deleted, or about to be as surplus).
+    let mut releasing: HashMap<String, u32> = HashMap::new();
     let mut pods_by_job: HashMap<(String, String), Vec<Arc<Pod>>> = HashMap::new();
     for pod in &inputs.pods {
         if pod_active(pod)
             && let Some(node) = pod_node(pod)
         {
+            if pod.metadata.deletion_timestamp.is_some() {
+                *releasing.entry(node.clone()).or_default() += pod_gpus(pod);
+            }
             *used.entry(node).or_default() += pod_gpus(pod);
         }
         if let Some(job) = pod.labels().get(labels::JOB_LABEL) {
@@ -622,6 +627,11 @@ pub fn build(
             Lifecycle::Succeeded { .. } => {}
             Lifecycle::Pending | Lifecycle::Provisioning { .. } | Lifecycle::Running { .. } => {}
         }
+        for pod in surplus.iter().filter(|p| pod_active(p)) {
+            if let Some(node) = pod_node(pod) {
+                *releasing.entry(node).or_default() += pod_gpus(pod);
+            }
+        }
         // Pods being created by an assumption count against their nodes until visible.
         if let (Some(a), Lifecycle::Running { .. }) = (assumed.get(&id), &lifecycle) {
             let visible: Vec<u32> = pods.iter().filter_map(|p| pod_replica(p)).collect();
@@ -704,6 +714,7 @@ pub fn build(
             gpus,
             free_gpus: gpus.saturating_sub(in_use),
             schedulable: node_schedulable(n, pool),
+            releasing_gpus: releasing.get(&name).copied().unwrap_or(0),
             instance_id: node_instance_id(n),
             idle_since: None,
         });

@@ -211,6 +211,7 @@ pub fn situation_snapshot(
             gpus,
             free_gpus: situation.private_free_gpus.unwrap_or(0).min(gpus),
             schedulable: true,
+            releasing_gpus: 0,
             instance_id: None,
             idle_since: None,
         });
@@ -347,6 +348,7 @@ fn empty_queue() -> GpuQueueSpec {
         weight: 1,
         burst: None,
         budget: None,
+        preemption: None,
         identity: None,
         telemetry: None,
     }

@@ -56,6 +56,7 @@ fn snapshot() -> Snapshot {
             gpus: 8,
             free_gpus: 0,
             schedulable: true,
+            releasing_gpus: 0,
             instance_id: None,
             idle_since: None,
         }],

@@ -40,6 +40,8 @@ pub struct World {
     pub seed: u64,
     /// The runtime estimates jobs carry.
     pub estimates: crate::estimates::Estimates,
+    /// How often restartable jobs checkpoint (`None`: they lose no work when stopped).
+    pub checkpoint_interval: Option<Duration>,
 }
 
 /// What happened to one job.
@@ -77,6 +79,10 @@ pub struct Outcome {
     pub instances_launched: u32,
     pub capacity_errors: u32,
     pub spot_interruptions: u32,
+    /// Jobs preempted to give a queue its quota back.
+    pub preemptions: u32,
+    /// GPU-seconds of work those preemptions lost.
+    pub preempted_gpu_seconds_lost: f64,
     pub decide_calls: u64,
     pub end_s: f64,
 }
@@ -279,7 +285,9 @@ impl<'a> Engine<'a> {
             let plan = spillway_core::decide(&self.snap, self.policy, Time::from_millis(t));
             self.out.decide_calls += 1;
             let launched_before = self.out.instances_launched;
-            let progressed = !(plan.starts.is_empty() && plan.terminations.is_empty());
+            let progressed = !(plan.starts.is_empty()
+                && plan.terminations.is_empty()
+                && plan.preemptions.is_empty());
             self.apply_plan(plan, t);
             let changed = progressed || self.out.instances_launched != launched_before;
             if only_wakes && !changed && self.next_arrival >= self.trace.len() && self.running == 0
@@ -332,6 +340,9 @@ impl<'a> Engine<'a> {
         job.replicas = tj.replicas.max(1);
         job.priority = tj.priority;
         job.restartable = tj.restartable;
+        if tj.restartable {
+            job.checkpoint_interval = self.world.checkpoint_interval;
+        }
         job.gpu_models = tj.gpu_models.clone();
         job.datasets = tj.datasets.clone();
         let estimate = self.world.estimates.of(tj, i, self.world.seed);
@@ -412,6 +423,7 @@ impl<'a> Engine<'a> {
             gpus: inst.gpus,
             free_gpus: inst.gpus,
             schedulable: true,
+            releasing_gpus: 0,
             instance_id: Some(inst.id.clone()),
             idle_since: Some(Time::from_millis(t)),
         };
@@ -455,19 +467,32 @@ impl<'a> Engine<'a> {
         self.forget_instance(instance, t);
     }
 
-    /// Stops a running job and puts it back in its queue.
-    fn requeue(&mut self, job: usize, t: i64) {
-        let Some(&p) = self.pos.get(&job) else { return };
+    /// Stops a running job and puts it back in its queue. A restartable job keeps its work up
+    /// to its last checkpoint (every `checkpoint_interval`; without one, all of it); any other
+    /// job starts over. Returns the GPU-seconds of work lost.
+    fn requeue(&mut self, job: usize, t: i64) -> f64 {
+        let Some(&p) = self.pos.get(&job) else {
+            return 0.0;
+        };
         let j = &self.snap.jobs[p];
+        let mut lost = 0.0;
         if let JobState::Running {
             nodes, started_at, ..
         } = j.state.clone()
         {
             let g = j.gpus_per_replica;
             let done = (t - started_at.as_millis()) as f64 / 1000.0;
+            lost = done;
             if j.restartable {
-                self.remaining[job] = (self.remaining[job] - done).max(1.0);
+                lost = match j.checkpoint_interval {
+                    Some(_) => j
+                        .work_at_risk(started_at, Time::from_millis(t))
+                        .as_secs_f64(),
+                    None => 0.0,
+                };
+                self.remaining[job] = (self.remaining[job] - (done - lost)).max(1.0);
             }
+            lost *= f64::from(j.total_gpus());
             self.release(&nodes, g, t);
             self.running -= 1;
             self.attempt[job] += 1;
@@ -476,6 +501,7 @@ impl<'a> Engine<'a> {
             j.attempt += 1;
             j.state = JobState::Pending;
         }
+        lost
     }
 
     /// Gives a finished or stopped job's GPUs back.
@@ -540,6 +566,15 @@ impl<'a> Engine<'a> {
             {
                 self.out.jobs[i].rejected = true;
                 self.remove_job(i);
+            }
+        }
+        // Preempted jobs stop at once (grace periods are not simulated); the GPUs go to the
+        // reclaiming job at the next cycle, at the same instant.
+        for p in &plan.preemptions {
+            if let Some(i) = self.trace_index(&p.job) {
+                self.out.preemptions += 1;
+                self.out.preempted_gpu_seconds_lost += self.requeue(i, t);
+                self.push(t, Event::Wake);
             }
         }
         for start in plan.starts {

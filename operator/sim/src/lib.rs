@@ -51,6 +51,9 @@ pub struct Options {
     /// Runtime estimates; with [`Estimates::Trace`], `starburst` uses the real runtimes when
     /// the trace has no estimates (as Starburst's own simulator does).
     pub estimates: Estimates,
+    /// How often restartable jobs checkpoint: a preempted or interrupted one loses the work
+    /// since its last checkpoint. `None`: they lose nothing.
+    pub checkpoint_interval: Option<Duration>,
 }
 
 impl Default for Options {
@@ -61,6 +64,7 @@ impl Default for Options {
             capacity_error_rate: 0.0,
             spot_interruptions_per_hour: 0.05,
             estimates: Estimates::Trace,
+            checkpoint_interval: None,
         }
     }
 }
@@ -123,6 +127,7 @@ pub fn replay(
         spot_interruptions_per_hour: options.spot_interruptions_per_hour,
         seed: options.seed,
         estimates,
+        checkpoint_interval: options.checkpoint_interval,
     };
     let started = Instant::now();
     let outcome = engine::run_with_progress(&world, trace, policy, progress);

@@ -26,6 +26,10 @@ pub struct Summary {
     pub instances_launched: u64,
     pub capacity_errors: u64,
     pub spot_interruptions: u64,
+    /// Jobs preempted to give a queue its private quota back, and the GPU-hours of work they
+    /// lost (since their last checkpoint; all of it for jobs that are not restartable).
+    pub preemptions: u64,
+    pub preempted_gpu_hours_lost: f64,
     pub decide_calls: u64,
     pub makespan_s: f64,
     /// Trace jobs still running when the trace was cut that were left out of the replay
@@ -111,6 +115,8 @@ pub fn summarize(strategy: &str, out: &Outcome, wall_s: f64) -> Summary {
         instances_launched: out.instances_launched as u64,
         capacity_errors: out.capacity_errors as u64,
         spot_interruptions: out.spot_interruptions as u64,
+        preemptions: out.preemptions as u64,
+        preempted_gpu_hours_lost: round(out.preempted_gpu_seconds_lost / 3600.0, 2),
         decide_calls: out.decide_calls,
         makespan_s: round(makespan, 1),
         censored_jobs_left_out: 0,

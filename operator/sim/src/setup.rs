@@ -87,6 +87,7 @@ pub fn snapshot(
             gpus: n.gpus,
             free_gpus: n.gpus,
             schedulable: true,
+            releasing_gpus: 0,
             instance_id: None,
             idle_since: None,
         });

@@ -40,6 +40,17 @@ pub struct TraceJob {
     pub censored: bool,
 }
 
+/// Makes each job restartable with probability `fraction` (and the others not), by a draw
+/// that depends only on `seed` and the job's position: `--restartable P`.
+pub fn mark_restartable(jobs: &mut [TraceJob], fraction: f64, seed: u64) {
+    for (i, j) in jobs.iter_mut().enumerate() {
+        let draw = crate::estimates::mix(seed ^ crate::estimates::mix(i as u64 ^ 0x5e57_a27a))
+            as f64
+            / u64::MAX as f64;
+        j.restartable = draw < fraction;
+    }
+}
+
 /// Removes the censored jobs; returns how many there were.
 pub fn drop_censored(jobs: &mut Vec<TraceJob>) -> usize {
     let before = jobs.len();

@@ -50,6 +50,14 @@ pub struct SimulateArgs {
     /// Spot interruptions per instance-hour.
     #[arg(long, value_name = "RATE", default_value_t = 0.05)]
     spot_interruption_rate: f64,
+    /// Make each job restartable with this probability (seeded by --seed), whatever the
+    /// trace says: restartable jobs may use spot capacity and be preempted or moved.
+    #[arg(long, value_name = "P")]
+    restartable: Option<f64>,
+    /// How often restartable jobs checkpoint, such as 30m: a preempted or interrupted job
+    /// loses the work since its last checkpoint. Default: they lose nothing.
+    #[arg(long, value_name = "DURATION")]
+    checkpoint_interval: Option<String>,
     /// Print a JSON array with one summary object per strategy instead of the table.
     #[arg(long)]
     json: bool,
@@ -127,6 +135,20 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode, InputError> {
         n as u64
     };
 
+    if let Some(p) = args.restartable {
+        if !(0.0..=1.0).contains(&p) {
+            return Err(InputError(format!(
+                "--restartable: {p} is not a probability between 0 and 1"
+            )));
+        }
+        trace::mark_restartable(&mut jobs, p, args.seed);
+    }
+    let checkpoint_interval = args
+        .checkpoint_interval
+        .as_deref()
+        .map(|d| Duration::parse(d).map_err(|e| InputError(format!("--checkpoint-interval: {e}"))))
+        .transpose()?;
+
     let inventory = if let Some(p) = &args.nodes {
         trace::parse_openb_nodes(&read(p)?)
             .map_err(|e| InputError(format!("{}:{e}", p.display())))?
@@ -203,6 +225,7 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode, InputError> {
         seed: args.seed,
         capacity_error_rate: args.capacity_error_rate,
         spot_interruptions_per_hour: args.spot_interruption_rate,
+        checkpoint_interval,
     };
     if args.sweep {
         let objects: Vec<_> = manifests

@@ -4,6 +4,7 @@ mod identity;
 mod leadership;
 mod lifecycle;
 mod placement;
+mod reclaim;
 mod telemetry;
 mod validity;
 mod world;

@@ -20,16 +20,21 @@ impl<'a> Cycle<'a> {
         hold_forever: bool,
     ) -> Option<Vec<usize>> {
         let nodes = &self.snap.nodes;
-        let profile = self.profile.get_or_insert_with(|| {
-            Profile::new(
+        if self.profile.is_none() {
+            // GPUs held for a reclaiming job are not free to plan with.
+            let free: Vec<u32> = (0..nodes.len())
+                .map(|i| self.private.effective(i))
+                .collect();
+            self.profile = Some(Profile::new(
                 self.now,
                 nodes,
                 &self.private.private,
-                &self.private.free,
+                &free,
                 &self.releases,
                 self.settings.packing,
-            )
-        });
+            ));
+        }
+        let profile = self.profile.as_mut()?;
         w.private_estimate = None;
         let runtime = job.planning_runtime();
         let accepts = |i: usize| job.accepts_model(nodes[i].gpu_model.as_ref());

@@ -59,19 +59,21 @@ impl<'a> Cycle<'a> {
             .collect();
         let mut waiting = Vec::new();
         loop {
-            // Weighted fair share: the queue using the fewest private GPUs per unit of weight
-            // goes next.
-            let mut next: Option<(f64, usize)> = None;
+            // A queue whose next job fits within its private quota goes first (its quota is
+            // guaranteed); among the rest, weighted fair share: the queue using the fewest
+            // private GPUs per unit of weight goes next.
+            let mut next: Option<(bool, f64, usize)> = None;
             for (l, lane) in lanes.iter().enumerate() {
-                if lane.jobs.is_empty() {
+                let Some(&head) = lane.jobs.last() else {
                     continue;
-                }
+                };
+                let borrowing = !within_quota(lane.queue, lane.used, &snap.jobs[head]);
                 let share = lane.used as f64 / lane.weight;
-                if next.is_none_or(|(best, _)| share < best) {
-                    next = Some((share, l));
+                if next.is_none_or(|(b, best, _)| (borrowing, share) < (b, best)) {
+                    next = Some((borrowing, share, l));
                 }
             }
-            let Some((_, l)) = next else { break };
+            let Some((_, _, l)) = next else { break };
             let Some(i) = lanes[l].jobs.pop() else { break };
             let job = &snap.jobs[i];
             let effects = self.effects(job);
@@ -141,6 +143,9 @@ impl<'a> Cycle<'a> {
                 let hold = job.planning_runtime().is_none() && !lanes[l].reserved;
                 match self.conservative(job, &mut w, hold) {
                     Some(nodes) => Some(nodes),
+                    None if within_quota(queue, lanes[l].used, job) && self.reclaim(job) => {
+                        continue;
+                    }
                     None => {
                         lanes[l].reserved |= hold;
                         waiting.push(w);
@@ -216,7 +221,10 @@ impl<'a> Cycle<'a> {
                 );
                 continue;
             }
-            // Does not fit now.
+            // Does not fit now. Within its quota, it gets lent GPUs back.
+            if within_quota(queue, lanes[l].used, job) && self.reclaim(job) {
+                continue;
+            }
             match self.settings.order {
                 QueueOrder::Backfill => {
                     if !lanes[l].reserved {
@@ -360,4 +368,11 @@ impl<'a> Cycle<'a> {
         self.reservations.push(Reservation { at });
         at
     }
+}
+
+/// Whether `job` starting would keep its queue within its private quota.
+fn within_quota(queue: &Queue, used: u32, job: &Job) -> bool {
+    queue
+        .quota_gpus
+        .is_some_and(|q| used.saturating_add(job.total_gpus()) <= q)
 }

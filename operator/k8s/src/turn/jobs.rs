@@ -122,6 +122,14 @@ impl State {
                 self.delete_pod(pod);
             }
             self.keep_trace_context(view);
+            if self
+                .attempt_floor
+                .get(&view.id)
+                .is_some_and(|a| *a > view.attempt)
+            {
+                // Requeued this turn (preempted): its status is written; the view is stale.
+                continue;
+            }
             if let Lifecycle::Broken { message } = &view.lifecycle {
                 self.broken(view, message, now);
                 continue;
@@ -222,7 +230,7 @@ impl State {
         });
     }
 
-    fn apply_job_status(&mut self, view: &JobView, st: &GpuJobStatus) {
+    pub(super) fn apply_job_status(&mut self, view: &JobView, st: &GpuJobStatus) {
         self.written.jobs.insert(view.id.clone(), st.clone());
         self.emit(Action::ApplyStatus(StatusPatch {
             kind: StatusKind::GpuJob,

@@ -9,7 +9,8 @@
 //!    ([`crate::world`]); cloud offerings, instances and idle cloud nodes laid over it; spend
 //!    accrued ([`crate::spend`]);
 //! 3. `decide`;
-//! 4. starts assumed at once (their GPUs are taken for the next turn) and their pods created;
+//! 4. preemptions carried out (the job requeued, its pods evicted: `turn/reclaim.rs`); starts
+//!    assumed at once (their GPUs are taken for the next turn) and their pods created;
 //! 5. launches, scale-down, release of deleted jobs' instances, garbage collection;
 //! 6. each job's status and Events; the pods of finished, failed or broken gangs deleted;
 //! 7. the status of every GpuQueue, ComputePool, Dataset and BurstPolicy, with its `Ready`
@@ -23,6 +24,7 @@ mod identity;
 mod jobs;
 mod objects;
 mod policies;
+mod reclaim;
 mod spans;
 #[cfg(test)]
 mod tests;
@@ -250,6 +252,7 @@ impl State {
         metrics.decide_cycle(self.scheduler.stats().skipped > skipped);
         metrics.set_policy_errors(engine.runtime_errors());
 
+        self.preemptions(&plan, &built, &queues, now);
         self.starts(&plan, &mut built, &pools, &queues, metrics, now);
         let identity_wake = self.tokens(&built, ring.as_ref(), &queues, &pools, now);
         if let Some(c) = cloud {

@@ -7,4 +7,5 @@ mod cloud;
 mod identity;
 mod jobs;
 mod objects;
+mod reclaim;
 mod telemetry;

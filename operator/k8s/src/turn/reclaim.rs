@@ -1,0 +1,137 @@
+//! Quota reclaim, carried out: each preemption of the plan moves the job to its next attempt
+//! (back in its queue), records a `Preempted` condition and an Event naming the queue that
+//! reclaimed the GPUs, and evicts its pods with their grace period.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use kube::{Resource, ResourceExt};
+use spillway_api::GpuQueue;
+use spillway_api::job::JobPhase;
+use spillway_core::{self as core, Time};
+
+use super::State;
+use crate::actions::Action;
+use crate::status;
+use crate::world::{self, JobView};
+
+/// Kubernetes' default `terminationGracePeriodSeconds`.
+const DEFAULT_GRACE_SECONDS: i64 = 30;
+
+impl State {
+    /// Carries out the plan's preemptions.
+    pub(super) fn preemptions(
+        &mut self,
+        plan: &core::Plan,
+        built: &world::Built,
+        queues: &HashMap<String, Arc<GpuQueue>>,
+        now: Time,
+    ) {
+        for p in &plan.preemptions {
+            let Some(view) = built.jobs.get(&p.job) else {
+                continue;
+            };
+            if self
+                .attempt_floor
+                .get(&view.id)
+                .is_some_and(|a| *a > view.attempt)
+            {
+                continue;
+            }
+            self.preempt(view, p, queues.get(&view.job.spec.queue), now);
+        }
+    }
+
+    fn preempt(
+        &mut self,
+        view: &JobView,
+        p: &core::Preemption,
+        queue: Option<&Arc<GpuQueue>>,
+        now: Time,
+    ) {
+        let next = view.attempt + 1;
+        self.attempt_floor.insert(view.id.clone(), next);
+        self.assumed.remove(&view.id);
+        let grace = grace_seconds(view, queue.map(|q| q.as_ref()));
+        let note = format!(
+            "{} Its pods stop within {grace} s and the job is requeued (attempt {next}).",
+            p.message
+        );
+        let mut st = self
+            .written
+            .jobs
+            .get(&view.id)
+            .cloned()
+            .or_else(|| view.job.status.clone())
+            .unwrap_or_default();
+        let generation = view.job.metadata.generation;
+        st.restarts = Some(next as i32);
+        st.phase = Some(JobPhase::Queued);
+        st.nodes = Vec::new();
+        st.pool = None;
+        st.environment = None;
+        st.started_at = None;
+        status::set_condition(
+            &mut st.conditions,
+            "Preempted",
+            true,
+            "QuotaReclaimed",
+            &note,
+            generation,
+            now,
+        );
+        status::set_condition(
+            &mut st.conditions,
+            "Admitted",
+            false,
+            "Preempted",
+            &note,
+            generation,
+            now,
+        );
+        status::remove_condition(&mut st.conditions, "Running");
+        self.publish(
+            view.job.object_ref(&()),
+            !p.restartable,
+            "Preempted",
+            "Preempt",
+            note,
+        );
+        self.apply_job_status(view, &st);
+        for pod in &view.pods {
+            let Some(uid) = pod.metadata.uid.clone() else {
+                continue;
+            };
+            if !world::pod_active(pod) || !self.deleting.insert(uid.clone()) {
+                continue;
+            }
+            self.emit(Action::EvictPod {
+                namespace: pod.namespace().unwrap_or_default(),
+                name: pod.name_any(),
+                uid,
+                grace_seconds: grace,
+            });
+        }
+    }
+}
+
+/// How long a preempted pod of `view` may take to stop: its template's
+/// `terminationGracePeriodSeconds` (Kubernetes' 30 s without one), capped by its queue's
+/// `preemption.maxGracePeriod`.
+pub fn grace_seconds(view: &JobView, queue: Option<&GpuQueue>) -> i64 {
+    let own = view
+        .job
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(DEFAULT_GRACE_SECONDS)
+        .max(0);
+    let cap = queue
+        .and_then(|q| q.spec.preemption.as_ref())
+        .and_then(|p| p.max_grace_period.as_deref())
+        .and_then(|d| core::Duration::parse(d).ok())
+        .map(|d| d.as_secs().min(i64::MAX as u64) as i64);
+    cap.map_or(own, |c| own.min(c))
+}
