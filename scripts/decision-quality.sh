@@ -94,3 +94,38 @@ for p in json.load(sys.stdin):
             p["cloud_cost_usd"], p["avg_jct_s"], marks))
 ' "$(( ${gpus%x8} * 8 ))"
 done
+
+echo
+echo "With repatriation (real prices, noisy:0.5 estimates, restartable jobs checkpointing every"
+echo "30 minutes), against the same run with a rule 'repatriate: never':"
+echo
+echo "| private GPUs | restartable | repatriation | cloud USD | cloud GPU-h | avg JCT | avg wait | moves | GPU-h lost |"
+echo "|---|---|---|---|---|---|---|---|---|"
+never=$(mktemp -d)
+trap 'rm -rf "$fmt" "$synthetic" "$scan" "$never"' EXIT
+cp examples/config/setup.yaml "$never/"
+cat > "$never/stay.yaml" <<'YAML'
+apiVersion: spillway.io/v1alpha1
+kind: BurstPolicy
+metadata:
+  name: stay-in-the-cloud
+spec:
+  rules:
+    - name: never-repatriate
+      repatriate: never
+YAML
+for gpus in 2x8 4x8; do
+  for p in 0.5 1; do
+    for cfg in examples/config/setup.yaml "$never"; do
+      ./target/release/spillway simulate --trace "$trace" --private-gpus "$gpus" --config "$cfg" \
+        --runtime-estimates noisy:0.5 --restartable "$p" --checkpoint-interval 30m \
+        --strategy spillway --json 2>/dev/null | python3 -c '
+import json, sys
+r = json.load(sys.stdin)[0]
+print("| {} | {} | {} | {:,.0f} | {:,.1f} | {:,.0f} s | {:,.0f} s | {} | {:,.2f} |".format(
+    sys.argv[1], sys.argv[2], sys.argv[3], r["cloud_cost_usd"], r["cloud_gpu_hours"],
+    r["avg_jct_s"], r["avg_wait_s"], r["repatriations"], r["repatriated_gpu_hours_lost"]))
+' "$(( ${gpus%x8} * 8 ))" "$p" "$([ "$cfg" = "$never" ] && echo never || echo whenCheaper)"
+    done
+  done
+done

@@ -62,8 +62,9 @@ pub struct GpuJobSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub datasets: Vec<String>,
 
-    /// The job checkpoints and may be stopped and resumed. Allows spot capacity, and preemption
-    /// when GPUs its queue borrowed beyond its quota are reclaimed.
+    /// The job checkpoints and may be stopped and resumed. Allows spot capacity, preemption when
+    /// GPUs its queue borrowed beyond its quota are reclaimed, and moving back to private GPUs
+    /// from the cloud when that is cheaper.
     #[serde(default)]
     pub restartable: bool,
 

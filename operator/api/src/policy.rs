@@ -97,6 +97,22 @@ pub struct PolicyRule {
     /// are not used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offering_filter: Option<String>,
+    /// Whether a restartable job running in the cloud moves back to private GPUs: `never`, or
+    /// `whenCheaper` (the default: when enough are free and finishing there is cheaper, lost
+    /// work and restart included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repatriate: Option<Repatriate>,
+}
+
+/// Whether a restartable cloud job moves back to private GPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Repatriate {
+    /// Once in the cloud, the job finishes there.
+    #[serde(rename = "never")]
+    Never,
+    /// When enough private GPUs are free and finishing there is cheaper.
+    #[serde(rename = "whenCheaper")]
+    WhenCheaper,
 }
 
 /// An example decision that `spillway policy test` checks.

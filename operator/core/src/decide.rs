@@ -15,7 +15,9 @@
 //!    (fixed or compute-wait), its planned private start comes after that threshold
 //!    (conservative order), its deadline is at risk, or it can never run privately. It then
 //!    takes idle cloud nodes that fit, or the cheapest offering (whole gang, egress included)
-//!    within rules, pool limits and the queue's budget.
+//!    within rules, pool limits and the queue's budget. Then repatriation
+//!    (`decide/repatriate.rs`): a restartable job running in the cloud moves to private GPUs
+//!    left free when finishing there is cheaper, lost work and restart included.
 //! 5. Scale-down: cloud nodes idle past their pool's `idleTimeout` are terminated.
 
 use std::collections::{BTreeSet, HashMap};
@@ -28,6 +30,7 @@ mod cloud;
 mod conservative;
 mod private;
 mod reclaim;
+mod repatriate;
 use crate::plan::{Decision, Launch, OfferingChoice, Outcome, Plan, Reason, Start, Termination};
 use crate::policy::{Effects, Policy, PolicyContext, QueueState, glob_match};
 use crate::{
@@ -303,6 +306,7 @@ impl<'a> Cycle<'a> {
             .filter(|&n| cycle.cloud_free[n] > 0)
             .collect();
         cycle.index_usage();
+        cycle.hold_for_suspended();
         if policy.reads_clock() || snap.settings.order == QueueOrder::Backfill {
             // Rules may change with `waited` and `now`; EASY backfills depend on the clock.
             cycle.stable_until(now);
@@ -329,6 +333,10 @@ impl<'a> Cycle<'a> {
             match &job.state {
                 JobState::Pending => state.pending_jobs += 1,
                 JobState::Provisioning { .. } => state.pending_jobs += 1,
+                JobState::Suspended { .. } => {
+                    state.running_jobs += 1;
+                    state.private_gpus_in_use += job.total_gpus();
+                }
                 JobState::Running {
                     nodes,
                     started_at,
@@ -400,6 +408,12 @@ impl<'a> Cycle<'a> {
                         self.provisioning(job, need, pool);
                     }
                 }
+                JobState::Suspended { nodes, pool, ready } => {
+                    if !self.resume(job, nodes, pool, *ready) {
+                        // Its private nodes are gone: plan it again.
+                        pending.push(i);
+                    }
+                }
                 JobState::Running { .. } => {}
             }
         }
@@ -421,6 +435,9 @@ impl<'a> Cycle<'a> {
         for w in waiting {
             self.burst(w);
         }
+        // Step 4, continued: restartable cloud jobs cheaper to finish on the private GPUs left
+        // move home.
+        self.repatriate();
         // Step 5: scale-down.
         self.scale_down();
         self.plan
@@ -775,6 +792,7 @@ static NO_EFFECTS: Effects = Effects {
     instance_types: Vec::new(),
     regions: None,
     allowed_classifications: Vec::new(),
+    repatriate: None,
 };
 
 impl Waiting {

@@ -37,9 +37,9 @@ pub use model::{
     Queue, QueueOrder, Settings, Snapshot, WaitMode,
 };
 pub use plan::{
-    Decision, Launch, OfferingChoice, Outcome, Plan, Preemption, Reason, Start, Termination,
+    Decision, Launch, Move, OfferingChoice, Outcome, Plan, Preemption, Reason, Start, Termination,
 };
-pub use policy::{Effects, NoPolicy, Policy, PolicyContext, QueueState};
+pub use policy::{Effects, NoPolicy, Policy, PolicyContext, QueueState, Repatriate};
 pub use scheduler::{Change, Config, Scheduler, SchedulerStats};
 pub use time::Time;
 pub use types::{CapacityType, Classification, Environment, Placement};

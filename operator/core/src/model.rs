@@ -212,6 +212,13 @@ pub enum JobState {
         started_at: Time,
         cloud: bool,
     },
+    /// Moving from the cloud to these private nodes (one per replica) of `pool`, which are held
+    /// for it; `ready` once its cloud pods have stopped.
+    Suspended {
+        nodes: Vec<String>,
+        pool: String,
+        ready: bool,
+    },
 }
 
 /// A GpuJob.
@@ -347,6 +354,9 @@ pub struct Settings {
     pub cloud_ready_delay: Duration,
     /// Runtime assumed for cost estimates when a job has neither estimate nor limit.
     pub default_runtime: Duration,
+    /// What restarting a job elsewhere costs besides its lost work (pulling its image, loading
+    /// its checkpoint): counted against the saving of moving a cloud job home.
+    pub restart_overhead: Duration,
     /// Write a human sentence into every decision. The simulator turns it off: it reads only
     /// outcomes and reasons, and thousands of waiting jobs per cycle make the sentences its
     /// main cost.
@@ -361,6 +371,7 @@ impl Default for Settings {
             runtime_aware: true,
             cloud_ready_delay: Duration::from_secs(180),
             default_runtime: Duration::from_secs(3600),
+            restart_overhead: Duration::from_secs(300),
             explain: true,
         }
     }

@@ -67,6 +67,11 @@ pub enum Reason {
     PrivateStartSoon,
     /// Instances are being launched for it.
     Provisioning,
+    /// It runs in the cloud and finishing it on free private GPUs is cheaper, restart
+    /// included: its cloud pods are stopping, the private GPUs are held for it.
+    Repatriating,
+    /// Moved home from the cloud: started on the private GPUs held for it.
+    Repatriated,
     /// Its queue is within its private quota and the GPUs it needs are lent to other queues:
     /// they are being given back (borrowing jobs preempted, or their pods stopping).
     Reclaiming,
@@ -122,6 +127,8 @@ impl Reason {
             Reason::PrivateStartSoon => "PrivateStartSoon",
             Reason::Provisioning => "Provisioning",
             Reason::Reclaiming => "Reclaiming",
+            Reason::Repatriating => "Repatriating",
+            Reason::Repatriated => "Repatriated",
             Reason::BurstDisabled => "BurstDisabled",
             Reason::PrivateOnlyPlacement => "PrivateOnlyPlacement",
             Reason::RestrictedData => "RestrictedData",
@@ -257,6 +264,26 @@ pub struct Preemption {
     pub message: String,
 }
 
+/// Move a restartable cloud job home: stop its cloud pods and start it on private nodes,
+/// held for it meanwhile (the job is `Suspended`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Move {
+    pub job: String,
+    /// The private pool and nodes (one per replica) it moves to.
+    pub pool: String,
+    pub nodes: Vec<String>,
+    /// The cloud pool it leaves.
+    pub from_pool: String,
+    /// Expected saving, USD: its cloud cost over its remaining time, minus the private cost of
+    /// that time, its lost work and the restart overhead, minus the idle time of instances it
+    /// leaves empty.
+    pub saving_usd: f64,
+    /// GPU-seconds of work lost (since its last checkpoint).
+    pub lost_gpu_seconds: f64,
+    /// One human sentence, for its status and Event.
+    pub message: String,
+}
+
 /// Everything one `decide` call wants done.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
@@ -265,6 +292,8 @@ pub struct Plan {
     pub terminations: Vec<Termination>,
     /// Borrowing jobs to stop so queues get their quota back.
     pub preemptions: Vec<Preemption>,
+    /// Cloud jobs to move home.
+    pub moves: Vec<Move>,
     /// One per job looked at, in the order they were considered.
     pub decisions: Vec<Decision>,
     /// The earliest time at which a decision would change with nothing else happening (a wait

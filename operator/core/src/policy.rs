@@ -52,6 +52,19 @@ pub struct Effects {
     pub instance_types: Vec<Ruled<Vec<String>>>,
     pub regions: Option<Ruled<Vec<String>>>,
     pub allowed_classifications: Vec<Ruled<Classification>>,
+    /// Whether a restartable job running in the cloud may move home (first rule wins; `None`:
+    /// when cheaper).
+    pub repatriate: Option<Ruled<Repatriate>>,
+}
+
+/// Whether a restartable cloud job moves back to private GPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Repatriate {
+    /// Never: once in the cloud, it finishes there.
+    Never,
+    /// When enough private GPUs are free and finishing there is cheaper, restart included.
+    #[default]
+    WhenCheaper,
 }
 
 impl Effects {

@@ -231,7 +231,8 @@ impl Scheduler {
             acted: !(plan.starts.is_empty()
                 && plan.launches.is_empty()
                 && plan.terminations.is_empty()
-                && plan.preemptions.is_empty()),
+                && plan.preemptions.is_empty()
+                && plan.moves.is_empty()),
             until: self.until(&plan, now),
             next_wake: plan.next_wake,
         });

@@ -126,6 +126,8 @@ fn history() -> impl Strategy<Value = History> {
                     );
                     j.replicas = replicas;
                     j.estimated_runtime = (est > 0).then(|| mins(est as u64));
+                    // Restartable cloud jobs may move home.
+                    j.restartable = i % 3 == 0;
                     s.jobs.push(j);
                 }
                 History { start: s, steps }
@@ -171,6 +173,25 @@ impl World {
                         cloud: st.environment == Environment::Cloud,
                     };
                     out.push(Change::Job(self.snap.jobs[j].clone()));
+                }
+                for m in &plan.moves {
+                    let j = self.job(&m.job);
+                    let job = &mut self.snap.jobs[j];
+                    if let JobState::Running { nodes, .. } = &job.state {
+                        for n in nodes {
+                            if let Some(node) = self.snap.nodes.iter_mut().find(|x| &x.name == n) {
+                                node.free_gpus += job.gpus_per_replica;
+                                out.push(Change::Node(node.clone()));
+                            }
+                        }
+                    }
+                    job.state = JobState::Suspended {
+                        nodes: m.nodes.clone(),
+                        pool: m.pool.clone(),
+                        ready: true,
+                    };
+                    job.attempt += 1;
+                    out.push(Change::Job(job.clone()));
                 }
                 for p in &plan.preemptions {
                     let j = self.job(&p.job);
@@ -387,6 +408,7 @@ proptest! {
             prop_assert_eq!(&got.launches, &full.launches, "{}", ctx);
             prop_assert_eq!(&got.terminations, &full.terminations, "{}", ctx);
             prop_assert_eq!(&got.preemptions, &full.preemptions, "{}", ctx);
+            prop_assert_eq!(&got.moves, &full.moves, "{}", ctx);
             prop_assert_eq!(keys(&got), changed, "{}", ctx);
             prop_assert_eq!(got.next_wake, full.next_wake, "{}", ctx);
         }

@@ -106,7 +106,7 @@ fn same_decision(a: &DecisionStatus, b: &DecisionStatus) -> bool {
 }
 
 /// Keeps the current decision when the new one says the same thing.
-fn merge_decision(current: Option<&DecisionStatus>, new: DecisionStatus) -> DecisionStatus {
+pub fn merge_decision(current: Option<&DecisionStatus>, new: DecisionStatus) -> DecisionStatus {
     match current {
         Some(c) if same_decision(c, &new) => c.clone(),
         _ => new,
@@ -160,6 +160,19 @@ pub fn desired(
 
     match &view.lifecycle {
         Lifecycle::Done | Lifecycle::Broken { .. } => return current,
+        Lifecycle::Suspended { .. } => {
+            // Phase, pool, nodes and the Suspended condition were written when the move began.
+            if let Some(d) = decision {
+                s.decision = Some(merge_decision(
+                    current.decision.as_ref(),
+                    decision_status(d, None, now),
+                ));
+            }
+            s.cost = current.cost.clone().map(|c| JobCost {
+                hourly_usd: 0.0,
+                ..c
+            });
+        }
         Lifecycle::Pending | Lifecycle::Provisioning { .. } => {
             let provisioning = match &view.lifecycle {
                 Lifecycle::Provisioning { pool } => Some(pool.clone()),
@@ -266,6 +279,20 @@ pub fn desired(
                 s.decision = Some(decision_status(d, Some(waited), now));
             }
             remove_condition(&mut s.conditions, "Invalid");
+            if s.conditions
+                .iter()
+                .any(|c| c.type_ == "Suspended" && c.status == "True")
+            {
+                set_condition(
+                    &mut s.conditions,
+                    "Suspended",
+                    false,
+                    "Resumed",
+                    "The job runs again.",
+                    generation,
+                    now,
+                );
+            }
             let (reason, message) =
                 reason_and_message(s.decision.as_ref(), "Placed", "The job was placed.");
             set_condition(

@@ -90,6 +90,13 @@ pub enum Lifecycle {
         reason: &'static str,
         message: String,
     },
+    /// Moving home from the cloud (status phase `Suspended`): these private nodes of `pool`
+    /// are held for it; `ready` once its cloud pods are gone.
+    Suspended {
+        nodes: Vec<String>,
+        pool: String,
+        ready: bool,
+    },
     /// Some replicas' pods are missing (lost with a node, deleted by someone, or left half
     /// created by a crash): the rest must go before the job is requeued or failed.
     Broken { message: String },
@@ -573,12 +580,18 @@ pub fn build(
             .unwrap_or(now);
         let mut pods = Vec::new();
         let mut surplus = Vec::new();
+        // Some pod of it is still stopping.
+        let mut stopping = false;
         for pod in pods_by_job
             .remove(&(ns.clone(), name.clone()))
             .into_iter()
             .flatten()
         {
-            if !owned_by(&pod, job) || pod.metadata.deletion_timestamp.is_some() {
+            if !owned_by(&pod, job) {
+                continue;
+            }
+            if pod.metadata.deletion_timestamp.is_some() {
+                stopping |= pod_active(&pod);
                 continue;
             }
             if pod_attempt(&pod) == Some(attempt) {
@@ -620,12 +633,26 @@ pub fn build(
         {
             lifecycle = Lifecycle::Provisioning { pool: pool.clone() };
         }
+        if lifecycle == Lifecycle::Pending
+            && let Some(st) = status.filter(|s| s.phase == Some(JobPhase::Suspended))
+            && let Some(pool) = st.pool.clone()
+            && !st.nodes.is_empty()
+        {
+            lifecycle = Lifecycle::Suspended {
+                nodes: st.nodes.clone(),
+                pool,
+                ready: !stopping && !surplus.iter().any(|p| pod_active(p)),
+            };
+        }
         match &lifecycle {
             Lifecycle::Done | Lifecycle::Failed { .. } | Lifecycle::Broken { .. } => {
                 surplus.extend(pods.iter().filter(|p| pod_active(p)).cloned());
             }
             Lifecycle::Succeeded { .. } => {}
-            Lifecycle::Pending | Lifecycle::Provisioning { .. } | Lifecycle::Running { .. } => {}
+            Lifecycle::Pending
+            | Lifecycle::Provisioning { .. }
+            | Lifecycle::Running { .. }
+            | Lifecycle::Suspended { .. } => {}
         }
         for pod in surplus.iter().filter(|p| pod_active(p)) {
             if let Some(node) = pod_node(pod) {
@@ -649,6 +676,14 @@ pub fn build(
             match &lifecycle {
                 Lifecycle::Pending => {
                     cj.state = JobState::Pending;
+                    snap.jobs.push(cj);
+                }
+                Lifecycle::Suspended { nodes, pool, ready } => {
+                    cj.state = JobState::Suspended {
+                        nodes: nodes.clone(),
+                        pool: pool.clone(),
+                        ready: *ready,
+                    };
                     snap.jobs.push(cj);
                 }
                 Lifecycle::Provisioning { pool } => {
@@ -729,6 +764,7 @@ pub fn phase_of(view: &JobView) -> JobPhase {
     match &view.lifecycle {
         Lifecycle::Pending | Lifecycle::Broken { .. } => JobPhase::Queued,
         Lifecycle::Provisioning { .. } => JobPhase::Provisioning,
+        Lifecycle::Suspended { .. } => JobPhase::Suspended,
         Lifecycle::Running { .. } => JobPhase::Running,
         Lifecycle::Succeeded { .. } => JobPhase::Succeeded,
         Lifecycle::Failed { .. } => JobPhase::Failed,

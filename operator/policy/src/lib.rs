@@ -447,6 +447,15 @@ impl Policy for PolicyEngine {
             for c in &r.allow_classifications {
                 out.allowed_classifications.push(ruled(*c, &rule.id));
             }
+            if let (Some(r), None) = (r.repatriate, &out.repatriate) {
+                let value = match r {
+                    spillway_api::policy::Repatriate::Never => spillway_core::Repatriate::Never,
+                    spillway_api::policy::Repatriate::WhenCheaper => {
+                        spillway_core::Repatriate::WhenCheaper
+                    }
+                };
+                out.repatriate = Some(ruled(value, &rule.id));
+            }
         }
         out
     }

@@ -222,3 +222,44 @@ fn an_engine_knows_whether_its_rules_read_the_clock() {
         assert!(engine(&clocked).reads_clock(), "{when}");
     }
 }
+
+#[test]
+fn repatriate_never_keeps_matching_cloud_jobs_where_they_are() {
+    let e = engine(&policy(
+        "    - name: big-stay\n      when: job.totalGpus >= 8\n      repatriate: never\n    - name: rest-move\n      repatriate: whenCheaper\n",
+    ));
+    // A restartable 8-GPU job running in the cloud, a free private node, an instance.
+    let mut s = snapshot();
+    s.nodes[0].free_gpus = 8;
+    s.jobs[0].restartable = true;
+    s.jobs[0].estimated_runtime = Some(Duration::from_secs(4 * 3600));
+    s.jobs[0].state = JobState::Running {
+        nodes: vec!["c1".into()],
+        started_at: at_min(0),
+        cloud: true,
+    };
+    let mut cloud = s.nodes[0].clone();
+    cloud.name = "c1".into();
+    cloud.pool = "aws".into();
+    cloud.free_gpus = 0;
+    s.nodes.push(cloud);
+    s.instances.push(Instance {
+        id: "i-1".into(),
+        pool: "aws".into(),
+        instance_type: "p4d.24xlarge".into(),
+        capacity_type: CapacityType::OnDemand,
+        zone: "us-east-1a".into(),
+        gpus: 8,
+        hourly_price: 32.77,
+        need: "ml/train#0".into(),
+        queue: "research".into(),
+        node: Some("c1".into()),
+        launched_at: at_min(0),
+    });
+    assert!(decide(&s, &e, at_min(30)).moves.is_empty());
+    // The same job with 4 GPUs per replica is not matched by the first rule: it moves.
+    s.jobs[0].gpus_per_replica = 4;
+    s.jobs[0].replicas = 1;
+    let plan = decide(&s, &e, at_min(30));
+    assert_eq!(plan.moves.len(), 1, "{:?}", plan.decisions);
+}

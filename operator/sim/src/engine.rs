@@ -55,6 +55,8 @@ pub struct JobRecord {
     pub runtime_s: f64,
     pub rejected: bool,
     pub interruptions: u32,
+    /// Moved from the cloud to private GPUs this many times.
+    pub moves: u32,
 }
 
 /// A point of the time series.
@@ -83,6 +85,9 @@ pub struct Outcome {
     pub preemptions: u32,
     /// GPU-seconds of work those preemptions lost.
     pub preempted_gpu_seconds_lost: f64,
+    /// Cloud jobs moved home, and the GPU-seconds of work the moves lost.
+    pub repatriations: u32,
+    pub repatriated_gpu_seconds_lost: f64,
     pub decide_calls: u64,
     pub end_s: f64,
 }
@@ -287,7 +292,8 @@ impl<'a> Engine<'a> {
             let launched_before = self.out.instances_launched;
             let progressed = !(plan.starts.is_empty()
                 && plan.terminations.is_empty()
-                && plan.preemptions.is_empty());
+                && plan.preemptions.is_empty()
+                && plan.moves.is_empty());
             self.apply_plan(plan, t);
             let changed = progressed || self.out.instances_launched != launched_before;
             if only_wakes && !changed && self.next_arrival >= self.trace.len() && self.running == 0
@@ -504,6 +510,45 @@ impl<'a> Engine<'a> {
         lost
     }
 
+    /// Moves a cloud job home: its cloud pods stop at once (grace periods are not simulated),
+    /// it loses the work since its last checkpoint and pays the restart overhead as extra
+    /// runtime, and it is suspended on the private nodes held for it; the next cycle, at the
+    /// same instant, starts it there.
+    fn move_home(&mut self, job: usize, m: &spillway_core::Move, t: i64) {
+        let Some(&p) = self.pos.get(&job) else { return };
+        let j = &self.snap.jobs[p];
+        let JobState::Running {
+            nodes, started_at, ..
+        } = j.state.clone()
+        else {
+            return;
+        };
+        let done = (t - started_at.as_millis()) as f64 / 1000.0;
+        let lost = match j.checkpoint_interval {
+            Some(_) => j
+                .work_at_risk(started_at, Time::from_millis(t))
+                .as_secs_f64(),
+            None => 0.0,
+        };
+        let overhead = self.snap.settings.restart_overhead.as_secs_f64();
+        self.remaining[job] = (self.remaining[job] - (done - lost)).max(1.0) + overhead;
+        self.out.repatriations += 1;
+        self.out.repatriated_gpu_seconds_lost += lost * f64::from(j.total_gpus());
+        let g = j.gpus_per_replica;
+        self.release(&nodes, g, t);
+        self.running -= 1;
+        self.attempt[job] += 1;
+        self.out.jobs[job].moves += 1;
+        let j = &mut self.snap.jobs[p];
+        j.attempt += 1;
+        j.state = JobState::Suspended {
+            nodes: m.nodes.clone(),
+            pool: m.pool.clone(),
+            ready: true,
+        };
+        self.push(t, Event::Wake);
+    }
+
     /// Gives a finished or stopped job's GPUs back.
     fn release(&mut self, nodes: &[String], g: u32, t: i64) {
         for n in nodes {
@@ -577,6 +622,11 @@ impl<'a> Engine<'a> {
                 self.push(t, Event::Wake);
             }
         }
+        for m in &plan.moves {
+            if let Some(i) = self.trace_index(&m.job) {
+                self.move_home(i, m, t);
+            }
+        }
         for start in plan.starts {
             let Some(i) = self.trace_index(&start.job) else {
                 continue;
@@ -606,7 +656,9 @@ impl<'a> Engine<'a> {
             if rec.start_s.is_none() {
                 rec.start_s = Some(t as f64 / 1000.0);
             }
-            rec.cloud = cloud;
+            if rec.moves == 0 {
+                rec.cloud = cloud;
+            }
             let attempt = self.attempt[i];
             self.push(
                 t.saturating_add(Self::ms(self.remaining[i])),

@@ -30,6 +30,9 @@ pub struct Summary {
     /// lost (since their last checkpoint; all of it for jobs that are not restartable).
     pub preemptions: u64,
     pub preempted_gpu_hours_lost: f64,
+    /// Cloud jobs moved home to private GPUs, and the GPU-hours of work the moves lost.
+    pub repatriations: u64,
+    pub repatriated_gpu_hours_lost: f64,
     pub decide_calls: u64,
     pub makespan_s: f64,
     /// Trace jobs still running when the trace was cut that were left out of the replay
@@ -117,6 +120,8 @@ pub fn summarize(strategy: &str, out: &Outcome, wall_s: f64) -> Summary {
         spot_interruptions: out.spot_interruptions as u64,
         preemptions: out.preemptions as u64,
         preempted_gpu_hours_lost: round(out.preempted_gpu_seconds_lost / 3600.0, 2),
+        repatriations: out.repatriations as u64,
+        repatriated_gpu_hours_lost: round(out.repatriated_gpu_seconds_lost / 3600.0, 2),
         decide_calls: out.decide_calls,
         makespan_s: round(makespan, 1),
         censored_jobs_left_out: 0,

@@ -98,3 +98,61 @@ fn restartable_fraction_marks_jobs_by_seed() {
         again.iter().map(|j| j.restartable).collect::<Vec<_>>()
     );
 }
+
+/// What a BurstPolicy rule `repatriate: never` says, as the core sees it.
+struct StayInTheCloud;
+
+impl spillway_core::Policy for StayInTheCloud {
+    fn effects(&self, _: &spillway_core::PolicyContext<'_>) -> spillway_core::Effects {
+        spillway_core::Effects {
+            repatriate: Some(spillway_core::policy::Ruled {
+                value: spillway_core::Repatriate::Never,
+                rule: "p/stay".into(),
+            }),
+            ..Default::default()
+        }
+    }
+}
+
+/// A 4-hour restartable job bursts while a 1-hour job holds the one private node, and comes
+/// home when that job ends.
+#[test]
+fn a_burst_job_comes_home_when_the_private_node_frees_up_and_costs_less() {
+    let trace = "job_id,arrival_s,runtime_s,num_gpus,estimated_runtime_s,restartable\n\
+        blocker,0,3600,8,3600,false\n\
+        train,1,14400,8,14400,true\n";
+    let jobs = trace::parse(trace, TraceFormat::Spillway).expect("trace");
+    let rows = catalog::parse(CATALOG).expect("catalog");
+    let inventory = trace::parse_private_gpus("1x8").expect("inventory");
+    let base = setup::snapshot(None, &inventory, &rows).expect("world");
+    let options = Options {
+        spot_interruptions_per_hour: 0.0,
+        ..Options::default()
+    };
+    let go = |policy: &dyn spillway_core::Policy| {
+        replay(
+            &base,
+            &jobs,
+            &Strategy::Spillway,
+            &options,
+            policy,
+            &mut |_, _| {},
+        )
+    };
+    let (home, out) = go(&NoPolicy);
+    let (stay, stayed) = go(&StayInTheCloud);
+    assert_eq!((home.repatriations, stay.repatriations), (1, 0));
+    assert_eq!(out.jobs[1].moves, 1);
+    assert!(out.jobs[1].cloud, "it still counts as a burst job");
+    // It left the cloud when the blocker ended, and pays the restart overhead (5 min) in
+    // completion time.
+    let stayed_finish = stayed.jobs[1].finish_s.unwrap();
+    let home_finish = out.jobs[1].finish_s.unwrap();
+    assert_eq!(home_finish, stayed_finish + 300.0);
+    assert!(
+        home.cloud_cost_usd < stay.cloud_cost_usd / 2.0,
+        "home {} vs stay {}",
+        home.cloud_cost_usd,
+        stay.cloud_cost_usd
+    );
+}

@@ -5,6 +5,7 @@ mod bursting;
 mod identity;
 mod lifecycle;
 mod locality;
+mod repatriation;
 mod spend;
 mod telemetry;
 mod world;

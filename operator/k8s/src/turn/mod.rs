@@ -9,7 +9,8 @@
 //!    ([`crate::world`]); cloud offerings, instances and idle cloud nodes laid over it; spend
 //!    accrued ([`crate::spend`]);
 //! 3. `decide`;
-//! 4. preemptions carried out (the job requeued, its pods evicted: `turn/reclaim.rs`); starts
+//! 4. preemptions carried out (the job requeued, its pods evicted: `turn/reclaim.rs`), moves
+//!    home begun (the job suspended, its cloud pods evicted: `turn/repatriate.rs`); starts
 //!    assumed at once (their GPUs are taken for the next turn) and their pods created;
 //! 5. launches, scale-down, release of deleted jobs' instances, garbage collection;
 //! 6. each job's status and Events; the pods of finished, failed or broken gangs deleted;
@@ -25,6 +26,7 @@ mod jobs;
 mod objects;
 mod policies;
 mod reclaim;
+mod repatriate;
 mod spans;
 #[cfg(test)]
 mod tests;
@@ -253,6 +255,7 @@ impl State {
         metrics.set_policy_errors(engine.runtime_errors());
 
         self.preemptions(&plan, &built, &queues, now);
+        self.moves(&plan, &built, &queues, now);
         self.starts(&plan, &mut built, &pools, &queues, metrics, now);
         let identity_wake = self.tokens(&built, ring.as_ref(), &queues, &pools, now);
         if let Some(c) = cloud {
@@ -275,8 +278,9 @@ impl State {
     }
 
     fn build(&self, inputs: &Inputs, now: Time) -> world::Built {
+        let overlaid = self.with_suspensions(inputs);
         world::build(
-            inputs,
+            overlaid.as_ref().unwrap_or(inputs),
             &self.assumed,
             &self.attempt_floor,
             self.settings.core.clone(),

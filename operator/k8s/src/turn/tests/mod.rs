@@ -8,4 +8,5 @@ mod identity;
 mod jobs;
 mod objects;
 mod reclaim;
+mod repatriate;
 mod telemetry;
