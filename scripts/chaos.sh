@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# The long form of the chaos suite's random-kills scenario (operator/spillway/tests/chaos.rs):
-# JOBS gangs through the real operator binary while it is SIGKILLed KILLS times at seeded random
-# moments. Prints the seed and the outcome; docs/reliability.md carries the last figures.
-#   scripts/chaos.sh [JOBS] [KILLS] [SEED]
+# The long forms of the chaos suite (operator/spillway/tests/chaos.rs), both through the real
+# operator binary: random kills (JOBS gangs while the operator is SIGKILLed KILLS times at
+# seeded random moments) and failovers (JOBS gangs while two replicas run with leader election
+# and the leader is SIGKILLed FAILOVERS times). Prints the seed and the outcome, with the
+# failover times; docs/reliability.md carries the last figures.
+#   scripts/chaos.sh [JOBS] [KILLS] [SEED] [FAILOVERS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export SPILLWAY_CHAOS_JOBS="${1:-200}"
 export SPILLWAY_CHAOS_KILLS="${2:-20}"
 [ -n "${3:-}" ] && export SPILLWAY_CHAOS_SEED="$3"
+export SPILLWAY_CHAOS_FAILOVERS="${4:-10}"
 scripts/test.sh -p spillway --test chaos random_kills -- --nocapture
+scripts/test.sh -p spillway --test chaos leader_kills -- --nocapture
