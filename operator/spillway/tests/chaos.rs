@@ -12,7 +12,8 @@
 //!
 //! Scenario 2 (`leader_kills_fail_over_and_lose_nothing`) runs two replicas with leader
 //! election and kills the leader again and again (`SPILLWAY_CHAOS_FAILOVERS`, default 3),
-//! timing each failover.
+//! timing each failover. Scenario 3 (`lost_nodes_requeue_their_jobs_and_lose_nothing`) deletes
+//! nodes holding running pods (`SPILLWAY_CHAOS_NODE_LOSSES`, default 4) and adds fresh ones.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Child, Command};
@@ -99,10 +100,22 @@ fn gpus_of(pod: &Pod) -> u32 {
 }
 
 /// Every broken invariant seen in one look at the pods.
-fn violations(pods: &[Pod], replicas: &BTreeMap<String, u32>) -> Vec<String> {
+/// Pods on nodes in `gone` are dead with their machine (they stay in the API until the pod
+/// garbage collector removes them) and do not count.
+fn violations(
+    pods: &[Pod],
+    replicas: &BTreeMap<String, u32>,
+    gone: &BTreeSet<String>,
+) -> Vec<String> {
     let live: Vec<&Pod> = pods
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_none_or(|n| !gone.contains(n))
+        })
         .filter(|p| {
             !matches!(
                 p.status.as_ref().and_then(|s| s.phase.as_deref()),
@@ -156,22 +169,35 @@ struct Scenario {
     kubeconfig: String,
     /// Replicas per job name.
     replicas: BTreeMap<String, u32>,
-    _kubelet: FakeKubelet,
+    kubelet: FakeKubelet,
+    /// The label value that puts a node in the scenario's pool.
+    label: String,
+    /// Nodes registered, and those removed since.
+    nodes: Vec<String>,
+    gone: BTreeSet<String>,
 }
 
 impl Scenario {
-    async fn new(prefix: &str, jobs_n: usize, rng: &mut Rng) -> Scenario {
+    async fn new(prefix: &str, jobs_n: usize, rng: &mut Rng, restartable: bool) -> Scenario {
         let (cluster, client) = TestCluster::with_crds().await;
+        // Private pools are open to every queue: the nodes an earlier scenario left (whose fake
+        // kubelet is gone) would take this one's jobs, and its unfinished jobs would compete.
+        spillway_tests::operator::clean_up_earlier_tests(
+            &client,
+            &["chaos-", "failover-", "nodeloss-"],
+        )
+        .await;
         let ns = cluster.namespace(&client, prefix).await.expect("ns");
         let kubelet = FakeKubelet::start(client.clone());
         let label = format!("chaos-{ns}");
+        let mut nodes = Vec::new();
         for i in 0..NODES {
+            let name = format!("{ns}-node-{i}");
             kubelet
-                .register(
-                    FakeNode::gpu(format!("{ns}-node-{i}"), GPUS_PER_NODE).label("chaos", &label),
-                )
+                .register(FakeNode::gpu(&name, GPUS_PER_NODE).label("spillway.test/pool", &label))
                 .await
                 .expect("node");
+            nodes.push(name);
         }
         let queue: GpuQueue = serde_json::from_value(json!({
             "apiVersion": "spillway.io/v1alpha1", "kind": "GpuQueue",
@@ -184,7 +210,7 @@ impl Scenario {
             .expect("queue");
         let pool: ComputePool = serde_json::from_value(json!({
             "apiVersion": "spillway.io/v1alpha1", "kind": "ComputePool",
-            "metadata": {"name": label}, "spec": {"private": {"nodeSelector": {"chaos": label}}},
+            "metadata": {"name": label}, "spec": {"private": {"nodeSelector": {"spillway.test/pool": label}}},
         }))
         .expect("pool");
         Api::<ComputePool>::all(client.clone())
@@ -202,6 +228,7 @@ impl Scenario {
                 "apiVersion": "spillway.io/v1alpha1", "kind": "GpuJob",
                 "metadata": {"name": name, "namespace": ns},
                 "spec": {"queue": label, "replicas": r, "gpusPerReplica": gpus,
+                         "restartable": restartable,
                          "template": {
                              "metadata": {"annotations": {RUN_SECONDS: seconds.to_string()}},
                              "spec": {"containers": [{"name": "c", "image": "x"}]}}},
@@ -218,8 +245,46 @@ impl Scenario {
             ns,
             kubeconfig: cluster.kubeconfig.display().to_string(),
             replicas,
-            _kubelet: kubelet,
+            kubelet,
+            label,
+            nodes,
+            gone: BTreeSet::new(),
         }
+    }
+
+    /// The machine of `node` goes away (its Node is deleted; its pods are left as they were)
+    /// and a fresh node of the same size joins in its place.
+    async fn lose_node(&mut self, node: &str) {
+        self.kubelet.remove(node).await.expect("remove node");
+        self.gone.insert(node.to_string());
+        let name = format!("{}-node-{}", self.ns, self.nodes.len());
+        self.kubelet
+            .register(FakeNode::gpu(&name, GPUS_PER_NODE).label("spillway.test/pool", &self.label))
+            .await
+            .expect("replacement node");
+        self.nodes.push(name);
+    }
+
+    /// The jobs not Succeeded, with their phase and last decision, for a failure message.
+    async fn unfinished(&self) -> String {
+        let jobs: Api<GpuJob> = Api::namespaced(self.client.clone(), &self.ns);
+        let all = jobs.list(&ListParams::default()).await.expect("jobs").items;
+        let left: Vec<String> = all
+            .iter()
+            .filter(|j| j.status.as_ref().and_then(|s| s.phase) != Some(JobPhase::Succeeded))
+            .map(|j| {
+                let st = j.status.clone().unwrap_or_default();
+                format!(
+                    "{} {:?} restarts {:?} nodes {:?}: {:?}",
+                    j.name_any(),
+                    st.phase,
+                    st.restarts,
+                    st.nodes,
+                    st.decision.and_then(|d| d.message)
+                )
+            })
+            .collect();
+        left.join("; ")
     }
 
     /// Looks at the pods and jobs: adds what breaks an invariant to `broken`; returns how many
@@ -227,7 +292,7 @@ impl Scenario {
     async fn look(&self, seed: u64, broken: &mut Vec<String>) -> Option<usize> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.ns);
         let list = pods.list(&ListParams::default()).await.expect("pods").items;
-        for v in violations(&list, &self.replicas) {
+        for v in violations(&list, &self.replicas, &self.gone) {
             if !broken.contains(&v) {
                 broken.push(v);
             }
@@ -264,6 +329,8 @@ fn seed() -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_kills_lose_nothing_and_never_place_twice() {
+    // One scenario at a time: they share two cores with the control plane.
+    let _turn = spillway_tests::operator::serial().await;
     let jobs_n = env_or("SPILLWAY_CHAOS_JOBS", 24) as usize;
     let kills = env_or("SPILLWAY_CHAOS_KILLS", 6) as usize;
     let seed = seed();
@@ -271,14 +338,19 @@ async fn random_kills_lose_nothing_and_never_place_twice() {
         "chaos seed {seed}: {jobs_n} jobs, {kills} kills (SPILLWAY_CHAOS_SEED={seed} replays it)"
     );
     let mut rng = Rng(seed);
-    let world = Scenario::new("chaos", jobs_n, &mut rng).await;
+    let world = Scenario::new("chaos", jobs_n, &mut rng, false).await;
     let mut operator = start(&world.kubeconfig);
     let mut next_kill = Instant::now() + Duration::from_millis(1000 + rng.below(4000));
     let (mut killed, mut looks) = (0, 0u64);
     let mut broken: Vec<String> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60 + 3 * jobs_n as u64);
     let done = loop {
-        assert!(Instant::now() < deadline, "not every job finished in time");
+        if Instant::now() >= deadline {
+            panic!(
+                "seed {seed}: not every job finished in time: {}",
+                world.unfinished().await
+            );
+        }
         if killed < kills && Instant::now() >= next_kill {
             operator.kill();
             killed += 1;
@@ -311,6 +383,8 @@ async fn random_kills_lose_nothing_and_never_place_twice() {
 /// failover takes the rest of its Lease plus a retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_kills_fail_over_and_lose_nothing() {
+    // One scenario at a time: they share two cores with the control plane.
+    let _turn = spillway_tests::operator::serial().await;
     use k8s_openapi::api::coordination::v1::Lease;
 
     let jobs_n = env_or("SPILLWAY_CHAOS_JOBS", 24) as usize;
@@ -318,7 +392,7 @@ async fn leader_kills_fail_over_and_lose_nothing() {
     let seed = seed();
     println!("failover seed {seed}: {jobs_n} jobs, {kills} leader kills");
     let mut rng = Rng(seed);
-    let world = Scenario::new("failover", jobs_n, &mut rng).await;
+    let world = Scenario::new("failover", jobs_n, &mut rng, false).await;
     let lease_name = format!("chaos-{}", world.ns);
     let args = [
         "--leader-elect=true",
@@ -354,7 +428,12 @@ async fn leader_kills_fail_over_and_lose_nothing() {
     let mut next_kill = Instant::now() + Duration::from_millis(3000 + rng.below(3000));
     let deadline = Instant::now() + Duration::from_secs(90 + 3 * jobs_n as u64);
     let done = loop {
-        assert!(Instant::now() < deadline, "not every job finished in time");
+        if Instant::now() >= deadline {
+            panic!(
+                "seed {seed}: not every job finished in time: {}",
+                world.unfinished().await
+            );
+        }
         let now_holder = holder().await;
         if let Some((old, at)) = &failing
             && now_holder.as_ref().is_some_and(|h| h != old)
@@ -408,6 +487,83 @@ async fn leader_kills_fail_over_and_lose_nothing() {
     assert_eq!(failovers.len(), kills);
 }
 
+/// Scenario 3, lost nodes: restartable gangs run while nodes holding running pods are deleted
+/// at seeded moments (their machines gone; their pods left behind, as a real cluster leaves
+/// them until the pod garbage collector acts) and fresh nodes join in their place. Pods on a
+/// lost node are dead and do not count; otherwise the same invariants hold, every job is
+/// requeued on a new attempt and succeeds, none fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_nodes_requeue_their_jobs_and_lose_nothing() {
+    // One scenario at a time: they share two cores with the control plane.
+    let _turn = spillway_tests::operator::serial().await;
+    let jobs_n = env_or("SPILLWAY_CHAOS_JOBS", 24) as usize;
+    let losses = env_or("SPILLWAY_CHAOS_NODE_LOSSES", 4) as usize;
+    let seed = seed();
+    println!("node-loss seed {seed}: {jobs_n} jobs, {losses} lost nodes");
+    let mut rng = Rng(seed);
+    let mut world = Scenario::new("nodeloss", jobs_n, &mut rng, true).await;
+    let mut operator = start(&world.kubeconfig);
+    let pods: Api<Pod> = Api::namespaced(world.client.clone(), &world.ns);
+    let mut lost = 0;
+    let mut next_loss = Instant::now() + Duration::from_millis(1500 + rng.below(3000));
+    let mut broken: Vec<String> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(90 + 3 * jobs_n as u64);
+    let done = loop {
+        if Instant::now() >= deadline {
+            panic!(
+                "seed {seed}: not every job finished in time: {}",
+                world.unfinished().await
+            );
+        }
+        if lost < losses && Instant::now() >= next_loss {
+            // A node with a running pod of the scenario, else any live node.
+            let list = pods.list(&ListParams::default()).await.expect("pods").items;
+            let busy: Vec<String> = list
+                .iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+                .filter(|n| !world.gone.contains(n))
+                .collect();
+            let live: Vec<String> = world
+                .nodes
+                .iter()
+                .filter(|n| !world.gone.contains(*n))
+                .cloned()
+                .collect();
+            let pick = if busy.is_empty() { &live } else { &busy };
+            let node = pick[rng.below(pick.len() as u64) as usize].clone();
+            world.lose_node(&node).await;
+            lost += 1;
+            next_loss = Instant::now() + Duration::from_millis(1500 + rng.below(3000));
+        }
+        if let Some(n) = world.look(seed, &mut broken).await
+            && lost >= losses
+        {
+            break n;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    operator.kill();
+    let jobs: Api<GpuJob> = Api::namespaced(world.client.clone(), &world.ns);
+    let restarts: i32 = jobs
+        .list(&ListParams::default())
+        .await
+        .expect("jobs")
+        .items
+        .iter()
+        .filter_map(|j| j.status.as_ref()?.restarts)
+        .sum();
+    println!(
+        "node-loss seed {seed}: {done} jobs succeeded through {lost} lost nodes; {restarts} requeues"
+    );
+    assert_eq!(done, jobs_n);
+    assert!(
+        broken.is_empty(),
+        "seed {seed}: invariants broken: {broken:#?}"
+    );
+    assert!(restarts > 0, "no lost node held a running job");
+}
+
 /// The checker itself: it sees an overcommitted node, two attempts of one job alive at once,
 /// and more live pods than replicas; finished and deleting pods do not count.
 #[test]
@@ -426,13 +582,16 @@ fn the_invariants_see_what_they_guard() {
         pod("a-0-0", "a", "0", "n1", 8, "Succeeded"),
         pod("a-1-0", "a", "1", "n1", 8, "Running"),
     ];
-    assert!(violations(&fine, &replicas).is_empty());
+    assert!(violations(&fine, &replicas, &BTreeSet::new()).is_empty());
     let bad = [
         pod("a-0-0", "a", "0", "n1", 8, "Running"),
         pod("a-1-0", "a", "1", "n2", 4, "Running"),
         pod("b-0-0", "b", "0", "n1", 4, "Pending"),
     ];
-    let v = violations(&bad, &replicas);
+    // On a node that is gone, the same pods are dead and break nothing.
+    let gone = BTreeSet::from(["n1".to_string(), "n2".to_string()]);
+    assert!(violations(&bad, &replicas, &gone).is_empty());
+    let v = violations(&bad, &replicas, &BTreeSet::new());
     assert!(
         v.iter().any(|v| v.contains("node n1 holds 12 GPUs")),
         "{v:?}"
