@@ -3,9 +3,11 @@
 # operator binary: random kills (JOBS gangs while the operator is SIGKILLed KILLS times at
 # seeded random moments) and failovers (JOBS gangs while two replicas run with leader election
 # and the leader is SIGKILLed FAILOVERS times) and lost nodes (JOBS restartable gangs while
-# NODE_LOSSES nodes holding running pods are deleted and replaced). Prints the seed and the
-# outcome, with the failover times; docs/reliability.md carries the last figures.
-#   scripts/chaos.sh [JOBS] [KILLS] [SEED] [FAILOVERS] [NODE_LOSSES]
+# NODE_LOSSES nodes holding running pods are deleted and replaced) and API-server restarts
+# (JOBS gangs while kube-apiserver is SIGKILLed and started again API_RESTARTS times). Prints
+# the seed and the outcome, with the failover times; docs/reliability.md carries the last
+# figures.
+#   scripts/chaos.sh [JOBS] [KILLS] [SEED] [FAILOVERS] [NODE_LOSSES] [API_RESTARTS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export SPILLWAY_CHAOS_JOBS="${1:-200}"
@@ -13,6 +15,8 @@ export SPILLWAY_CHAOS_KILLS="${2:-20}"
 [ -n "${3:-}" ] && export SPILLWAY_CHAOS_SEED="$3"
 export SPILLWAY_CHAOS_FAILOVERS="${4:-10}"
 export SPILLWAY_CHAOS_NODE_LOSSES="${5:-12}"
+export SPILLWAY_CHAOS_API_RESTARTS="${6:-8}"
 scripts/test.sh -p spillway --test chaos random_kills -- --nocapture
 scripts/test.sh -p spillway --test chaos leader_kills -- --nocapture
 scripts/test.sh -p spillway --test chaos lost_nodes -- --nocapture
+scripts/test.sh -p spillway --test chaos api_server -- --nocapture

@@ -28,6 +28,8 @@ pub struct TestCluster {
     pub ca_file: PathBuf,
     pub token: String,
     servers: std::sync::Mutex<Vec<Server>>,
+    /// How kube-apiserver was started (binary and arguments), to start it again.
+    apiserver: (PathBuf, Vec<String>),
 }
 
 static SHARED: OnceCell<TestCluster> = OnceCell::const_new();
@@ -124,26 +126,27 @@ impl TestCluster {
         // kube-apiserver
         let port = free_port()?;
         let server_url = format!("https://127.0.0.1:{port}");
+        let apiserver_args = vec![
+            format!("--etcd-servers={etcd_url}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            "--insecure-port=0".into(),
+            format!("--cert-dir={}", cert_dir.display()),
+            format!("--token-auth-file={}", dir.join("tokens.csv").display()),
+            "--authorization-mode=RBAC".into(),
+            format!("--service-account-key-file={}", sa_key.display()),
+            format!("--service-account-signing-key-file={}", sa_key.display()),
+            "--service-account-issuer=https://kubernetes.default.svc".into(),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--enable-priority-and-fairness=false".into(),
+            "--v=1".into(),
+        ];
         servers.push(Server::start(
             &dir,
             "kube-apiserver",
             &apiserver_bin,
-            &[
-                format!("--etcd-servers={etcd_url}"),
-                "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
-                format!("--secure-port={port}"),
-                "--insecure-port=0".into(),
-                format!("--cert-dir={}", cert_dir.display()),
-                format!("--token-auth-file={}", dir.join("tokens.csv").display()),
-                "--authorization-mode=RBAC".into(),
-                format!("--service-account-key-file={}", sa_key.display()),
-                format!("--service-account-signing-key-file={}", sa_key.display()),
-                "--service-account-issuer=https://kubernetes.default.svc".into(),
-                "--service-cluster-ip-range=10.0.0.0/24".into(),
-                "--enable-priority-and-fairness=false".into(),
-                "--v=1".into(),
-            ],
+            &apiserver_args,
             &[],
         )?);
 
@@ -156,6 +159,7 @@ impl TestCluster {
             ca_file,
             token,
             servers: std::sync::Mutex::new(servers),
+            apiserver: (apiserver_bin.clone(), apiserver_args),
         };
 
         // Wait for the serving certificate, then for the API.
@@ -265,6 +269,47 @@ current-context: spillway-test
         let config =
             Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
         Ok(Client::try_from(config)?)
+    }
+
+    /// Crashes kube-apiserver (SIGKILL), keeps it down for `down`, starts it again on the same
+    /// port with the same certificates and etcd, and waits until it is ready. Clients, watches,
+    /// the scheduler and the controller manager have to find it again by themselves.
+    pub async fn restart_apiserver(&self, down: Duration) -> anyhow::Result<()> {
+        {
+            let mut servers = self.servers.lock().expect("server list poisoned");
+            let s = servers
+                .iter_mut()
+                .find(|s| s.name == "kube-apiserver")
+                .context("no kube-apiserver")?;
+            s.crash()?;
+        }
+        tokio::time::sleep(down).await;
+        let fresh = Server::start(
+            &self.dir,
+            "kube-apiserver",
+            &self.apiserver.0,
+            &self.apiserver.1,
+            &[],
+        )?;
+        {
+            let mut servers = self.servers.lock().expect("server list poisoned");
+            if let Some(s) = servers.iter_mut().find(|s| s.name == "kube-apiserver") {
+                *s = fresh;
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            self.check_alive()?;
+            if let Ok(client) = self.client().await
+                && ready(&client).await
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("kube-apiserver not ready again in 90 s\n{}", self.logs());
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
     }
 
     /// Fails if any server of the control plane has exited, with its log.

@@ -349,11 +349,20 @@ async fn run_pods(client: Client, nodes: Arc<Mutex<HashSet<String>>>) {
                     "state": {"terminated": {"exitCode": exit_code, "reason": reason, "finishedAt": now}},
                 })).collect::<Vec<_>>(),
             }});
-            if let Err(e) = pods
-                .patch_status(&name, &PatchParams::default(), &Patch::Merge(done))
-                .await
-            {
-                tracing::debug!(pod = %name, error = %e, "fake kubelet could not finish pod");
+            // As a kubelet keeps syncing a pod's status, retry while the API server is away
+            // (for two minutes at most); a pod that is gone needs nothing.
+            for _ in 0..240 {
+                match pods
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(done.clone()))
+                    .await
+                {
+                    Ok(_) => break,
+                    Err(kube::Error::Api(e)) if e.code == 404 => break,
+                    Err(e) => {
+                        tracing::debug!(pod = %name, error = %e, "fake kubelet could not finish pod; retrying");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                }
             }
         });
     }

@@ -45,7 +45,11 @@ impl Server {
         env: &[(&str, &str)],
     ) -> anyhow::Result<Server> {
         let log = dir.join(format!("{name}.log"));
-        fs::File::create(&log)?;
+        // Appended to: a server started again keeps its earlier log.
+        fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)?;
         let mut cmd = Command::new("sh");
         cmd.arg("-c")
             .arg(WATCHDOG)
@@ -68,6 +72,18 @@ impl Server {
             log,
             watchdog,
         })
+    }
+
+    /// Kills the server at once (SIGKILL, as a crash), and waits for its watchdog to end.
+    pub fn crash(&mut self) -> anyhow::Result<()> {
+        let status = Command::new("pkill")
+            .args(["-KILL", "-P", &self.watchdog.id().to_string()])
+            .status()?;
+        if !status.success() {
+            anyhow::bail!("{} was not running", self.name);
+        }
+        self.watchdog.wait()?;
+        Ok(())
     }
 
     /// Whether the server (its watchdog) has exited.
