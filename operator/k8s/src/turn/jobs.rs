@@ -122,12 +122,8 @@ impl State {
                 self.delete_pod(pod);
             }
             self.keep_trace_context(view);
-            if self
-                .attempt_floor
-                .get(&view.id)
-                .is_some_and(|a| *a > view.attempt)
-            {
-                // Requeued this turn (preempted): its status is written; the view is stale.
+            if self.moved_on(view) {
+                // Requeued or suspended this turn: its status is written; the view is stale.
                 continue;
             }
             if let Lifecycle::Broken { message } = &view.lifecycle {
@@ -230,6 +226,55 @@ impl State {
         });
     }
 
+    /// Whether this turn already moved the job to a later attempt than `view` shows (it was
+    /// requeued, preempted or suspended): the view is stale and must not be acted on again.
+    pub(super) fn moved_on(&self, view: &JobView) -> bool {
+        self.attempt_floor
+            .get(&view.id)
+            .is_some_and(|a| *a > view.attempt)
+    }
+
+    /// Moves the job to its next attempt (its current pods become surplus); returns it.
+    pub(super) fn next_attempt(&mut self, view: &JobView) -> u32 {
+        let next = view.attempt + 1;
+        self.attempt_floor.insert(view.id.clone(), next);
+        self.assumed.remove(&view.id);
+        next
+    }
+
+    /// The view of job `id`, unless this turn has moved it on already.
+    pub(super) fn fresh_view<'b>(&self, built: &'b world::Built, id: &str) -> Option<&'b JobView> {
+        built.jobs.get(id).filter(|v| !self.moved_on(v))
+    }
+
+    /// The job's status as last written by this loop, else as the cache has it.
+    pub(super) fn last_status(&self, view: &JobView) -> GpuJobStatus {
+        self.written
+            .jobs
+            .get(&view.id)
+            .cloned()
+            .or_else(|| view.job.status.clone())
+            .unwrap_or_default()
+    }
+
+    /// Evicts the job's live pods of its current attempt, each given `grace_seconds` to stop.
+    pub(super) fn evict_pods(&mut self, view: &JobView, grace_seconds: i64) {
+        for pod in &view.pods {
+            let Some(uid) = pod.metadata.uid.clone() else {
+                continue;
+            };
+            if !world::pod_active(pod) || !self.deleting.insert(uid.clone()) {
+                continue;
+            }
+            self.emit(Action::EvictPod {
+                namespace: pod.namespace().unwrap_or_default(),
+                name: pod.name_any(),
+                uid,
+                grace_seconds,
+            });
+        }
+    }
+
     pub(super) fn apply_job_status(&mut self, view: &JobView, st: &GpuJobStatus) {
         self.written.jobs.insert(view.id.clone(), st.clone());
         self.emit(Action::ApplyStatus(StatusPatch {
@@ -328,20 +373,10 @@ impl State {
     /// A gang with replicas missing: requeue it (restartable, or never fully started) or fail
     /// it; its other pods are being deleted.
     fn broken(&mut self, view: &JobView, message: &str, now: Time) {
-        if self
-            .attempt_floor
-            .get(&view.id)
-            .is_some_and(|a| *a > view.attempt)
-        {
+        if self.moved_on(view) {
             return;
         }
-        let base = self
-            .written
-            .jobs
-            .get(&view.id)
-            .cloned()
-            .or_else(|| view.job.status.clone())
-            .unwrap_or_default();
+        let base = self.last_status(view);
         let was_running = base
             .conditions
             .iter()
@@ -349,14 +384,8 @@ impl State {
         let mut st = base.clone();
         let generation = view.job.metadata.generation;
         if view.job.spec.restartable || !was_running {
-            let next = view.attempt + 1;
-            self.attempt_floor.insert(view.id.clone(), next);
-            st.restarts = Some(next as i32);
-            st.phase = Some(JobPhase::Queued);
-            st.nodes = Vec::new();
-            st.pool = None;
-            st.environment = None;
-            st.started_at = None;
+            let next = self.next_attempt(view);
+            requeued(&mut st, next);
             let note = format!("{message} The job is requeued (attempt {next}).");
             status::set_condition(
                 &mut st.conditions,
@@ -506,4 +535,14 @@ fn cloud_job_rate(view: &JobView, built: &world::Built) -> Option<f64> {
         total += i.hourly_price * per_replica / f64::from(i.gpus.max(1));
     }
     any.then_some(total)
+}
+
+/// `st` back in its queue on attempt `next`: no placement, no start.
+pub(super) fn requeued(st: &mut GpuJobStatus, next: u32) {
+    st.restarts = Some(next as i32);
+    st.phase = Some(JobPhase::Queued);
+    st.nodes = Vec::new();
+    st.pool = None;
+    st.environment = None;
+    st.started_at = None;
 }

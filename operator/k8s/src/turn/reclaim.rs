@@ -5,13 +5,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use kube::{Resource, ResourceExt};
+use kube::Resource;
 use spillway_api::GpuQueue;
-use spillway_api::job::JobPhase;
 use spillway_core::{self as core, Time};
 
 use super::State;
-use crate::actions::Action;
 use crate::status;
 use crate::world::{self, JobView};
 
@@ -28,17 +26,9 @@ impl State {
         now: Time,
     ) {
         for p in &plan.preemptions {
-            let Some(view) = built.jobs.get(&p.job) else {
-                continue;
-            };
-            if self
-                .attempt_floor
-                .get(&view.id)
-                .is_some_and(|a| *a > view.attempt)
-            {
-                continue;
+            if let Some(view) = self.fresh_view(built, &p.job) {
+                self.preempt(view, p, queues.get(&view.job.spec.queue), now);
             }
-            self.preempt(view, p, queues.get(&view.job.spec.queue), now);
         }
     }
 
@@ -49,28 +39,15 @@ impl State {
         queue: Option<&Arc<GpuQueue>>,
         now: Time,
     ) {
-        let next = view.attempt + 1;
-        self.attempt_floor.insert(view.id.clone(), next);
-        self.assumed.remove(&view.id);
+        let next = self.next_attempt(view);
         let grace = grace_seconds(view, queue.map(|q| q.as_ref()));
         let note = format!(
             "{} Its pods stop within {grace} s and the job is requeued (attempt {next}).",
             p.message
         );
-        let mut st = self
-            .written
-            .jobs
-            .get(&view.id)
-            .cloned()
-            .or_else(|| view.job.status.clone())
-            .unwrap_or_default();
+        let mut st = self.last_status(view);
         let generation = view.job.metadata.generation;
-        st.restarts = Some(next as i32);
-        st.phase = Some(JobPhase::Queued);
-        st.nodes = Vec::new();
-        st.pool = None;
-        st.environment = None;
-        st.started_at = None;
+        super::jobs::requeued(&mut st, next);
         status::set_condition(
             &mut st.conditions,
             "Preempted",
@@ -98,20 +75,7 @@ impl State {
             note,
         );
         self.apply_job_status(view, &st);
-        for pod in &view.pods {
-            let Some(uid) = pod.metadata.uid.clone() else {
-                continue;
-            };
-            if !world::pod_active(pod) || !self.deleting.insert(uid.clone()) {
-                continue;
-            }
-            self.emit(Action::EvictPod {
-                namespace: pod.namespace().unwrap_or_default(),
-                name: pod.name_any(),
-                uid,
-                grace_seconds: grace,
-            });
-        }
+        self.evict_pods(view, grace);
     }
 }
 

@@ -14,7 +14,6 @@ use spillway_core::{self as core, Time};
 
 use super::State;
 use super::reclaim::grace_seconds;
-use crate::actions::Action;
 use crate::status;
 use crate::world::{self, Inputs, JobView};
 
@@ -28,18 +27,10 @@ impl State {
         now: Time,
     ) {
         for m in &plan.moves {
-            let Some(view) = built.jobs.get(&m.job) else {
-                continue;
-            };
-            if self
-                .attempt_floor
-                .get(&view.id)
-                .is_some_and(|a| *a > view.attempt)
-            {
-                continue;
+            if let Some(view) = self.fresh_view(built, &m.job) {
+                let decision = plan.decision(&m.job);
+                self.suspend(view, m, decision, queues.get(&view.job.spec.queue), now);
             }
-            let decision = plan.decision(&m.job);
-            self.suspend(view, m, decision, queues.get(&view.job.spec.queue), now);
         }
     }
 
@@ -51,18 +42,10 @@ impl State {
         queue: Option<&Arc<GpuQueue>>,
         now: Time,
     ) {
-        let next = view.attempt + 1;
-        self.attempt_floor.insert(view.id.clone(), next);
-        self.assumed.remove(&view.id);
+        let next = self.next_attempt(view);
         let grace = grace_seconds(view, queue.map(|q| q.as_ref()));
         let note = format!("{} Its cloud pods stop within {grace} s.", m.message);
-        let mut st = self
-            .written
-            .jobs
-            .get(&view.id)
-            .cloned()
-            .or_else(|| view.job.status.clone())
-            .unwrap_or_default();
+        let mut st = self.last_status(view);
         let generation = view.job.metadata.generation;
         st.restarts = Some(next as i32);
         st.phase = Some(JobPhase::Suspended);
@@ -103,20 +86,7 @@ impl State {
             note,
         );
         self.apply_job_status(view, &st);
-        for pod in &view.pods {
-            let Some(uid) = pod.metadata.uid.clone() else {
-                continue;
-            };
-            if !world::pod_active(pod) || !self.deleting.insert(uid.clone()) {
-                continue;
-            }
-            self.emit(Action::EvictPod {
-                namespace: pod.namespace().unwrap_or_default(),
-                name: pod.name_any(),
-                uid,
-                grace_seconds: grace,
-            });
-        }
+        self.evict_pods(view, grace);
     }
 
     /// The caches' jobs with the `Suspended` statuses this loop wrote and the caches do not
