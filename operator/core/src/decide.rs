@@ -23,11 +23,13 @@
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use crate::model::{JobState, Packing, QueueOrder, Settings, WaitMode};
+use crate::model::{JobState, QueueOrder, Settings, WaitMode};
 use crate::profile::Profile;
+use index::PrivateIndex;
 
 mod cloud;
 mod conservative;
+mod index;
 mod private;
 mod reclaim;
 mod repatriate;
@@ -70,114 +72,6 @@ type Shape = (u32, Vec<crate::GpuModel>, bool);
 /// Runs one scheduling cycle. Pure: the same snapshot, policy and `now` give the same plan.
 pub fn decide(snapshot: &Snapshot, policy: &dyn Policy, now: Time) -> Plan {
     Cycle::new(snapshot, policy, now).run()
-}
-
-/// Free GPUs on private nodes, indexed for best-fit lookups.
-struct PrivateIndex {
-    /// Free GPUs per node (index into `snapshot.nodes`).
-    free: Vec<u32>,
-    /// GPUs held back for blocked jobs' reservations, per node.
-    reserved: Vec<u32>,
-    /// (free - reserved, node) for schedulable private nodes with some of it.
-    by_effective: BTreeSet<(u32, usize)>,
-    /// (free, node) for schedulable private nodes with some.
-    by_free: BTreeSet<(u32, usize)>,
-    private: Vec<bool>,
-}
-
-impl PrivateIndex {
-    fn new(nodes: &[Node], private: Vec<bool>) -> PrivateIndex {
-        let free: Vec<u32> = nodes.iter().map(|n| n.free_gpus.min(n.gpus)).collect();
-        let mut idx = PrivateIndex {
-            reserved: vec![0; nodes.len()],
-            by_effective: BTreeSet::new(),
-            by_free: BTreeSet::new(),
-            free,
-            private,
-        };
-        for (i, n) in nodes.iter().enumerate() {
-            if idx.private[i] && n.schedulable {
-                idx.insert(i);
-            } else {
-                idx.private[i] = false;
-            }
-        }
-        idx
-    }
-
-    fn effective(&self, i: usize) -> u32 {
-        self.free[i].saturating_sub(self.reserved[i])
-    }
-
-    fn insert(&mut self, i: usize) {
-        if self.free[i] > 0 {
-            self.by_free.insert((self.free[i], i));
-        }
-        let e = self.effective(i);
-        if e > 0 {
-            self.by_effective.insert((e, i));
-        }
-    }
-
-    fn remove(&mut self, i: usize) {
-        self.by_free.remove(&(self.free[i], i));
-        self.by_effective.remove(&(self.effective(i), i));
-    }
-
-    fn take(&mut self, i: usize, gpus: u32) {
-        self.remove(i);
-        self.free[i] = self.free[i].saturating_sub(gpus);
-        self.insert(i);
-    }
-
-    fn reserve(&mut self, i: usize, gpus: u32) {
-        self.remove(i);
-        self.reserved[i] = self.reserved[i].saturating_add(gpus);
-        self.insert(i);
-    }
-
-    /// Nodes for a gang, one per replica, or `None` if the whole gang does not fit. Best fit:
-    /// replicas go to the nodes with the least sufficient room first; first fit: to the
-    /// first nodes in inventory order.
-    fn fit(
-        &self,
-        nodes: &[Node],
-        job: &Job,
-        ignore_reservations: bool,
-        packing: Packing,
-    ) -> Option<Vec<usize>> {
-        let g = job.gpus_per_replica;
-        if g == 0 {
-            return None;
-        }
-        let set = if ignore_reservations {
-            &self.by_free
-        } else {
-            &self.by_effective
-        };
-        match set.last() {
-            Some(&(largest, _)) if largest >= g => {}
-            _ => return None,
-        }
-        let fits = set
-            .range((g, 0)..)
-            .filter(|&&(_, i)| job.accepts_model(nodes[i].gpu_model.as_ref()));
-        let mut placed = Vec::with_capacity(job.replicas as usize);
-        let mut take = |room: u32, i: usize| {
-            let k = (room / g).min(job.replicas - placed.len() as u32);
-            placed.extend(std::iter::repeat_n(i, k as usize));
-            placed.len() as u32 == job.replicas
-        };
-        let done = match packing {
-            Packing::BestFit => fits.into_iter().any(|&(room, i)| take(room, i)),
-            Packing::FirstFit => {
-                let mut rooms: Vec<(u32, usize)> = fits.copied().collect();
-                rooms.sort_by_key(|&(_, i)| i);
-                rooms.into_iter().any(|(room, i)| take(room, i))
-            }
-        };
-        done.then_some(placed)
-    }
 }
 
 /// A blocked job's claim on future private capacity.
