@@ -171,8 +171,9 @@ struct State {
     instances: HashMap<String, (String, CloudInstance)>,
     /// Regions listed successfully at least once, and when last.
     refreshed: HashMap<String, Time>,
-    /// Needs being launched (pool), so a need is never launched twice at once.
-    launching: HashMap<String, String>,
+    /// Needs being launched, so a need is never launched twice at once and what a launch
+    /// under way will cost counts against budgets and pool limits before EC2 answers.
+    launching: HashMap<String, core::Launch>,
     cooldowns: HashMap<OfferingKey, Time>,
     terminating: HashSet<String>,
     facts: HashMap<String, Facts>,
@@ -213,7 +214,8 @@ pub struct Cloud {
 #[derive(Clone, Debug, Default)]
 pub struct CloudView {
     pub instances: Vec<CloudInstance>,
-    pub launching: HashMap<String, String>,
+    /// Launches under way, by need.
+    pub launching: HashMap<String, core::Launch>,
     pub cooldowns: HashMap<OfferingKey, Time>,
     /// Every region of a cloud pool has been listed at least once.
     pub complete: bool,
@@ -546,12 +548,12 @@ impl Cloud {
     }
 
     /// Marks a need as launching; false if it already is.
-    pub fn start_launch(&self, need: &str, pool: &str) -> bool {
+    pub fn start_launch(&self, launch: &core::Launch) -> bool {
         let mut st = self.state();
-        if st.launching.contains_key(need) {
+        if st.launching.contains_key(&launch.need) {
             return false;
         }
-        st.launching.insert(need.to_string(), pool.to_string());
+        st.launching.insert(launch.need.clone(), launch.clone());
         true
     }
 

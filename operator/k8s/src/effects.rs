@@ -390,9 +390,7 @@ impl KubeEffects {
 impl Effects for KubeEffects {
     fn accept(&self, action: &Action) -> bool {
         match (action, &self.cloud) {
-            (Action::Launch(l), Some(cloud)) => {
-                cloud.start_launch(&l.launch.need, &l.launch.offering.pool)
-            }
+            (Action::Launch(l), Some(cloud)) => cloud.start_launch(&l.launch),
             (Action::Terminate { instance, .. }, Some(cloud)) => cloud.start_terminate(instance),
             (Action::Launch(_) | Action::Terminate { .. }, None) => false,
             _ => true,

@@ -15,6 +15,44 @@ use crate::metrics::Metrics;
 use crate::spend::{Ledger, Rates};
 use crate::world::{self, Inputs, Lifecycle};
 
+/// Launches under way whose instances are not listed yet, as instances of the snapshot with no
+/// node: what they will cost counts against the queue's hourly budget and the pool's limits,
+/// and their job waits for them, while EC2 has not answered (a slow or throttled
+/// RunInstances) or the listing has not caught up.
+pub(super) fn add_launching(built: &mut world::Built, cloud: CloudInputs<'_>, now: Time) {
+    let listed: HashSet<&str> = cloud
+        .view
+        .instances
+        .iter()
+        .map(|i| i.need.as_str())
+        .collect();
+    let mut launching: Vec<&core::Launch> = cloud
+        .view
+        .launching
+        .values()
+        .filter(|l| !listed.contains(l.need.as_str()))
+        .collect();
+    launching.sort_by(|a, b| a.need.cmp(&b.need));
+    for l in launching {
+        let o = &l.offering;
+        for k in 0..l.count.max(1) {
+            built.snapshot.instances.push(core::Instance {
+                id: format!("{}@launching-{k}", l.need),
+                pool: o.pool.clone(),
+                instance_type: o.instance_type.clone(),
+                capacity_type: o.capacity_type,
+                zone: o.zone.clone(),
+                gpus: o.gpus_per_instance,
+                hourly_price: o.hourly_price,
+                need: l.need.clone(),
+                queue: l.queue.clone(),
+                node: None,
+                launched_at: now,
+            });
+        }
+    }
+}
+
 impl State {
     /// Cloud offerings, instances and idle cloud nodes into the snapshot.
     pub(super) fn add_cloud_facts(
@@ -133,7 +171,16 @@ impl State {
         built: &world::Built,
         cloud: CloudInputs<'_>,
     ) {
-        for l in &plan.launches {
+        // Until every region has been listed, what runs there is unknown: a restarted operator
+        // would launch past budgets and pool limits, counting none of the instances its
+        // predecessor left. The decisions stand; their launches go out once the listing is in
+        // (the core plans them again: a cycle that planned launches is never skipped).
+        let launches = if cloud.view.complete {
+            plan.launches.as_slice()
+        } else {
+            &[]
+        };
+        for l in launches {
             let (Some(pool), Some(view)) = (pools.get(&l.offering.pool), built.jobs.get(&l.job))
             else {
                 continue;

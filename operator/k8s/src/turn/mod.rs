@@ -189,9 +189,12 @@ impl State {
             for i in &c.view.instances {
                 inputs.needs.insert(i.need.clone(), i.pool.clone());
             }
-            inputs
-                .needs
-                .extend(c.view.launching.iter().map(|(k, v)| (k.clone(), v.clone())));
+            inputs.needs.extend(
+                c.view
+                    .launching
+                    .iter()
+                    .map(|(k, l)| (k.clone(), l.offering.pool.clone())),
+            );
         }
         let engine = self.policies.engine(&inputs);
         self.unreadable(&inputs, now);
@@ -240,6 +243,10 @@ impl State {
             self.add_cloud_facts(&mut built, &inputs, c, now);
         }
         let rates = self.account_spend(&mut built, &inputs, cloud, metrics, now);
+        if let Some(c) = cloud {
+            // After the spend: what EC2 has not answered yet is not billed, but it is counted.
+            cloud::add_launching(&mut built, c, now);
+        }
         if !self
             .engine_seen
             .as_ref()

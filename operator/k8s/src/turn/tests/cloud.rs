@@ -47,16 +47,60 @@ fn a_job_past_its_max_wait_launches_the_cheapest_fitting_instance() {
     assert_eq!(l0[0].pool.metadata.name.as_deref(), Some("aws"));
 }
 
+/// A launch of one g6.xlarge (0.8048 USD/h) for `need` of queue `q`, as the executor took it.
+fn launch_of(need: &str) -> spillway_core::Launch {
+    spillway_core::Launch {
+        job: need.split_once('#').map_or(need, |(j, _)| j).into(),
+        queue: "q".into(),
+        need: need.into(),
+        offering: spillway_core::OfferingChoice {
+            pool: "aws".into(),
+            instance_type: "g6.xlarge".into(),
+            capacity_type: spillway_core::CapacityType::OnDemand,
+            region: "us-east-1".into(),
+            zone: "use1-az1".into(),
+            hourly_price: 0.8048,
+            gpus_per_instance: 1,
+        },
+        count: 1,
+    }
+}
+
 #[test]
 fn a_launching_need_is_provisioning_and_not_launched_again() {
     let mut i = bursting("0s", None);
     i.jobs.push(job("train").build());
     let mut c = cloud();
-    c.view.launching.insert("team/train#0".into(), "aws".into());
+    c.view
+        .launching
+        .insert("team/train#0".into(), launch_of("team/train#0"));
     let t = Loop::new().turn(&i, Some(&c), noon());
     assert!(launches(&t).is_empty(), "{:?}", kinds(&t));
     let st = status_of(&t, StatusKind::GpuJob, "train").expect("status");
     assert_eq!(st["phase"], "Provisioning");
+    assert_eq!(st["decision"]["reason"], "Provisioning");
+}
+
+/// A RunInstances EC2 has not answered yet (slow, throttled, retried) costs what it will cost:
+/// the next job may not launch past the queue's hourly budget meanwhile (launches under way
+/// used to count for nothing until their instances were listed).
+#[test]
+fn a_launch_under_way_counts_against_the_hourly_budget() {
+    let mut i = bursting("0s", Some(json!({"hourlyUSD": 1.0})));
+    i.jobs.push(job("train").build());
+    i.jobs.push(job("eval").build());
+    let mut c = cloud();
+    c.view
+        .launching
+        .insert("team/train#0".into(), launch_of("team/train#0"));
+    let t = Loop::new().turn(&i, Some(&c), noon());
+    assert!(launches(&t).is_empty(), "{:?}", kinds(&t));
+    let st = status_of(&t, StatusKind::GpuJob, "eval").expect("status");
+    assert_eq!(st["decision"]["reason"], "BudgetExhausted", "{st}");
+    // Once the launch has failed (no instance, nothing under way), the budget is free again.
+    c.view.launching.clear();
+    let t = Loop::new().turn(&i, Some(&c), noon());
+    assert_eq!(launches(&t).len(), 1, "{:?}", kinds(&t));
 }
 
 #[test]
@@ -331,6 +375,23 @@ fn a_deleted_job_releases_its_instance_then_its_finalizer() {
             |a| matches!(a, Action::PatchFinalizer { name, add: false, .. } if name == "train")
         )
     );
+}
+
+/// Found by the chaos suite: an operator restarted during a burst launched before its first
+/// listing of the instances, counted none of those its predecessor had launched, and ran a
+/// queue of 30 USD/h at 39.5 USD/h.
+#[test]
+fn nothing_launches_before_every_region_was_listed() {
+    let mut i = bursting("0s", None);
+    i.jobs.push(job("train").build());
+    let mut c = cloud();
+    c.view.complete = false;
+    let mut l = Loop::new();
+    let t = l.turn(&i, Some(&c), noon());
+    assert!(launches(&t).is_empty(), "{:?}", kinds(&t));
+    c.view.complete = true;
+    let t = l.turn(&i, Some(&c), noon());
+    assert_eq!(launches(&t).len(), 1, "{:?}", kinds(&t));
 }
 
 #[test]
