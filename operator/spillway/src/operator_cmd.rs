@@ -67,6 +67,14 @@ pub struct OperatorArgs {
     /// its need planned again.
     #[arg(long, value_name = "SECONDS", default_value_t = 600)]
     pub join_timeout: u64,
+    /// A cloud instance of this cluster that no need wants and no node runs on is terminated
+    /// after this many seconds (it may be a launch whose response was lost, or a need that
+    /// went away).
+    #[arg(long, value_name = "SECONDS", default_value_t = 120)]
+    pub gc_grace: u64,
+    /// An offering whose launch failed for lack of capacity is skipped for this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    pub capacity_cooldown: u64,
     /// The API server URL launched machines join through (default: the kubeconfig's server).
     #[arg(long, value_name = "URL")]
     pub join_api_server: Option<String>,
@@ -183,8 +191,8 @@ pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
             catalog,
             poll: Duration::from_secs(args.cloud_poll.max(1)),
             join_timeout: Duration::from_secs(args.join_timeout.max(1)),
-            gc_grace: Duration::from_secs(120),
-            capacity_cooldown: Duration::from_secs(300),
+            gc_grace: Duration::from_secs(args.gc_grace.max(1)),
+            capacity_cooldown: Duration::from_secs(args.capacity_cooldown),
             join,
         };
         let namespace = args
