@@ -6,8 +6,10 @@
 # NODE_LOSSES nodes holding running pods are deleted and replaced) and API-server restarts
 # (JOBS gangs while kube-apiserver is SIGKILLed and started again API_RESTARTS times). Prints
 # the seed and the outcome, with the failover times; docs/reliability.md carries the last
-# figures.
-#   scripts/chaos.sh [JOBS] [KILLS] [SEED] [FAILOVERS] [NODE_LOSSES] [API_RESTARTS]
+# figures. Then the cloud side (moto behind the fault proxy): CLOUD_JOBS gangs bursting while
+# the operator is SIGKILLed KILLS times, and CLOUD_JOBS gangs bursting through STORM_SECONDS
+# of EC2 storm (throttling, capacity errors, slow and lost responses).
+#   scripts/chaos.sh [JOBS] [KILLS] [SEED] [FAILOVERS] [NODE_LOSSES] [API_RESTARTS] [CLOUD_JOBS] [STORM_SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export SPILLWAY_CHAOS_JOBS="${1:-200}"
@@ -16,7 +18,11 @@ export SPILLWAY_CHAOS_KILLS="${2:-20}"
 export SPILLWAY_CHAOS_FAILOVERS="${4:-10}"
 export SPILLWAY_CHAOS_NODE_LOSSES="${5:-12}"
 export SPILLWAY_CHAOS_API_RESTARTS="${6:-8}"
+export SPILLWAY_CHAOS_CLOUD_JOBS="${7:-100}"
+export SPILLWAY_CHAOS_STORM_SECONDS="${8:-600}"
 scripts/test.sh -p spillway --test chaos random_kills -- --nocapture
 scripts/test.sh -p spillway --test chaos leader_kills -- --nocapture
 scripts/test.sh -p spillway --test chaos lost_nodes -- --nocapture
 scripts/test.sh -p spillway --test chaos api_server -- --nocapture
+scripts/test.sh -p spillway --test chaos cloud_bursts -- --nocapture
+scripts/test.sh -p spillway --test chaos ec2_storms -- --nocapture

@@ -1,29 +1,102 @@
 //! A thin fault-injecting HTTP proxy in front of moto: moto cannot fail on purpose, so tests
-//! point the AWS SDK at this proxy and tell it to answer chosen EC2 actions with EC2 error XML
-//! (for example `InsufficientInstanceCapacity` or `RequestLimitExceeded`) a set number of
-//! times. Everything else is forwarded to moto unchanged.
+//! point the AWS SDK at this proxy and tell it what to do to chosen EC2 actions:
+//! - [`FaultProxy::fail`]: answer the next N calls with EC2 error XML (for example
+//!   `InsufficientInstanceCapacity` or `RequestLimitExceeded`);
+//! - [`FaultProxy::storm`]: for a while, fail, delay or lose the response of a seeded random
+//!   share of the calls ([`Effect`]).
+//!
+//! Everything else is forwarded to moto unchanged. moto ignores `ClientToken`, so the proxy
+//! also plays EC2's documented idempotency for `RunInstances` (what real EC2 does and moto
+//! cannot): a request whose token already launched successfully is answered with that launch's
+//! response when its other parameters are the same, and with `IdempotentParameterMismatch`
+//! when they differ; a failed request binds no token. Only with this can a test lose a
+//! `RunInstances` response (the SDK retries with the same token) and still count duplicates.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-/// One planned failure.
+/// What a storm does to a call it hits.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Effect {
+    /// Answer with HTTP `status` and the EC2 error `code`, without forwarding.
+    Fail { status: u16, code: String },
+    /// Forward after a pause.
+    Delay(Duration),
+    /// Forward (moto acts on it) and close the connection without a response.
+    LoseResponse,
+}
+
+/// One planned fault.
 #[derive(Clone, Debug)]
 struct Rule {
-    action: String,
+    /// `None`: every action.
+    action: Option<String>,
     body_contains: Option<String>,
-    status: u16,
-    code: String,
+    effect: Effect,
     remaining: u32,
+    /// Out of 100 calls that match.
+    percent: u64,
+    until: Option<Instant>,
+}
+
+impl Rule {
+    fn matches(&self, action: &str, form: &str, now: Instant) -> bool {
+        self.remaining > 0
+            && self.until.is_none_or(|u| now < u)
+            && self.action.as_deref().is_none_or(|a| a == action)
+            && self
+                .body_contains
+                .as_deref()
+                .is_none_or(|c| form.contains(c))
+    }
+}
+
+/// What happened to one call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    Forwarded,
+    Failed,
+    Delayed,
+    Lost,
+    Replayed,
+}
+
+/// Calls of one action, by what the proxy did to them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub calls: usize,
+    pub failed: usize,
+    pub delayed: usize,
+    /// Forwarded, then the response dropped.
+    pub lost: usize,
+    /// Answered from an earlier launch with the same `ClientToken`.
+    pub replayed: usize,
 }
 
 #[derive(Default)]
 struct Shared {
     rules: Vec<Rule>,
-    /// Every action seen, in order, with whether it was failed.
-    calls: Vec<(String, bool)>,
+    /// Every action seen, in order, with what was done to it.
+    calls: Vec<(String, Outcome)>,
+    /// The state of the seeded draws of storms.
+    rng: u64,
+    /// `ClientToken` -> (the request's other parameters, the successful response).
+    tokens: HashMap<String, (String, Vec<u8>)>,
+}
+
+impl Shared {
+    fn draw(&mut self) -> u64 {
+        self.rng = self
+            .rng
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.rng >> 33) % 100
+    }
 }
 
 /// The proxy; stops when dropped.
@@ -36,13 +109,21 @@ pub struct FaultProxy {
 impl FaultProxy {
     /// Starts a proxy to `upstream` (`http://127.0.0.1:PORT`).
     pub async fn start(upstream: &str) -> anyhow::Result<FaultProxy> {
+        FaultProxy::start_seeded(upstream, 1).await
+    }
+
+    /// Starts a proxy whose storms draw from `seed`.
+    pub async fn start_seeded(upstream: &str, seed: u64) -> anyhow::Result<FaultProxy> {
         let upstream = upstream
             .trim_start_matches("http://")
             .trim_end_matches('/')
             .to_string();
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let endpoint = format!("http://{}", listener.local_addr()?);
-        let shared: Arc<Mutex<Shared>> = Arc::default();
+        let shared = Arc::new(Mutex::new(Shared {
+            rng: seed,
+            ..Shared::default()
+        }));
         let s = shared.clone();
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
@@ -66,20 +147,70 @@ impl FaultProxy {
         code: &str,
         times: u32,
     ) {
-        self.shared.lock().expect("proxy state").rules.push(Rule {
-            action: action.to_string(),
+        self.push(Rule {
+            action: Some(action.to_string()),
             body_contains: body_contains.map(str::to_string),
-            status,
-            code: code.to_string(),
+            effect: Effect::Fail {
+                status,
+                code: code.to_string(),
+            },
             remaining: times,
+            percent: 100,
+            until: None,
         });
+    }
+
+    /// For `lasting` from now, does `effect` to `percent` % of the calls of `action` (every
+    /// action with `None`) whose form body contains `body_contains` (if given), drawn from the
+    /// proxy's seed. Storms and failures are tried in the order they were set; delays add up,
+    /// and the first failure or lost response that draws a hit wins.
+    pub fn storm(
+        &self,
+        action: Option<&str>,
+        body_contains: Option<&str>,
+        percent: u64,
+        effect: Effect,
+        lasting: Duration,
+    ) {
+        self.push(Rule {
+            action: action.map(str::to_string),
+            body_contains: body_contains.map(str::to_string),
+            effect,
+            remaining: u32::MAX,
+            percent: percent.min(100),
+            until: Some(Instant::now() + lasting),
+        });
+    }
+
+    fn push(&self, rule: Rule) {
+        self.shared.lock().expect("proxy state").rules.push(rule);
     }
 
     /// How many calls of `action` were seen, and how many of them were failed.
     pub fn calls(&self, action: &str) -> (usize, usize) {
+        let c = self.counts(action);
+        (c.calls, c.failed)
+    }
+
+    /// The calls of `action` (every action with `""`), by what was done to them.
+    pub fn counts(&self, action: &str) -> Counts {
         let s = self.shared.lock().expect("proxy state");
-        let of: Vec<&(String, bool)> = s.calls.iter().filter(|(a, _)| a == action).collect();
-        (of.len(), of.iter().filter(|(_, f)| *f).count())
+        let mut c = Counts::default();
+        for (_, o) in s
+            .calls
+            .iter()
+            .filter(|(a, _)| action.is_empty() || a == action)
+        {
+            c.calls += 1;
+            match o {
+                Outcome::Failed => c.failed += 1,
+                Outcome::Delayed => c.delayed += 1,
+                Outcome::Lost => c.lost += 1,
+                Outcome::Replayed => c.replayed += 1,
+                Outcome::Forwarded => {}
+            }
+        }
+        c
     }
 }
 
@@ -138,6 +269,63 @@ fn without_connection_header(head: &str) -> String {
         .join("\r\n")
 }
 
+/// What the rules do to one call: a pause, then a failure or a lost response, if any.
+fn plan(s: &mut Shared, action: &str, form: &str) -> (Duration, Option<Effect>) {
+    let now = Instant::now();
+    let mut pause = Duration::ZERO;
+    let mut end = None;
+    for k in 0..s.rules.len() {
+        if !s.rules[k].matches(action, form, now) {
+            continue;
+        }
+        let terminal = !matches!(s.rules[k].effect, Effect::Delay(_));
+        if terminal && end.is_some() {
+            continue;
+        }
+        let percent = s.rules[k].percent;
+        if percent < 100 && s.draw() >= percent {
+            continue;
+        }
+        let r = &mut s.rules[k];
+        r.remaining = r.remaining.saturating_sub(1);
+        match &r.effect {
+            Effect::Delay(d) => pause += *d,
+            e => end = Some(e.clone()),
+        }
+    }
+    (pause, end)
+}
+
+/// The `ClientToken` of a form, and the form's other fields in order (what must match for a
+/// retry to be the same request).
+fn token_of(form: &str) -> Option<(String, String)> {
+    let mut token = None;
+    let mut rest: Vec<&str> = Vec::new();
+    for kv in form.split('&') {
+        match kv.strip_prefix("ClientToken=") {
+            Some(t) if !t.is_empty() => token = Some(t.to_string()),
+            _ => rest.push(kv),
+        }
+    }
+    rest.sort_unstable();
+    Some((token?, rest.join("&")))
+}
+
+fn error_response(status: u16, code: &str, message: &str) -> String {
+    let xml = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>{code}</Code><Message>{message}</Message></Error></Errors><RequestID>fault-injected</RequestID></Response>"
+    );
+    let reason = if status >= 500 {
+        "Internal Server Error"
+    } else {
+        "Bad Request"
+    };
+    format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{xml}",
+        xml.len()
+    )
+}
+
 async fn serve(mut client: TcpStream, upstream: String, shared: Arc<Mutex<Shared>>) {
     let Some((head, body)) = read_request(&mut client).await else {
         return;
@@ -148,34 +336,45 @@ async fn serve(mut client: TcpStream, upstream: String, shared: Arc<Mutex<Shared
         .find_map(|kv| kv.strip_prefix("Action="))
         .unwrap_or_default()
         .to_string();
-    let injected = {
+    let token = (action == "RunInstances")
+        .then(|| token_of(&form))
+        .flatten();
+    let (pause, end, earlier) = {
         let mut s = shared.lock().expect("proxy state");
-        let rule = s.rules.iter_mut().find(|r| {
-            r.remaining > 0
-                && r.action == action
-                && r.body_contains.as_deref().is_none_or(|c| form.contains(c))
-        });
-        let out = rule.map(|r| {
-            r.remaining -= 1;
-            (r.status, r.code.clone())
-        });
-        s.calls.push((action.clone(), out.is_some()));
-        out
-    };
-    if let Some((status, code)) = injected {
-        let xml = format!(
-            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>{code}</Code><Message>injected by the test's fault proxy</Message></Error></Errors><RequestID>fault-injected</RequestID></Response>"
-        );
-        let reason = if status >= 500 {
-            "Internal Server Error"
-        } else {
-            "Bad Request"
+        let (pause, end) = plan(&mut s, &action, &form);
+        let earlier = match (&end, &token) {
+            (None, Some((t, _))) => s.tokens.get(t).cloned(),
+            _ => None,
         };
-        let response = format!(
-            "HTTP/1.1 {status} {reason}\r\nContent-Type: text/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{xml}",
-            xml.len()
-        );
+        let outcome = match (&end, &earlier) {
+            (Some(Effect::Fail { .. }), _) => Outcome::Failed,
+            (Some(_), _) => Outcome::Lost,
+            (None, Some(_)) => Outcome::Replayed,
+            (None, None) if !pause.is_zero() => Outcome::Delayed,
+            (None, None) => Outcome::Forwarded,
+        };
+        s.calls.push((action.clone(), outcome));
+        (pause, end, earlier)
+    };
+    tokio::time::sleep(pause).await;
+    if let Some(Effect::Fail { status, code }) = &end {
+        let response = error_response(*status, code, "injected by the test's fault proxy");
         let _ = client.write_all(response.as_bytes()).await;
+        let _ = client.shutdown().await;
+        return;
+    }
+    if let (Some((params, response)), Some((_, mine))) = (&earlier, &token) {
+        let out = if params == mine {
+            response.clone()
+        } else {
+            error_response(
+                400,
+                "IdempotentParameterMismatch",
+                "the client token was used by a request with other parameters",
+            )
+            .into_bytes()
+        };
+        let _ = client.write_all(&out).await;
         let _ = client.shutdown().await;
         return;
     }
@@ -207,6 +406,86 @@ async fn serve(mut client: TcpStream, upstream: String, shared: Arc<Mutex<Shared
         }
         None => response,
     };
-    let _ = client.write_all(&out).await;
+    if let Some((t, params)) = token
+        && out.starts_with(b"HTTP/1.1 200")
+    {
+        shared
+            .lock()
+            .expect("proxy state")
+            .tokens
+            .entry(t)
+            .or_insert((params, out.clone()));
+    }
+    if end != Some(Effect::LoseResponse) {
+        let _ = client.write_all(&out).await;
+    }
     let _ = client.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storms_hit_their_share_and_fail_rules_count_down() {
+        let mut s = Shared {
+            rng: 7,
+            ..Shared::default()
+        };
+        s.rules.push(Rule {
+            action: Some("RunInstances".into()),
+            body_contains: Some("InstanceType=g6.xlarge".into()),
+            effect: Effect::Fail {
+                status: 500,
+                code: "InsufficientInstanceCapacity".into(),
+            },
+            remaining: 2,
+            percent: 100,
+            until: None,
+        });
+        s.rules.push(Rule {
+            action: None,
+            body_contains: None,
+            effect: Effect::Fail {
+                status: 503,
+                code: "RequestLimitExceeded".into(),
+            },
+            remaining: u32::MAX,
+            percent: 30,
+            until: Some(Instant::now() + Duration::from_secs(60)),
+        });
+        s.rules.push(Rule {
+            action: Some("DescribeInstances".into()),
+            body_contains: None,
+            effect: Effect::Delay(Duration::from_secs(10)),
+            remaining: u32::MAX,
+            percent: 100,
+            until: Some(Instant::now() + Duration::from_secs(60)),
+        });
+        let g6 = "Action=RunInstances&InstanceType=g6.xlarge";
+        for _ in 0..2 {
+            let (_, end) = plan(&mut s, "RunInstances", g6);
+            assert!(matches!(end, Some(Effect::Fail { status: 500, .. })));
+        }
+        let mut throttled = 0;
+        for _ in 0..1000 {
+            let (pause, end) = plan(&mut s, "DescribeInstances", "Action=DescribeInstances");
+            assert_eq!(pause, Duration::from_secs(10));
+            throttled += usize::from(end.is_some());
+        }
+        assert!((200..400).contains(&throttled), "{throttled} of 1000");
+        // An ended storm does nothing.
+        s.rules[1].until = Some(Instant::now());
+        let (_, end) = plan(&mut s, "RunInstances", g6);
+        assert_eq!(end, None);
+    }
+
+    #[test]
+    fn a_token_is_the_request_without_it() {
+        let (t, rest) =
+            token_of("Action=RunInstances&ClientToken=spillway-1&MaxCount=1").expect("token");
+        assert_eq!(t, "spillway-1");
+        assert_eq!(rest, "Action=RunInstances&MaxCount=1");
+        assert_eq!(token_of("Action=RunInstances&MaxCount=1"), None);
+    }
 }

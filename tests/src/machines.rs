@@ -18,6 +18,8 @@ pub fn gpus_of(instance_type: &str) -> (u32, &'static str) {
         "g6.xlarge" => (1, "L4"),
         "g5.xlarge" | "g5.8xlarge" => (1, "A10G"),
         "g6e.12xlarge" => (4, "L40S"),
+        "g6e.xlarge" => (1, "L40S"),
+        "g6.12xlarge" => (4, "L4"),
         "p5.4xlarge" => (1, "H100"),
         "p5.48xlarge" => (8, "H100"),
         "p4d.24xlarge" => (8, "A100"),
