@@ -173,9 +173,9 @@ async fn a_need_with_instances_is_adopted_not_launched_again() {
         fake.launches.lock().unwrap().is_empty(),
         "no RunInstances for an existing need"
     );
-    assert!(c.start_launch("ns/j#1", "aws"));
+    assert!(c.start_launch(&launch("ns/j#1")));
     assert!(
-        !c.start_launch("ns/j#1", "aws"),
+        !c.start_launch(&launch("ns/j#1")),
         "one launch per need at a time"
     );
 }
