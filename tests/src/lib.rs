@@ -14,6 +14,8 @@
 //! - [`workload`]: GpuJobs as the end-to-end tests submit and wait for them.
 //! - [`otlp`]: a real OTLP/gRPC receiver and the operator's telemetry pointed at it.
 //! - [`helm::Helm`]: real Helm 3 and Helm 4 binaries (with kubectl), each with isolated homes.
+//! - [`apifaults::ApiFaults`]: an HTTPS proxy in front of the API server that answers 429 or
+//!   500 for a while.
 //! - [`partition::Partition`]: a TCP proxy in front of the API server that cuts one replica off
 //!   (its requests swallowed, the server's answers and watch events still flowing), and logs
 //!   what it sends.
@@ -22,6 +24,7 @@
 //! `scripts/k8s-binaries.sh` fills; moto from `SPILLWAY_MOTO_SERVER` or `scripts/moto.sh`'s
 //! cache. `scripts/test.sh` installs both before running the tests.
 
+pub mod apifaults;
 pub mod cluster;
 pub mod faults;
 pub mod helm;

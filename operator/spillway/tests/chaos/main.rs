@@ -8,7 +8,8 @@
 //! - `private.rs`: scenario 1, random kills (`SPILLWAY_CHAOS_JOBS`, `SPILLWAY_CHAOS_KILLS`);
 //!   scenario 2, leader failovers (`SPILLWAY_CHAOS_FAILOVERS`); scenario 3, lost nodes
 //!   (`SPILLWAY_CHAOS_NODE_LOSSES`); scenario 4, API-server restarts
-//!   (`SPILLWAY_CHAOS_API_RESTARTS`).
+//!   (`SPILLWAY_CHAOS_API_RESTARTS`) and periods of 429/500 answers
+//!   (`SPILLWAY_CHAOS_API_FAULTS`).
 //! - `cloud.rs`: scenario 1's cloud half, bursts under kills, and scenario 5, EC2 storms
 //!   (`SPILLWAY_CHAOS_CLOUD_JOBS`, `SPILLWAY_CHAOS_STORM_SECONDS`), with the cloud invariants.
 //!
@@ -229,6 +230,7 @@ impl Scenario {
                 "failover-",
                 "nodeloss-",
                 "apirestart-",
+                "apifault-",
                 "cloudkill-",
                 "storm-",
             ],

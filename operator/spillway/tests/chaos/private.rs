@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use spillway_api::GpuJob;
+use spillway_tests::apifaults::ApiFaults;
 
 use crate::{Disruption, Operator, Rng, Scenario, env_or, seed, start, start_with};
 
@@ -316,4 +317,71 @@ async fn api_server_restarts_lose_nothing() {
         d.done
     );
     assert_eq!(done, jobs_n);
+}
+
+/// Scenario 4's second half: periods of 3 to 6 s, 2 to 5 s apart, in which the API server
+/// (through [`ApiFaults`]) answers 50 to 100 % of the operator's requests with 429 (with
+/// `Retry-After`), then 500, in turn.
+struct ApiFaultPeriods {
+    proxy: ApiFaults,
+    periods: usize,
+    done: usize,
+    next: Instant,
+    rng: Rng,
+}
+
+impl Disruption for ApiFaultPeriods {
+    async fn step(&mut self, _world: &mut Scenario) -> bool {
+        if self.done < self.periods && Instant::now() >= self.next {
+            let status = if self.done.is_multiple_of(2) {
+                429
+            } else {
+                500
+            };
+            let percent = 50 + self.rng.below(51);
+            let lasting = Duration::from_millis(3000 + self.rng.below(3000));
+            self.proxy.misbehave(status, percent, lasting);
+            self.done += 1;
+            self.next =
+                Instant::now() + lasting + Duration::from_millis(2000 + self.rng.below(3000));
+        }
+        self.done >= self.periods
+    }
+}
+
+/// Scenario 4, an API server that answers 429 and 500 for a while: the operator reaches the
+/// API server through a proxy that, in seeded periods, answers most of its requests (reads,
+/// writes, watches; open connections are closed as a period starts) with 429 or 500. The
+/// operator must back off and carry on alone; the invariants hold and every job succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_server_answering_429_and_500_loses_nothing() {
+    // One scenario at a time: they share two cores with the control plane.
+    let _turn = spillway_tests::operator::serial().await;
+    let jobs_n = env_or("SPILLWAY_CHAOS_JOBS", 24) as usize;
+    let periods = env_or("SPILLWAY_CHAOS_API_FAULTS", 4) as usize;
+    let seed = seed();
+    println!("api-fault seed {seed}: {jobs_n} jobs, {periods} periods of 429/500");
+    let mut rng = Rng(seed);
+    let mut world = Scenario::new("apifault", jobs_n, &mut rng, false).await;
+    let proxy = ApiFaults::start(world.cluster, seed)
+        .await
+        .expect("API fault proxy");
+    let mut operator = start(&proxy.kubeconfig.display().to_string());
+    let mut d = ApiFaultPeriods {
+        proxy,
+        periods,
+        done: 0,
+        next: Instant::now() + Duration::from_millis(1000 + rng.below(3000)),
+        rng,
+    };
+    let limit = Duration::from_secs(120 + 3 * jobs_n as u64);
+    let (done, _) = world.drive(seed, limit, &mut d).await;
+    operator.kill();
+    let (requests, failed) = d.proxy.counts();
+    println!(
+        "api-fault seed {seed}: {done} jobs succeeded through {} periods; {failed} of the operator's {requests} requests answered 429 or 500",
+        d.done
+    );
+    assert_eq!(done, jobs_n);
+    assert!(failed > 0, "seed {seed}: no request met a fault");
 }
