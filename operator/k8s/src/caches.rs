@@ -269,3 +269,23 @@ fn readable_jobs(
     *cache = next;
     jobs
 }
+
+impl Inputs {
+    /// Objects read from the watch caches, per kind (readable or not).
+    pub fn cached(&self) -> std::collections::BTreeMap<&'static str, usize> {
+        let mut n = std::collections::BTreeMap::from([
+            ("GpuJob", self.jobs.len()),
+            ("GpuQueue", self.queues.len()),
+            ("ComputePool", self.pools.len()),
+            ("Dataset", self.datasets.len()),
+            ("BurstPolicy", self.policies.len()),
+            ("Node", self.nodes.len()),
+            ("Pod", self.pods.len()),
+            ("Namespace", self.namespaces.len()),
+        ]);
+        for u in &self.unreadable {
+            *n.entry(u.kind).or_default() += 1;
+        }
+        n
+    }
+}

@@ -222,6 +222,12 @@ impl Controller {
     fn turn(&mut self, executor: &mut Executor) -> Option<Time> {
         let now = now();
         let mut inputs = self.caches.inputs(&mut self.job_copies);
+        self.metrics.set_cache_objects(inputs.cached());
+        self.metrics.set_runtime_tasks(
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks(),
+        );
         inputs.file_policies = self.file_policies();
         let view = self
             .cloud

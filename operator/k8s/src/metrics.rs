@@ -102,6 +102,8 @@ struct Inner {
     action_retries: BTreeMap<Labels, u64>,
     actions_in_flight: f64,
     invalid_objects: BTreeMap<Labels, f64>,
+    cache_objects: BTreeMap<Labels, f64>,
+    runtime_tasks: f64,
     telemetry_spans: BTreeMap<Labels, u64>,
 }
 
@@ -283,6 +285,21 @@ impl Metrics {
         self.with(|m| m.actions_in_flight = n as f64);
     }
 
+    /// Replaces the count of objects in the watch caches, per kind.
+    pub fn set_cache_objects(&self, counts: BTreeMap<&'static str, usize>) {
+        self.with(|m| {
+            m.cache_objects = counts
+                .into_iter()
+                .map(|(k, n)| (vec![("kind", k.to_string())], n as f64))
+                .collect();
+        });
+    }
+
+    /// The tasks alive in the operator's async runtime.
+    pub fn set_runtime_tasks(&self, n: usize) {
+        self.with(|m| m.runtime_tasks = n as f64);
+    }
+
     /// Replaces the count of invalid objects per kind (every kind listed, 0 included).
     pub fn set_invalid_objects(&self, counts: BTreeMap<&'static str, u64>) {
         self.with(|m| {
@@ -446,6 +463,24 @@ impl Metrics {
                 "GpuQueues, ComputePools, Datasets and BurstPolicies the operator cannot use, by kind.",
                 points(&m.invalid_objects),
             ),
+            Family(
+                "spillway_actions_in_flight",
+                Kind::Gauge,
+                "Actions started and not finished.",
+                vec![(Vec::new(), m.actions_in_flight)],
+            ),
+            Family(
+                "spillway_cache_objects",
+                Kind::Gauge,
+                "Objects in the operator's watch caches, by kind.",
+                points(&m.cache_objects),
+            ),
+            Family(
+                "spillway_runtime_tasks",
+                Kind::Gauge,
+                "Tasks alive in the operator's async runtime.",
+                vec![(Vec::new(), m.runtime_tasks)],
+            ),
         ]
     }
 
@@ -458,12 +493,6 @@ impl Metrics {
                 Kind::Gauge,
                 "1 while this replica is the leader.",
                 vec![(Vec::new(), m.leader)],
-            ));
-            all.push(Family(
-                "spillway_actions_in_flight",
-                Kind::Gauge,
-                "Actions started and not finished.",
-                vec![(Vec::new(), m.actions_in_flight)],
             ));
             let wait: Vec<(Labels, &Histogram)> =
                 m.job_wait.iter().map(|(l, h)| (l.clone(), h)).collect();
