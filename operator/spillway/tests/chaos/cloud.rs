@@ -18,7 +18,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use aws_sdk_ec2::types::{Filter, InstanceStateName};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use spillway_api::{ComputePool, Dataset, GpuQueue};
 use spillway_tests::faults::{Effect, FaultProxy};
@@ -196,8 +197,42 @@ struct CloudChaos {
     kills: usize,
     killed: usize,
     next: Instant,
+    /// Instances to terminate under running jobs (a burst node that vanishes mid-job).
+    losses: usize,
+    lost: usize,
+    next_loss: Instant,
+    give_up: Instant,
     rng: Rng,
     watch: CloudWatch,
+}
+
+impl CloudChaos {
+    /// Terminates (straight in moto, as EC2 would reclaim it) an instance whose node runs a
+    /// pod of the scenario; the harness deletes its Node. Returns whether one was found.
+    async fn lose_instance(&mut self, world: &Scenario) -> bool {
+        let pods: Api<Pod> = Api::namespaced(world.client.clone(), &world.ns);
+        let Ok(list) = pods.list(&ListParams::default()).await else {
+            return false;
+        };
+        let busy: Vec<String> = list
+            .items
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+            .filter(|n| n.starts_with("i-"))
+            .collect();
+        if busy.is_empty() {
+            return false;
+        }
+        let id = busy[self.rng.below(busy.len() as u64) as usize].clone();
+        self.watch
+            .ec2
+            .terminate_instances()
+            .instance_ids(&id)
+            .send()
+            .await
+            .is_ok()
+    }
 }
 
 /// The operator binary with its EC2 calls going to `endpoint` (the fault proxy).
@@ -223,8 +258,16 @@ impl Disruption for CloudChaos {
             self.operator = start_cloud(world, &self.args, &self.endpoint);
             self.next = Instant::now() + Duration::from_millis(1000 + self.rng.below(4000));
         }
+        if self.lost < self.losses
+            && Instant::now() >= self.next_loss
+            && self.lose_instance(world).await
+        {
+            self.lost += 1;
+            self.next_loss = Instant::now() + Duration::from_millis(2000 + self.rng.below(4000));
+        }
         self.watch.look().await;
-        self.killed >= self.kills
+        // Instances can only be lost while cloud pods run: the jobs may all finish first.
+        self.killed >= self.kills && (self.lost >= self.losses || Instant::now() >= self.give_up)
     }
 }
 
@@ -443,9 +486,11 @@ async fn cloud_bursts_survive_kills_without_a_second_launch() {
     let jobs = env_or("SPILLWAY_CHAOS_CLOUD_JOBS", 16) as usize;
     let kills = env_or("SPILLWAY_CHAOS_KILLS", 6) as usize;
     let seed = seed();
-    println!("cloud-kill seed {seed}: {jobs} jobs, {kills} kills");
+    let losses = env_or("SPILLWAY_CHAOS_INSTANCE_LOSSES", 2) as usize;
+    println!("cloud-kill seed {seed}: {jobs} jobs, {kills} kills, {losses} instances lost");
     let mut rng = Rng(seed);
-    let (world, args, ec2) = cloud_world("cloudkill", jobs, &mut rng, false).await;
+    // Restartable: a job whose instance vanishes is requeued, not failed.
+    let (world, args, ec2) = cloud_world("cloudkill", jobs, &mut rng, true).await;
     let proxy = FaultProxy::start_seeded(&MotoServer::shared().await.endpoint, seed)
         .await
         .expect("proxy");
@@ -456,14 +501,22 @@ async fn cloud_bursts_survive_kills_without_a_second_launch() {
         endpoint: proxy.endpoint.clone(),
         kills,
         killed: 0,
+        losses,
+        lost: 0,
+        next_loss: Instant::now() + Duration::from_millis(3000 + rng.below(4000)),
+        give_up: Instant::now() + Duration::from_secs(60),
         next: Instant::now() + Duration::from_millis(1000 + rng.below(4000)),
         rng,
         watch,
     };
     let (chaos, instances, usd) = run(world, chaos, seed, jobs).await;
     println!(
-        "cloud-kill seed {seed}: {jobs} jobs succeeded through {} kills; {instances} instances, none twice for a need; {usd:.4} USD recorded = lifetimes x price; peak {:.2} USD/h of {BUDGET}",
-        chaos.killed, chaos.watch.peak_hourly
+        "cloud-kill seed {seed}: {jobs} jobs succeeded through {} kills and {} instances lost under running jobs; {instances} instances, none twice for a need; {usd:.4} USD recorded = lifetimes x price; peak {:.2} USD/h of {BUDGET}",
+        chaos.killed, chaos.lost, chaos.watch.peak_hourly
+    );
+    assert!(
+        losses == 0 || chaos.lost > 0,
+        "seed {seed}: no instance was lost under a running job"
     );
 }
 
@@ -523,6 +576,10 @@ async fn ec2_storms_place_every_job_within_budget_without_a_second_launch() {
         endpoint: proxy.endpoint.clone(),
         kills: 0,
         killed: 0,
+        losses: 0,
+        lost: 0,
+        next_loss: Instant::now(),
+        give_up: Instant::now(),
         next: Instant::now(),
         rng,
         watch,

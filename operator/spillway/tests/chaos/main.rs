@@ -10,6 +10,8 @@
 //!   (`SPILLWAY_CHAOS_NODE_LOSSES`); scenario 4, API-server restarts
 //!   (`SPILLWAY_CHAOS_API_RESTARTS`) and periods of 429/500 answers
 //!   (`SPILLWAY_CHAOS_API_FAULTS`).
+//! - `soak.rs`: jobs arriving and finishing, nodes leaving and joining, for a while; memory,
+//!   tasks, caches and cycle times sampled (`SPILLWAY_SOAK_JOBS`, `SPILLWAY_SOAK_SECONDS`).
 //! - `cloud.rs`: scenario 1's cloud half, bursts under kills, and scenario 5, EC2 storms
 //!   (`SPILLWAY_CHAOS_CLOUD_JOBS`, `SPILLWAY_CHAOS_STORM_SECONDS`), with the cloud invariants.
 //!
@@ -31,6 +33,7 @@ use spillway_tests::kubelet::{FakeKubelet, FakeNode, RUN_SECONDS};
 
 mod cloud;
 mod private;
+mod soak;
 
 const NODES: usize = 2;
 const GPUS_PER_NODE: u32 = 8;
@@ -82,15 +85,13 @@ fn start_with(kubeconfig: &str, extra: &[&str]) -> Operator {
 fn start_env(kubeconfig: &str, extra: &[&str], env: &[(&str, &str)]) -> Operator {
     Operator(
         Command::new(env!("CARGO_BIN_EXE_spillway"))
-            .args([
-                "operator",
-                "--kubeconfig",
-                kubeconfig,
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--identity-addr",
-                "127.0.0.1:0",
-            ])
+            .args(["operator", "--kubeconfig", kubeconfig])
+            .args(
+                ["--metrics-addr", "--identity-addr"]
+                    .into_iter()
+                    .filter(|flag| !extra.contains(flag))
+                    .flat_map(|flag| [flag, "127.0.0.1:0"]),
+            )
             .args(extra)
             .envs(env.iter().copied())
             .env("RUST_LOG", "warn")

@@ -60,16 +60,21 @@ async fn random_kills_lose_nothing_and_never_place_twice() {
     assert_eq!(done, jobs_n);
 }
 
-/// Scenario 2: the replica holding the Lease SIGKILLed, 2 to 5 s after the previous failover
-/// completed, and a new replica started, so two always run; each failover timed.
+/// Scenario 2: the replica holding the Lease stopped, 2 to 5 s after the previous failover
+/// completed, and a new replica started, so two always run; each failover timed. Stops take
+/// turns: SIGKILL (the Lease must expire), then SIGTERM (a clean stop releases it).
 struct LeaderKills {
     replicas: Vec<Operator>,
+    /// Replicas stopped cleanly, until they have exited.
+    stopping: Vec<Operator>,
     args: Vec<String>,
     lease: String,
     kills: usize,
-    /// The killed holder and when, while its failover is under way.
-    failing: Option<(String, Instant)>,
+    /// The stopped holder, when, and whether cleanly, while its failover is under way.
+    failing: Option<(String, Instant, bool)>,
+    /// Failover times after SIGKILL, and after SIGTERM.
     failovers: Vec<Duration>,
+    clean: Vec<Duration>,
     next: Instant,
     rng: Rng,
 }
@@ -92,15 +97,22 @@ impl Disruption for LeaderKills {
             .flatten()
             .and_then(|l| l.spec?.holder_identity)
             .filter(|h| !h.is_empty());
-        if let Some((old, at)) = &self.failing
+        self.stopping
+            .retain_mut(|r| r.0.try_wait().ok().flatten().is_none());
+        if let Some((old, at, clean)) = &self.failing
             && holder.as_ref().is_some_and(|h| h != old)
         {
-            self.failovers.push(at.elapsed());
+            if *clean {
+                self.clean.push(at.elapsed());
+            } else {
+                self.failovers.push(at.elapsed());
+            }
             self.failing = None;
             self.next = Instant::now() + Duration::from_millis(2000 + self.rng.below(3000));
         }
+        let done = self.failovers.len() + self.clean.len();
         if self.failing.is_none()
-            && self.failovers.len() < self.kills
+            && done < self.kills
             && Instant::now() >= self.next
             && let Some(h) = &holder
         {
@@ -111,22 +123,31 @@ impl Disruption for LeaderKills {
                 .and_then(|p| p.parse().ok())
                 .unwrap_or(0);
             if let Some(k) = self.replicas.iter().position(|r| r.0.id() == pid) {
-                self.replicas[k].kill();
-                self.replicas.remove(k);
+                let clean = !done.is_multiple_of(2);
+                let mut old = self.replicas.remove(k);
+                if clean {
+                    let _ = std::process::Command::new("kill")
+                        .args(["-TERM", &pid.to_string()])
+                        .status();
+                    self.stopping.push(old);
+                } else {
+                    old.kill();
+                }
                 let fresh = self.start(world);
                 self.replicas.push(fresh);
-                self.failing = Some((h.clone(), Instant::now()));
+                self.failing = Some((h.clone(), Instant::now(), clean));
             }
         }
-        self.failovers.len() >= self.kills
+        self.failovers.len() + self.clean.len() >= self.kills
     }
 }
 
 /// Scenario 2, failovers: two replicas elect a leader through a Lease (4 s, renewed every
-/// second); the leader is SIGKILLed again and again. The same invariants hold, every job
-/// succeeds, and each failover (from the kill until the other replica holds the Lease) is
-/// timed: a SIGKILLed leader cannot hand over, so a failover takes the rest of its Lease plus a
-/// retry.
+/// second); the leader is stopped again and again, SIGKILL and SIGTERM in turn. The same
+/// invariants hold, every job succeeds, and each failover (from the stop until the other
+/// replica holds the Lease) is timed: a SIGKILLed leader cannot hand over, so its failover
+/// takes the rest of its Lease plus a retry; a leader stopped cleanly releases the Lease, and
+/// the other replica takes it at its next retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_kills_fail_over_and_lose_nothing() {
     // One scenario at a time: they share two cores with the control plane.
@@ -161,6 +182,8 @@ async fn leader_kills_fail_over_and_lose_nothing() {
         kills,
         failing: None,
         failovers: Vec::new(),
+        clean: Vec::new(),
+        stopping: Vec::new(),
         next: Instant::now() + Duration::from_millis(3000 + rng.below(3000)),
         rng,
     };
@@ -171,19 +194,27 @@ async fn leader_kills_fail_over_and_lose_nothing() {
     let limit = Duration::from_secs(90 + 3 * jobs_n as u64);
     let (done, _) = world.drive(seed, limit, &mut d).await;
     d.replicas.clear();
-    let worst = d.failovers.iter().max().copied().unwrap_or_default();
-    let mean = d.failovers.iter().sum::<Duration>() / d.failovers.len().max(1) as u32;
+    d.stopping.clear();
+    let spread = |v: &[Duration]| {
+        let worst = v.iter().max().copied().unwrap_or_default();
+        let mean = v.iter().sum::<Duration>() / v.len().max(1) as u32;
+        format!(
+            "{} failovers, mean {:.1} s, worst {:.1} s",
+            v.len(),
+            mean.as_secs_f64(),
+            worst.as_secs_f64()
+        )
+    };
     println!(
-        "failover seed {seed}: {done} jobs succeeded through {} leader kills; failover mean {:.1} s, worst {:.1} s",
-        d.failovers.len(),
-        mean.as_secs_f64(),
-        worst.as_secs_f64()
+        "failover seed {seed}: {done} jobs succeeded; after SIGKILL: {}; after SIGTERM: {}",
+        spread(&d.failovers),
+        spread(&d.clean)
     );
     assert_eq!(done, jobs_n);
     // Failover times are reported, not asserted (they are wall-clock figures; docs/reliability.md
-    // has the long form's). That each kill was followed by a failover is asserted: the run
+    // has the long form's). That each stop was followed by a failover is asserted: the run
     // ends only after `kills` of them.
-    assert_eq!(d.failovers.len(), kills);
+    assert_eq!(d.failovers.len() + d.clean.len(), kills);
 }
 
 /// Scenario 3: a node holding a running pod of the scenario (else any live node) is lost, 1.5
