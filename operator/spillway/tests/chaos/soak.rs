@@ -97,6 +97,28 @@ async fn sample(
     }
 }
 
+/// Keeps a sample and prints its row at once (a long run shows its curve as it goes).
+fn push(samples: &mut Vec<Sample>, s: Sample) {
+    let mean = samples
+        .last()
+        .map(|p| (s.cycle_seconds - p.cycle_seconds) / (s.cycles - p.cycles).max(1.0) * 1e3)
+        .unwrap_or(f64::NAN);
+    println!(
+        "| {:.0} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {mean:.2} |",
+        s.at.as_secs_f64(),
+        s.submitted,
+        s.succeeded,
+        s.rss_mib,
+        s.threads,
+        s.fds,
+        s.tasks,
+        s.cached_jobs,
+        s.cached_pods,
+        s.cycles
+    );
+    samples.push(s);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soak_keeps_memory_caches_and_cycles_flat() {
     // One scenario at a time: they share two cores with the control plane.
@@ -128,7 +150,12 @@ async fn soak_keeps_memory_caches_and_cycles_flat() {
     let started = Instant::now();
     let length = Duration::from_secs(seconds);
     let (mut submitted, mut succeeded, mut requeues) = (0usize, 0usize, 0i64);
-    let mut samples = vec![sample(&operator, &addr, started, 0, 0).await];
+    println!(
+        "| s | submitted | succeeded | RSS MiB | threads | fds | tasks | cached GpuJobs | cached Pods | cycles | mean cycle ms (since last) |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    let mut samples = Vec::new();
+    push(&mut samples, sample(&operator, &addr, started, 0, 0).await);
     let (mut next_sample, mut next_look) = (started + every, started);
     let mut next_loss = started + Duration::from_secs(10 + rng.below(10));
     let deadline = started + length + Duration::from_secs(120 + jobs_n as u64 / 10);
@@ -201,7 +228,8 @@ async fn soak_keeps_memory_caches_and_cycles_flat() {
         }
         if now >= next_sample {
             next_sample += every;
-            samples.push(sample(&operator, &addr, started, submitted, succeeded).await);
+            let s = sample(&operator, &addr, started, submitted, succeeded).await;
+            push(&mut samples, s);
         }
         if submitted == jobs_n && succeeded == jobs_n {
             break;
@@ -239,34 +267,10 @@ async fn soak_keeps_memory_caches_and_cycles_flat() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    samples.push(last);
+    push(&mut samples, last);
     println!(
-        "soak seed {seed}: {succeeded} jobs succeeded ({requeues} requeues after lost nodes, {} nodes lost); samples:",
+        "soak seed {seed}: {succeeded} jobs succeeded ({requeues} requeues after lost nodes, {} nodes lost)",
         world.gone.len()
     );
-    println!(
-        "| s | submitted | succeeded | RSS MiB | threads | fds | tasks | cached GpuJobs | cached Pods | cycles | mean cycle ms (since last) |"
-    );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
-    let mut prev: Option<&Sample> = None;
-    for s in &samples {
-        let mean = prev
-            .map(|p| (s.cycle_seconds - p.cycle_seconds) / (s.cycles - p.cycles).max(1.0) * 1e3)
-            .unwrap_or(f64::NAN);
-        println!(
-            "| {:.0} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {mean:.2} |",
-            s.at.as_secs_f64(),
-            s.submitted,
-            s.succeeded,
-            s.rss_mib,
-            s.threads,
-            s.fds,
-            s.tasks,
-            s.cached_jobs,
-            s.cached_pods,
-            s.cycles
-        );
-        prev = Some(s);
-    }
     assert_eq!(succeeded, jobs_n);
 }
