@@ -169,8 +169,12 @@ struct Facts {
 struct State {
     /// Live instances by id, with their region.
     instances: HashMap<String, (String, CloudInstance)>,
-    /// Regions listed successfully at least once, and when last.
+    /// Regions listed successfully at least once, and when the last listing was asked for.
     refreshed: HashMap<String, Time>,
+    /// Instances our own launches returned, and when: a listing asked for while they were
+    /// being launched (or just after: EC2's describe calls are eventually consistent) may not
+    /// show them yet, and must not make them vanish.
+    launched: HashMap<String, Time>,
     /// Needs being launched, so a need is never launched twice at once and what a launch
     /// under way will cost counts against budgets and pool limits before EC2 answers.
     launching: HashMap<String, core::Launch>,
@@ -180,6 +184,9 @@ struct State {
     spot: SpotHistory,
     health: HashMap<String, LaunchHealth>,
 }
+
+/// How long an instance a launch returned is kept in the view while listings do not show it.
+const LISTING_LAG: core::Duration = core::Duration::from_secs(60);
 
 /// How long a launch error counts towards a pool's `LaunchHealthy` condition.
 pub const LAUNCH_ERROR_MEMORY: core::Duration = core::Duration::from_secs(900);
@@ -219,6 +226,8 @@ pub struct CloudView {
     pub cooldowns: HashMap<OfferingKey, Time>,
     /// Every region of a cloud pool has been listed at least once.
     pub complete: bool,
+    /// When the last listing of each region was asked for.
+    pub listed_at: HashMap<String, Time>,
     /// Instances being terminated: their nodes take no new work.
     pub terminating: HashSet<String>,
     /// Instance-type facts and spot prices per region.
@@ -295,6 +304,13 @@ impl Cloud {
                     let mut st = self.state();
                     let listed: HashMap<&str, &CloudInstance> =
                         list.iter().map(|i| (i.id.as_str(), i)).collect();
+                    let unlisted_launch = |id: &str, st: &State| {
+                        !listed.contains_key(id)
+                            && st
+                                .launched
+                                .get(id)
+                                .is_some_and(|t| now.since(*t) < LISTING_LAG)
+                    };
                     let lost: Vec<CloudInstance> = st
                         .instances
                         .values()
@@ -303,6 +319,7 @@ impl Cloud {
                                 && i.capacity_type == CapacityType::Spot
                                 && !i.state.is_gone()
                                 && !st.terminating.contains(&i.id)
+                                && !unlisted_launch(&i.id, &st)
                                 && listed.get(i.id.as_str()).is_none_or(|n| n.state.is_gone())
                         })
                         .map(|(_, i)| i.clone())
@@ -313,7 +330,17 @@ impl Cloud {
                     }
                     st.spot.forget(now);
                     interrupted.extend(lost);
+                    let kept: Vec<(String, (String, CloudInstance))> = st
+                        .instances
+                        .iter()
+                        .filter(|(id, (r, _))| *r == region && unlisted_launch(id, &st))
+                        .map(|(id, v)| (id.clone(), v.clone()))
+                        .collect();
+                    st.launched.retain(|id, t| {
+                        now.since(*t) < LISTING_LAG && !listed.contains_key(id.as_str())
+                    });
                     st.instances.retain(|_, (r, _)| *r != region);
+                    st.instances.extend(kept);
                     for i in list {
                         st.instances.insert(i.id.clone(), (region.clone(), i));
                     }
@@ -388,6 +415,7 @@ impl Cloud {
             launching: st.launching.clone(),
             cooldowns: st.cooldowns.clone(),
             complete: regions.iter().all(|r| st.refreshed.contains_key(r)),
+            listed_at: st.refreshed.clone(),
             terminating: st.terminating.clone(),
             facts: st
                 .facts
@@ -524,6 +552,7 @@ impl Cloud {
                     for i in instances {
                         st.instances
                             .insert(i.id.clone(), (aws.region.clone(), i.clone()));
+                        st.launched.insert(i.id.clone(), now);
                     }
                 }
                 // Any failure cools the offering down, so a refused request (bad AMI, missing

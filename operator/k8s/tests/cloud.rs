@@ -332,3 +332,42 @@ async fn a_failed_spot_price_read_keeps_the_other_facts_and_is_not_retried_every
         "the instance-type facts still apply"
     );
 }
+
+/// A listing that does not show an instance our own launch just returned (asked for while it
+/// was being launched, or EC2's describe lagging) keeps it in the view: it still counts against
+/// the budget and is not taken for an interrupted spot instance. Found by the chaos suite's
+/// EC2 storm, where listings answered 10 s late.
+#[tokio::test]
+async fn a_listing_that_misses_a_fresh_launch_does_not_make_it_vanish() {
+    let fake = Arc::new(Fake::default());
+    let c = cloud(fake.clone());
+    let pools = vec![pool("on-demand")];
+    c.refresh(&pools).await;
+    let got = c
+        .launch(&pools[0], &launch("ns/j#0"), None, &Notify::new())
+        .await
+        .unwrap();
+    assert_eq!(got[0].id, "i-new");
+    // The provider's listing does not show it yet.
+    assert!(c.refresh(&pools).await.is_empty(), "nothing interrupted");
+    let regions = ["us-east-1".to_string()].into_iter().collect();
+    let view = c.view(&regions);
+    assert_eq!(
+        view.instances
+            .iter()
+            .map(|i| i.id.as_str())
+            .collect::<Vec<_>>(),
+        vec!["i-new"]
+    );
+    assert!(view.listed_at.contains_key("us-east-1"));
+    // Once a listing shows it, it is an instance like any other; once one shows it gone, it
+    // is gone.
+    fake.existing
+        .lock()
+        .unwrap()
+        .push(instance("i-new", "ns/j#0"));
+    c.refresh(&pools).await;
+    fake.existing.lock().unwrap()[0].state = InstanceState::Terminated;
+    c.refresh(&pools).await;
+    assert!(c.view(&regions).instances.is_empty());
+}

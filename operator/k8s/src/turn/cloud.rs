@@ -340,26 +340,32 @@ impl State {
             }
         }
         let live: HashSet<&str> = view.instances.iter().map(|i| i.id.as_str()).collect();
-        let cloud_pools: HashSet<String> = inputs
+        // Cloud pool -> its region.
+        let cloud_pools: HashMap<String, &str> = inputs
             .pools
             .iter()
-            .filter(|p| p.spec.aws.is_some())
-            .map(|p| p.name_any())
+            .filter_map(|p| Some((p.name_any(), p.spec.aws.as_ref()?.region.as_str())))
             .collect();
         for n in &inputs.nodes {
-            let in_cloud_pool = built
+            let Some(region) = built
                 .node_pool
                 .get(&n.name_any())
-                .is_some_and(|p| cloud_pools.contains(p));
+                .and_then(|p| cloud_pools.get(p))
+            else {
+                continue;
+            };
             let Some(id) = world::node_instance_id(n) else {
                 continue;
             };
-            let young = n.metadata.creation_timestamp.as_ref().is_some_and(|t| {
-                now.since(Time::from_millis(t.0.as_millisecond()))
-                    .as_secs_f64()
-                    < 2.0 * cfg.poll.as_secs_f64()
+            // A machine's instance exists before its Node: a listing asked for after the
+            // Node was created must show the instance, unless it is gone. A slow or throttled
+            // listing (asked for before the Node joined) says nothing about it yet.
+            let listed_since_join = n.metadata.creation_timestamp.as_ref().is_some_and(|t| {
+                view.listed_at.get(*region).is_some_and(|at| {
+                    *at > Time::from_millis(t.0.as_millisecond()) + core::Duration::from_secs(1)
+                })
             });
-            if in_cloud_pool && !live.contains(id.as_str()) && !young {
+            if listed_since_join && !live.contains(id.as_str()) {
                 metrics.garbage("node");
                 self.retire(None, Some(n.name_any()), "its instance is gone");
             }

@@ -421,3 +421,34 @@ fn nothing_is_accrued_before_every_region_was_listed() {
     let q = status_of(&t, StatusKind::GpuQueue, "q").expect("queue status");
     assert_eq!(q["spend"]["thisMonthUSD"], billed_to_noon());
 }
+
+/// Found by the chaos suite's EC2 storm: a listing slowed down by throttling, asked for before a
+/// machine's Node joined, does not show its instance; the Node was deleted as "its instance is
+/// gone" and the non-restartable job on it failed. A Node is judged only by a listing asked for
+/// after it joined.
+#[test]
+fn a_node_is_judged_gone_only_by_a_listing_asked_for_after_it_joined() {
+    let deleted = |t: &crate::turn::Turn| -> Vec<String> {
+        t.actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::DeleteNode { node, .. } => Some(node.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut i = bursting("0s", None);
+    // Joined at 11:00; its instance i-0new is in no listing.
+    i.nodes.push(cloud_node("ip-10-0-0-1", "aws", 1, "i-0new"));
+    let mut c = cloud();
+    c.view
+        .listed_at
+        .insert("us-east-1".into(), at("2026-03-10T10:59:50Z"));
+    let t = Loop::new().turn(&i, Some(&c), noon());
+    assert!(deleted(&t).is_empty(), "{:?}", kinds(&t));
+    c.view
+        .listed_at
+        .insert("us-east-1".into(), at("2026-03-10T11:00:30Z"));
+    let t = Loop::new().turn(&i, Some(&c), noon());
+    assert_eq!(deleted(&t), vec!["ip-10-0-0-1"], "{:?}", kinds(&t));
+}
