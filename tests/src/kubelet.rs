@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -159,6 +159,55 @@ impl FakeKubelet {
             )
             .await?;
         Ok(())
+    }
+
+    /// The node's kubelet stops posting (its machine hangs or is cut off): it is no longer
+    /// heartbeaten and its pods are left as they are, and the harness does what the node
+    /// lifecycle controller (which does not run here) would after its grace period: `Ready`
+    /// becomes `Unknown` and the node is tainted `node.kubernetes.io/unreachable` (NoSchedule
+    /// and NoExecute).
+    pub async fn lose_contact(&self, name: &str) -> anyhow::Result<()> {
+        self.nodes.lock().expect("node set poisoned").remove(name);
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let now = now_rfc3339();
+        nodes
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"conditions": [{
+                    "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+                    "message": "Kubelet stopped posting node status.",
+                    "lastHeartbeatTime": now, "lastTransitionTime": now,
+                }]}})),
+            )
+            .await?;
+        let taint = |effect: &str| json!({"key": "node.kubernetes.io/unreachable", "effect": effect, "timeAdded": now});
+        nodes
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"spec": {"taints": [taint("NoSchedule"), taint("NoExecute")]}}),
+                ),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes the pods bound to `node`, as the taint manager does to pods of an unreachable
+    /// node once their `tolerationSeconds` (300 by default) have passed.
+    pub async fn evict_pods_of(&self, node: &str) -> anyhow::Result<usize> {
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        let on = pods
+            .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+            .await?;
+        for p in &on.items {
+            let ns = p.metadata.namespace.clone().unwrap_or_default();
+            let _ = Api::<Pod>::namespaced(self.client.clone(), &ns)
+                .delete(&p.name_any(), &DeleteParams::default())
+                .await;
+        }
+        Ok(on.items.len())
     }
 
     /// Deletes a node (as if its machine went away).

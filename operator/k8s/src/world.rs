@@ -426,6 +426,15 @@ fn lifecycle(
         };
     }
     if pods.is_empty() {
+        // Started (and not requeued since: a requeue leaves the phase), yet no pod left: lost
+        // with their node, or deleted.
+        if status.and_then(|s| s.phase) == Some(JobPhase::Running) {
+            return Lifecycle::Broken {
+                message: format!(
+                    "None of its {replicas} replica pod(s) is left (lost with their node, or deleted)."
+                ),
+            };
+        }
         return Lifecycle::Pending;
     }
     let mut seen = vec![false; replicas as usize];
@@ -566,6 +575,18 @@ pub fn build(
         .iter()
         .filter_map(|n| n.metadata.name.as_deref())
         .collect();
+    // A pod being deleted on a node that is gone or not Ready will never be confirmed stopped
+    // (no kubelet answers for it): it is dead with its node, not stopping.
+    let ready: std::collections::HashSet<&str> = inputs
+        .nodes
+        .iter()
+        .filter(|n| node_ready(n))
+        .filter_map(|n| n.metadata.name.as_deref())
+        .collect();
+    let dead_node = |p: &Pod| {
+        let node = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        node.is_some_and(|n| !ready.contains(n))
+    };
     for job in &inputs.jobs {
         let ns = job.namespace().unwrap_or_default();
         let name = job.name_any();
@@ -591,7 +612,7 @@ pub fn build(
                 continue;
             }
             if pod.metadata.deletion_timestamp.is_some() {
-                stopping |= pod_active(&pod);
+                stopping |= pod_active(&pod) && !dead_node(&pod);
                 continue;
             }
             if pod_attempt(&pod) == Some(attempt) {

@@ -222,3 +222,49 @@ async fn restart_in_the_middle_of_a_workload_loses_nothing() {
     assert!(per_job.values().all(|n| *n == 1), "{per_job:?}");
     op.stop().await.expect("clean stop");
 }
+
+/// A private node whose kubelet stops posting (Ready=Unknown, tainted unreachable, as the node
+/// lifecycle controller marks it): it takes no new work; once its pods are evicted (as the
+/// taint manager does after their tolerationSeconds), the restartable job is requeued and
+/// runs elsewhere, the other is Failed (`ReplicaLost`), as docs/operator.md says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_stops_posting_takes_no_work_and_its_jobs_requeue_or_fail() {
+    let _turn = serial().await;
+    let w = World::new("op-notready").await;
+    let a = w.nodes(1, 2, None).await.remove(0);
+    let op = RunningOperator::start(w.client.clone(), None)
+        .await
+        .expect("operator");
+    w.submit("keeps", json!({"restartable": true}), None).await;
+    w.submit("fragile", json!({}), None).await;
+    w.wait_phase("keeps", JobPhase::Running).await;
+    w.wait_phase("fragile", JobPhase::Running).await;
+    let b = w.nodes(1, 2, None).await.remove(0);
+    w.kubelet
+        .lose_contact(&a)
+        .await
+        .expect("node a unreachable");
+    // New work goes to b only.
+    w.submit("fresh", json!({}), None).await;
+    let fresh = w.wait_phase("fresh", JobPhase::Running).await;
+    assert_eq!(fresh.status.unwrap_or_default().nodes, vec![b.clone()]);
+    let evicted = w.kubelet.evict_pods_of(&a).await.expect("evict");
+    assert_eq!(evicted, 2, "both jobs ran on the unreachable node");
+    let failed = w.wait_phase("fragile", JobPhase::Failed).await;
+    let (status, reason, _) =
+        condition(&failed, "Failed").unwrap_or_else(|| panic!("no Failed condition: {failed:?}"));
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "ReplicaLost"));
+    eventually(WAIT, "keeps to run again on b", || async {
+        let st = w.job("keeps").await.status.unwrap_or_default();
+        if st.restarts == Some(1)
+            && st.phase == Some(JobPhase::Running)
+            && st.nodes == vec![b.clone()]
+        {
+            Ok(())
+        } else {
+            Err(format!("{st:?}"))
+        }
+    })
+    .await;
+    op.stop().await.expect("clean stop");
+}

@@ -127,6 +127,38 @@ fn a_lost_replica_fails_a_gang_that_cannot_restart() {
     assert!(events(&t).contains(&("once".into(), "ReplicaLost".into(), true)));
 }
 
+/// Found with a node that stopped posting: a one-replica job whose only pod was evicted was
+/// taken for a job never started and placed again under the same attempt, whose pod name the
+/// evicted pod (stuck terminating on the unreachable node) still held; and that pod, never to
+/// be confirmed stopped, held the job back. A started job with no pod left has lost it.
+#[test]
+fn a_started_job_whose_only_pod_is_gone_or_stuck_on_a_dead_node_has_lost_it() {
+    let running = json!({"phase": "Running", "conditions": [
+        {"type": "Running", "status": "True", "reason": "AllReplicasRunning", "message": "",
+         "lastTransitionTime": "2026-03-10T11:00:00Z"}]});
+    let mut i = cluster();
+    let mut unreachable = (*node("a", "onprem", 8)).clone();
+    unreachable.status.as_mut().expect("status").conditions = Some(vec![
+        serde_json::from_value(json!({"type": "Ready", "status": "Unknown"})).expect("condition"),
+    ]);
+    i.nodes = vec![std::sync::Arc::new(unreachable), node("b", "onprem", 8)];
+    let once = job("once").gpus(8).status(running.clone()).build();
+    let again = job("again").gpus(8).restartable().status(running).build();
+    // once's pod is gone; again's is being deleted on the unreachable node.
+    let mut stuck = (*pod(&again, 0, 0, "a", "Running")).clone();
+    stuck.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        "2026-03-10T11:58:00Z".parse().expect("time"),
+    ));
+    i.pods = vec![std::sync::Arc::new(stuck)];
+    i.jobs = vec![once, again];
+    let t = Loop::new().turn(&i, None, noon());
+    let st = status_of(&t, StatusKind::GpuJob, "once").expect("once");
+    assert_eq!(st["phase"], "Failed", "{st}");
+    assert_eq!(condition(&st, "Failed").expect("Failed").1, "ReplicaLost");
+    let st = status_of(&t, StatusKind::GpuJob, "again").expect("again");
+    assert_eq!(st["restarts"], 1, "{st}");
+}
+
 #[test]
 fn a_finished_job_is_marked_succeeded_once_and_decided_no_more() {
     let mut i = cluster();
