@@ -9,10 +9,11 @@
 # API_FAULTS periods). Prints
 # the seed and the outcome, with the failover times; docs/reliability.md carries the last
 # figures. Then the cloud side (moto behind the fault proxy): CLOUD_JOBS gangs bursting while
-# the operator is SIGKILLed KILLS times, and CLOUD_JOBS gangs bursting through STORM_SECONDS
+# the operator is SIGKILLed KILLS times and INSTANCE_LOSSES instances under running jobs are
+# terminated, and CLOUD_JOBS gangs bursting through STORM_SECONDS
 # of EC2 storm (throttling, capacity errors, slow and lost responses).
 #   scripts/chaos.sh [JOBS] [KILLS] [SEED] [FAILOVERS] [NODE_LOSSES] [API_RESTARTS] [CLOUD_JOBS]
-#                    [STORM_SECONDS] [API_FAULTS]
+#                    [STORM_SECONDS] [API_FAULTS] [INSTANCE_LOSSES]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export SPILLWAY_CHAOS_JOBS="${1:-200}"
@@ -24,6 +25,7 @@ export SPILLWAY_CHAOS_API_RESTARTS="${6:-8}"
 export SPILLWAY_CHAOS_CLOUD_JOBS="${7:-100}"
 export SPILLWAY_CHAOS_STORM_SECONDS="${8:-600}"
 export SPILLWAY_CHAOS_API_FAULTS="${9:-12}"
+export SPILLWAY_CHAOS_INSTANCE_LOSSES="${10:-8}"
 scripts/test.sh -p spillway --test chaos random_kills -- --nocapture
 scripts/test.sh -p spillway --test chaos leader_kills -- --nocapture
 scripts/test.sh -p spillway --test chaos lost_nodes -- --nocapture
