@@ -637,12 +637,13 @@ pub fn build(
                 lifecycle(job, replicas, &pods, assumed.get(&id), &pool_of, now)
             };
         // A replica whose node is gone (machine lost, spot instance reclaimed) is lost, even
-        // before the pod garbage collector removes its pod.
+        // before the pod garbage collector removes its pod; so is one placed on a node that
+        // went away before the pod was bound (it can never be scheduled).
         if let Lifecycle::Running { .. } = lifecycle
             && let Some(gone) = pods
                 .iter()
                 .filter(|p| pod_active(p))
-                .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+                .filter_map(|p| pod_node(p))
                 .find(|n| !node_names.contains(n.as_str()))
         {
             lifecycle = Lifecycle::Broken {

@@ -159,6 +159,30 @@ fn a_started_job_whose_only_pod_is_gone_or_stuck_on_a_dead_node_has_lost_it() {
     assert_eq!(st["restarts"], 1, "{st}");
 }
 
+/// Found by the soak: a pod placed on a node that left before the scheduler bound it stays
+/// Pending for ever, unbound; its job must count it lost, not run on.
+#[test]
+fn a_pod_placed_on_a_node_that_left_before_binding_is_lost() {
+    let mut i = cluster();
+    i.nodes = vec![node("b", "onprem", 8)];
+    let j = job("late")
+        .gpus(8)
+        .restartable()
+        .status(json!({"phase": "Running"}))
+        .build();
+    let mut p = (*pod(&j, 0, 0, "a", "Pending")).clone();
+    p.spec.as_mut().expect("spec").node_name = None;
+    p.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(crate::labels::NODE_ANNOTATION.into(), "a".into());
+    i.pods = vec![std::sync::Arc::new(p)];
+    i.jobs = vec![j];
+    let t = Loop::new().turn(&i, None, noon());
+    let st = status_of(&t, StatusKind::GpuJob, "late").expect("late");
+    assert_eq!(st["restarts"], 1, "{st}");
+}
+
 #[test]
 fn a_finished_job_is_marked_succeeded_once_and_decided_no_more() {
     let mut i = cluster();
