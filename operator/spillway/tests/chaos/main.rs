@@ -313,6 +313,12 @@ impl Scenario {
         }
     }
 
+    /// The nodes registered and not lost.
+    fn live_nodes(&self) -> Vec<String> {
+        let live = self.nodes.iter().filter(|n| !self.gone.contains(*n));
+        live.cloned().collect()
+    }
+
     /// The machine of `node` goes away (its Node is deleted; its pods are left as they were)
     /// and a fresh node of the same size joins in its place.
     async fn lose_node(&mut self, node: &str) {

@@ -237,12 +237,7 @@ impl Disruption for NodeLosses {
                 .filter_map(|p| p.spec.as_ref()?.node_name.clone())
                 .filter(|n| !world.gone.contains(n))
                 .collect();
-            let live: Vec<String> = world
-                .nodes
-                .iter()
-                .filter(|n| !world.gone.contains(*n))
-                .cloned()
-                .collect();
+            let live: Vec<String> = world.live_nodes();
             let pick = if busy.is_empty() { &live } else { &busy };
             let node = pick[self.rng.below(pick.len() as u64) as usize].clone();
             world.lose_node(&node).await;

@@ -216,12 +216,7 @@ async fn soak_keeps_memory_caches_and_cycles_flat() {
         }
         // Nodes leave (their machine gone) and fresh ones join, while jobs arrive.
         if now >= next_loss && now < started + length {
-            let live: Vec<String> = world
-                .nodes
-                .iter()
-                .filter(|n| !world.gone.contains(*n))
-                .cloned()
-                .collect();
+            let live: Vec<String> = world.live_nodes();
             let node = live[rng.below(live.len() as u64) as usize].clone();
             world.lose_node(&node).await;
             next_loss = now + Duration::from_secs(10 + rng.below(10));
