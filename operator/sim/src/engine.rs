@@ -134,8 +134,8 @@ struct Engine<'a> {
     trace: &'a [TraceJob],
     policy: &'a dyn Policy,
     snap: Snapshot,
-    /// Position of a trace job in `snap.jobs`.
-    pos: HashMap<usize, usize>,
+    /// Position of each trace job in `snap.jobs`, if it is there.
+    pos: Positions,
     /// Trace index of each entry of `snap.jobs`.
     trace_of: Vec<usize>,
     node_pos: HashMap<String, usize>,
@@ -183,7 +183,7 @@ impl<'a> Engine<'a> {
             trace,
             policy,
             snap,
-            pos: HashMap::new(),
+            pos: Positions(vec![Positions::NONE; trace.len()]),
             trace_of: Vec::new(),
             node_pos,
             remaining: trace.iter().map(|j| j.runtime_s).collect(),
@@ -355,18 +355,18 @@ impl<'a> Engine<'a> {
         job.datasets = tj.datasets.clone();
         let estimate = self.world.estimates.of(tj, i, self.world.seed);
         job.estimated_runtime = estimate.map(|s| Duration::from_millis((s * 1000.0) as u64));
-        self.pos.insert(i, self.snap.jobs.len());
+        self.pos.set(i, self.snap.jobs.len());
         self.trace_of.push(i);
         self.snap.jobs.push(job);
     }
 
     fn remove_job(&mut self, i: usize) {
-        let Some(p) = self.pos.remove(&i) else { return };
+        let Some(p) = self.pos.remove(i) else { return };
         // Keep arrival order (decide sorts by arrival; sorted input sorts in linear time).
         self.snap.jobs.remove(p);
         self.trace_of.remove(p);
         for (q, &i) in self.trace_of.iter().enumerate().skip(p) {
-            self.pos.insert(i, q);
+            self.pos.set(i, q);
         }
     }
 
@@ -377,7 +377,7 @@ impl<'a> Engine<'a> {
                 if self.attempt[job] != attempt {
                     return;
                 }
-                let Some(&p) = self.pos.get(&job) else { return };
+                let Some(p) = self.pos.get(job) else { return };
                 if let JobState::Running { nodes, .. } = self.snap.jobs[p].state.clone() {
                     let g = self.snap.jobs[p].gpus_per_replica;
                     self.release(&nodes, g, t);
@@ -530,7 +530,7 @@ impl<'a> Engine<'a> {
             let Some(i) = self.trace_index(&start.job) else {
                 continue;
             };
-            let Some(&p) = self.pos.get(&i) else { continue };
+            let Some(p) = self.pos.get(i) else { continue };
             let g = self.snap.jobs[p].gpus_per_replica;
             let cloud = start.environment == spillway_core::Environment::Cloud;
             for n in &start.nodes {
@@ -568,7 +568,7 @@ impl<'a> Engine<'a> {
             let Some(i) = self.trace_index(&launch.job) else {
                 continue;
             };
-            let Some(&p) = self.pos.get(&i) else { continue };
+            let Some(p) = self.pos.get(i) else { continue };
             let o = &launch.offering;
             let request = LaunchRequest {
                 cluster: CLUSTER.to_string(),
@@ -691,6 +691,28 @@ impl<'a> Engine<'a> {
                     / 3600.0
             })
             .sum()
+    }
+}
+
+/// Where each trace job sits in the snapshot's job list (jobs leave it from the middle, so
+/// the positions after it shift; a plain array keeps that shift a few stores per job).
+struct Positions(Vec<usize>);
+
+impl Positions {
+    const NONE: usize = usize::MAX;
+
+    fn get(&self, job: usize) -> Option<usize> {
+        self.0.get(job).copied().filter(|&p| p != Self::NONE)
+    }
+
+    fn set(&mut self, job: usize, pos: usize) {
+        self.0[job] = pos;
+    }
+
+    fn remove(&mut self, job: usize) -> Option<usize> {
+        let p = self.get(job)?;
+        self.0[job] = Self::NONE;
+        Some(p)
     }
 }
 

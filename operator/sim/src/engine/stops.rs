@@ -36,7 +36,7 @@ impl Engine<'_> {
     /// to its last checkpoint (every `checkpoint_interval`; without one, all of it); any other
     /// job starts over. Returns the GPU-seconds of work lost.
     pub(super) fn requeue(&mut self, job: usize, t: i64) -> f64 {
-        let Some(&p) = self.pos.get(&job) else {
+        let Some(p) = self.pos.get(job) else {
             return 0.0;
         };
         let j = &self.snap.jobs[p];
@@ -74,7 +74,7 @@ impl Engine<'_> {
     /// runtime, and it is suspended on the private nodes held for it; the next cycle, at the
     /// same instant, starts it there.
     pub(super) fn move_home(&mut self, job: usize, m: &spillway_core::Move, t: i64) {
-        let Some(&p) = self.pos.get(&job) else { return };
+        let Some(p) = self.pos.get(job) else { return };
         let j = &self.snap.jobs[p];
         let JobState::Running {
             nodes, started_at, ..
