@@ -87,7 +87,10 @@ struct Cycle<'a> {
     now: Time,
     settings: &'a Settings,
     plan: Plan,
-    queues: FastMap<&'a str, &'a Queue>,
+    /// Queue name -> index into `snapshot.queues` (and `queue_state`).
+    queues: FastMap<&'a str, usize>,
+    /// Each job's queue (index into `snapshot.queues`), resolved once per cycle.
+    job_queue: Vec<Option<usize>>,
     datasets: FastMap<&'a str, &'a crate::Dataset>,
     pools: FastMap<&'a str, &'a crate::Pool>,
     node_index: FastMap<&'a str, usize>,
@@ -99,7 +102,8 @@ struct Cycle<'a> {
     releases: Vec<(Time, usize, u32)>,
     releases_sorted: bool,
     reservations: Vec<Reservation>,
-    queue_state: FastMap<&'a str, QueueState>,
+    /// Per queue (as `snapshot.queues`): jobs, GPUs in use and spend, kept current by the cycle.
+    queue_state: Vec<QueueState>,
     /// Per cloud pool: instances, GPUs, USD/h (running and launching).
     pool_usage: FastMap<&'a str, (u32, u32, f64)>,
     needs_in_flight: BTreeSet<&'a str>,
@@ -156,7 +160,12 @@ impl<'a> Cycle<'a> {
             now,
             settings: &snap.settings,
             plan: Plan::default(),
-            queues: snap.queues.iter().map(|q| (q.name.as_str(), q)).collect(),
+            queues: snap
+                .queues
+                .iter()
+                .enumerate()
+                .map(|(i, q)| (q.name.as_str(), i))
+                .collect(),
             datasets: snap.datasets.iter().map(|d| (d.name.as_str(), d)).collect(),
             node_index: snap
                 .nodes
@@ -176,7 +185,8 @@ impl<'a> Cycle<'a> {
             preempted_gpus: FastMap::default(),
             releases_sorted: false,
             reservations: Vec::new(),
-            queue_state: FastMap::default(),
+            queue_state: Vec::new(),
+            job_queue: Vec::new(),
             pool_usage: FastMap::default(),
             needs_in_flight: BTreeSet::new(),
             capacity_slots: Vec::new(),
@@ -211,19 +221,34 @@ impl<'a> Cycle<'a> {
     /// Step 1: usage per queue and pool, releases of private work, needs in flight.
     fn index_usage(&mut self) {
         let snap = self.snap;
-        for q in &snap.queues {
-            self.queue_state.insert(
-                q.name.as_str(),
-                QueueState {
-                    spent_this_month_usd: q.spent_this_month_usd,
-                    ..Default::default()
-                },
-            );
-        }
-        for job in &snap.jobs {
-            let Some(state) = self.queue_state.get_mut(job.queue.as_str()) else {
+        self.queue_state = snap
+            .queues
+            .iter()
+            .map(|q| QueueState {
+                spent_this_month_usd: q.spent_this_month_usd,
+                ..Default::default()
+            })
+            .collect();
+        // Jobs of one queue mostly come together: look a name up only when it differs from
+        // the last one.
+        let mut last: Option<(&str, Option<usize>)> = None;
+        self.job_queue = snap
+            .jobs
+            .iter()
+            .map(|job| match last {
+                Some((name, q)) if name == job.queue => q,
+                _ => {
+                    let q = self.queues.get(job.queue.as_str()).copied();
+                    last = Some((job.queue.as_str(), q));
+                    q
+                }
+            })
+            .collect();
+        for (i, job) in snap.jobs.iter().enumerate() {
+            let Some(q) = self.job_queue[i] else {
                 continue;
             };
+            let state = &mut self.queue_state[q];
             match &job.state {
                 JobState::Pending => state.pending_jobs += 1,
                 JobState::Provisioning { .. } => state.pending_jobs += 1,
@@ -273,7 +298,7 @@ impl<'a> Cycle<'a> {
         }
         for inst in &snap.instances {
             self.needs_in_flight.insert(inst.need.as_str());
-            if let Some(state) = self.queue_state.get_mut(inst.queue.as_str()) {
+            if let Some(state) = self.state_mut(&inst.queue) {
                 state.hourly_usd += inst.hourly_price;
             }
             let usage = self
@@ -316,7 +341,7 @@ impl<'a> Cycle<'a> {
         let mut candidates: Vec<usize> = Vec::with_capacity(pending.len());
         for i in pending {
             let job = &snap.jobs[i];
-            if let Some((reason, message)) = self.invalid(job) {
+            if let Some((reason, message)) = self.invalid(i, job) {
                 self.decide_job(job, Outcome::Reject, reason, message, None);
             } else {
                 candidates.push(i);
@@ -337,7 +362,7 @@ impl<'a> Cycle<'a> {
         self.plan
     }
 
-    fn invalid(&self, job: &Job) -> Option<(Reason, String)> {
+    fn invalid(&self, i: usize, job: &Job) -> Option<(Reason, String)> {
         if job.replicas == 0 || job.gpus_per_replica == 0 {
             return Some((
                 Reason::InvalidSpec,
@@ -347,7 +372,7 @@ impl<'a> Cycle<'a> {
                 ),
             ));
         }
-        if !self.queues.contains_key(job.queue.as_str()) {
+        if self.job_queue[i].is_none() {
             return Some(match self.snap.invalid_queues.get(&job.queue) {
                 Some(why) => (
                     Reason::QueueInvalid,
@@ -518,7 +543,7 @@ impl<'a> Cycle<'a> {
             estimated_egress_usd: egress,
             ..Decision::new(&job.id, outcome, reason, message, rule)
         });
-        if let Some(state) = self.queue_state.get_mut(job.queue.as_str()) {
+        if let Some(state) = self.state_mut(&job.queue) {
             state.pending_jobs = state.pending_jobs.saturating_sub(1);
             state.running_jobs += 1;
             match env {
@@ -526,6 +551,21 @@ impl<'a> Cycle<'a> {
                 Environment::Cloud => state.cloud_gpus_in_use += job.total_gpus(),
             }
         }
+    }
+
+    /// The queue named `name`, if it exists.
+    fn queue(&self, name: &str) -> Option<&'a Queue> {
+        let snap = self.snap;
+        self.queues.get(name).map(|&q| &snap.queues[q])
+    }
+
+    /// This cycle's figures of the queue named `name`, if it exists.
+    fn state(&self, name: &str) -> Option<&QueueState> {
+        self.queues.get(name).map(|&q| &self.queue_state[q])
+    }
+
+    fn state_mut(&mut self, name: &str) -> Option<&mut QueueState> {
+        self.queues.get(name).map(|&q| &mut self.queue_state[q])
     }
 
     fn waited(&self, job: &Job) -> Duration {
@@ -536,14 +576,10 @@ impl<'a> Cycle<'a> {
         if self.policy.is_empty() {
             return Effects::default();
         }
-        let Some(queue) = self.queues.get(job.queue.as_str()) else {
+        let Some(&q) = self.queues.get(job.queue.as_str()) else {
             return Effects::default();
         };
-        let default_state = QueueState::default();
-        let state = self
-            .queue_state
-            .get(job.queue.as_str())
-            .unwrap_or(&default_state);
+        let (queue, state) = (&self.snap.queues[q], &self.queue_state[q]);
         let ctx = PolicyContext {
             job,
             queue,
@@ -573,7 +609,7 @@ impl<'a> Cycle<'a> {
         job: &Job,
         effects: &Effects,
     ) -> Option<(Reason, String, Option<String>)> {
-        let queue = self.queues.get(job.queue.as_str())?;
+        let queue = self.queue(&job.queue)?;
         if job.placement == Placement::PrivateOnly {
             return Some((
                 Reason::PrivateOnlyPlacement,

@@ -361,6 +361,11 @@ pub struct Settings {
     /// outcomes and reasons, and thousands of waiting jobs per cycle make the sentences its
     /// main cost.
     pub explain: bool,
+    /// Put a decision into the plan for every job that keeps waiting in its queue. The
+    /// operator writes them into statuses; the simulator acts only on starts, launches,
+    /// terminations and rejections and turns it off, which also lets a cycle pass over jobs
+    /// whose only possible outcome is to keep waiting (see `decide/private.rs`).
+    pub wait_decisions: bool,
 }
 
 impl Default for Settings {
@@ -373,6 +378,7 @@ impl Default for Settings {
             default_runtime: Duration::from_secs(3600),
             restart_overhead: Duration::from_secs(300),
             explain: true,
+            wait_decisions: true,
         }
     }
 }

@@ -56,7 +56,7 @@ struct History {
 }
 
 fn history() -> impl Strategy<Value = History> {
-    let settings = (0usize..4, any::<bool>(), 0usize..3, 0u64..30);
+    let settings = (0usize..4, any::<bool>(), 0usize..3, 0u64..30, any::<bool>());
     let nodes = prop::collection::vec((prop::sample::select(vec![2u32, 4, 8]), 0usize..2), 1..4);
     // Mostly busy nodes, whose running jobs end (or overrun) within the history.
     let running = prop::collection::vec((1u32..=8, 0u32..40, 5u32..120, 0usize..3), 0..6);
@@ -69,7 +69,7 @@ fn history() -> impl Strategy<Value = History> {
         prop::collection::vec(step(), 1..60),
     )
         .prop_map(
-            |((order, first_fit, mode, wait), nodes, running, jobs, steps)| {
+            |((order, first_fit, mode, wait, research_bursts), nodes, running, jobs, steps)| {
                 let mut s = base();
                 s.settings.order = [
                     QueueOrder::Conservative,
@@ -80,6 +80,9 @@ fn history() -> impl Strategy<Value = History> {
                 if first_fit {
                     s.settings.packing = Packing::FirstFit;
                 }
+                // A queue that never bursts lets a cycle without wait decisions pass over the
+                // jobs behind a blocked head (strict order).
+                s.queues[0].burst.enabled = research_bursts;
                 let mut q2 = bursting_queue("batch", wait);
                 q2.burst.wait_mode =
                     [WaitMode::Fixed, WaitMode::ComputeWait, WaitMode::CostAware][mode];
@@ -340,9 +343,32 @@ impl World {
         out
     }
 
-    /// `decide` on everything, and the decisions that changed.
+    /// `decide` on everything, and the decisions that changed. Also checks that a cycle
+    /// asked for no wait decisions (as the simulator asks) plans the same, less those.
     fn decide(&mut self) -> (Plan, Vec<Key>) {
         let plan = decide(&self.snap, &NoPolicy, self.now);
+        let mut quiet_snap = self.snap.clone();
+        quiet_snap.settings.wait_decisions = false;
+        let quiet = decide(&quiet_snap, &NoPolicy, self.now);
+        assert_eq!(quiet.starts, plan.starts);
+        assert_eq!(quiet.launches, plan.launches);
+        assert_eq!(quiet.terminations, plan.terminations);
+        assert_eq!(quiet.preemptions, plan.preemptions);
+        assert_eq!(quiet.moves, plan.moves);
+        assert_eq!(quiet.next_wake, plan.next_wake);
+        assert_eq!(quiet.stable_until, plan.stable_until);
+        let kept: Vec<&Decision> = plan
+            .decisions
+            .iter()
+            .filter(|d| {
+                d.outcome != Outcome::Wait
+                    || matches!(
+                        d.reason,
+                        Reason::Provisioning | Reason::Reclaiming | Reason::Repatriating
+                    )
+            })
+            .collect();
+        assert_eq!(quiet.decisions.iter().collect::<Vec<_>>(), kept);
         let mut changed = Vec::new();
         for d in &plan.decisions {
             let key = key(d);

@@ -128,6 +128,7 @@ impl Strategy {
     pub fn apply(&self, snap: &mut Snapshot, boot_delay: Duration) -> bool {
         snap.settings.cloud_ready_delay = boot_delay;
         snap.settings.explain = false;
+        snap.settings.wait_decisions = false;
         if *self == Strategy::Spillway {
             return false;
         }

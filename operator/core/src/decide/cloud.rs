@@ -147,7 +147,7 @@ impl<'a> Cycle<'a> {
     /// How long `job` may wait for private GPUs before it bursts, and why: its compute-wait
     /// budget, else the queue's (or a rule's) `maxWait`.
     pub(super) fn allowance(&self, job: &Job, effects: &Effects) -> Allowance {
-        let queue = self.queues[job.queue.as_str()];
+        let queue = &self.snap.queues[self.queues[job.queue.as_str()]];
         let (mode, factor, mode_rule) = match &effects.wait_mode {
             Some(r) => (
                 r.value.0,
@@ -205,6 +205,9 @@ impl<'a> Cycle<'a> {
         est: Option<Duration>,
     ) {
         let _ = w;
+        if !self.settings.wait_decisions {
+            return;
+        }
         self.plan.decisions.push(Decision {
             estimated_wait: est,
             ..Decision::new(&job.id, Outcome::Wait, reason, message, rule)
@@ -233,7 +236,7 @@ impl<'a> Cycle<'a> {
         data_rule: Option<String>,
     ) {
         let snap = self.snap;
-        let queue = self.queues[job.queue.as_str()];
+        let queue = &self.snap.queues[self.queues[job.queue.as_str()]];
         let trigger_text = match trigger {
             Reason::MaxWaitExceeded => {
                 format!("waited {} (past its maximum wait)", self.waited(job))
@@ -345,7 +348,7 @@ impl<'a> Cycle<'a> {
                 usage.0 += count;
                 usage.1 += count * offering.gpus_per_instance;
                 usage.2 += choice.hourly;
-                if let Some(state) = self.queue_state.get_mut(job.queue.as_str()) {
+                if let Some(state) = self.state_mut(&job.queue) {
                     state.hourly_usd += choice.hourly;
                     state.spent_this_month_usd += choice.expected_total;
                 }
@@ -428,11 +431,7 @@ impl<'a> Cycle<'a> {
             .planning_runtime()
             .unwrap_or(self.settings.default_runtime);
         let hours = runtime.as_secs_f64() / 3600.0;
-        let state = self
-            .queue_state
-            .get(job.queue.as_str())
-            .cloned()
-            .unwrap_or_default();
+        let state = self.state(&job.queue).cloned().unwrap_or_default();
         let ctx_datasets: Vec<&crate::Dataset> = job
             .datasets
             .iter()

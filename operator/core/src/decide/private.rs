@@ -14,47 +14,38 @@ impl<'a> Cycle<'a> {
         let snap = self.snap;
         // Per queue: its candidates in priority, then arrival, then name order. The sort keys
         // are copied out of the jobs first (the jobs are large; the keys fit a cache line).
-        let mut slot: FastMap<&str, usize> = FastMap::default();
-        let mut keyed: Vec<(&str, Vec<OrderKey>)> = Vec::new();
+        let mut per_queue: Vec<Vec<OrderKey>> = vec![Vec::new(); snap.queues.len()];
         for &i in candidates {
             let job = &snap.jobs[i];
-            let q = *slot.entry(job.queue.as_str()).or_insert_with(|| {
-                keyed.push((job.queue.as_str(), Vec::new()));
-                keyed.len() - 1
-            });
-            keyed[q]
-                .1
-                .push((std::cmp::Reverse(job.priority), job.queued_at, i));
+            // Candidates passed `invalid`: their queue exists.
+            if let Some(q) = self.job_queue[i] {
+                per_queue[q].push((std::cmp::Reverse(job.priority), job.queued_at, i));
+            }
         }
-        keyed.sort_unstable_by_key(|(name, _)| *name);
-        let by_queue = keyed.into_iter().map(|(name, mut list)| {
-            list.sort_by(|a, b| {
-                (a.0, a.1)
-                    .cmp(&(b.0, b.1))
-                    .then_with(|| snap.jobs[a.2].id.cmp(&snap.jobs[b.2].id))
-            });
-            // pop() takes the head.
-            (
-                name,
-                list.into_iter()
-                    .rev()
-                    .map(|(_, _, i)| i)
-                    .collect::<Vec<usize>>(),
-            )
-        });
         // One lane per queue, in name order (deterministic ties).
-        let mut lanes: Vec<Lane<'_>> = by_queue
-            .filter_map(|(name, jobs)| Some((self.queues.get(name).copied()?, name, jobs)))
-            .map(|(queue, name, jobs)| Lane {
-                queue,
-                used: self
-                    .queue_state
-                    .get(name)
-                    .map_or(0, |s| s.private_gpus_in_use),
-                weight: queue.weight.max(1) as f64,
-                jobs,
-                blocked: false,
-                reserved: false,
+        let mut order: Vec<usize> = (0..per_queue.len())
+            .filter(|&q| !per_queue[q].is_empty())
+            .collect();
+        order.sort_unstable_by_key(|&q| snap.queues[q].name.as_str());
+        let mut lanes: Vec<Lane<'_>> = order
+            .into_iter()
+            .map(|q| {
+                let mut list = std::mem::take(&mut per_queue[q]);
+                list.sort_by(|a, b| {
+                    (a.0, a.1)
+                        .cmp(&(b.0, b.1))
+                        .then_with(|| snap.jobs[a.2].id.cmp(&snap.jobs[b.2].id))
+                });
+                let queue = &snap.queues[q];
+                Lane {
+                    queue,
+                    used: self.queue_state[q].private_gpus_in_use,
+                    weight: queue.weight.max(1) as f64,
+                    // pop() takes the head.
+                    jobs: list.into_iter().rev().map(|(_, _, i)| i).collect(),
+                    blocked: false,
+                    reserved: false,
+                }
             })
             .collect();
         let mut waiting = Vec::new();
@@ -117,8 +108,14 @@ impl<'a> Cycle<'a> {
                 continue;
             }
             if lanes[l].blocked {
-                w.private_estimate = None;
-                waiting.push(w);
+                // Strict order: nothing behind the blocked head starts privately. If its queue
+                // never bursts either, the job can only keep waiting (the burst pass would find
+                // the queue closed and decide just that), which needs no decision when the
+                // caller asks for none.
+                if self.settings.wait_decisions || queue.burst.enabled {
+                    w.private_estimate = None;
+                    waiting.push(w);
+                }
                 continue;
             }
             // Fits now? A job known to end before every reservation's time may use reserved

@@ -176,7 +176,7 @@ impl<'a> Cycle<'a> {
             if v.queue == job.queue || self.preempted.contains(&i) {
                 continue;
             }
-            let Some(queue) = self.queues.get(v.queue.as_str()) else {
+            let Some(queue) = self.queue(&v.queue) else {
                 continue;
             };
             if !v.restartable && !queue.preempt_non_restartable {
@@ -203,14 +203,9 @@ impl<'a> Cycle<'a> {
     /// Whether preempting `v` leaves its queue at or above its quota, with `more` GPUs of the
     /// same queue already chosen in this reclaim.
     fn may_take(&self, v: &Job, more: u32) -> bool {
-        let quota = self
-            .queues
-            .get(v.queue.as_str())
-            .and_then(|q| q.quota_gpus)
-            .unwrap_or(0);
+        let quota = self.queue(&v.queue).and_then(|q| q.quota_gpus).unwrap_or(0);
         let used = self
-            .queue_state
-            .get(v.queue.as_str())
+            .state(&v.queue)
             .map_or(0, |s| s.private_gpus_in_use)
             .saturating_sub(
                 self.preempted_gpus

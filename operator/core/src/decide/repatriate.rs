@@ -98,7 +98,7 @@ impl<'a> Cycle<'a> {
             hourly,
         );
         // Its GPUs were counted for its queue while it was suspended; `start` counts them again.
-        if let Some(state) = self.queue_state.get_mut(job.queue.as_str()) {
+        if let Some(state) = self.state_mut(&job.queue) {
             state.private_gpus_in_use = state.private_gpus_in_use.saturating_sub(job.total_gpus());
             state.running_jobs = state.running_jobs.saturating_sub(1);
             state.pending_jobs += 1;
