@@ -67,8 +67,13 @@ impl<'a> Cycle<'a> {
             let Some((_, _, l)) = next else { break };
             let Some(i) = lanes[l].jobs.pop() else { break };
             let job = &snap.jobs[i];
-            let effects = self.effects(job);
-            let effects = (effects != Effects::default()).then(|| Box::new(effects));
+            // No rules, no effects (and no large default record built and compared per job).
+            let effects = if self.policy.is_empty() {
+                None
+            } else {
+                let effects = self.effects(job);
+                (effects != Effects::default()).then(|| Box::new(effects))
+            };
             let mut w = Waiting {
                 job: i,
                 effects,
