@@ -115,7 +115,8 @@ struct Cycle<'a> {
     /// Cloud nodes with free GPUs.
     cloud_nodes: Vec<usize>,
     /// Per offering: its pool, when that is a cloud pool.
-    offering_pool: Vec<Option<&'a crate::Pool>>,
+    /// Built at first use: most cycles price no offering.
+    offering_pool: std::cell::OnceCell<Vec<Option<&'a crate::Pool>>>,
     /// The cheapest on-demand GPU-hour per queue, once computed this cycle.
     gpu_hour: FastMap<&'a str, f64>,
     /// Free private GPUs over time, built at the first job planned (conservative order).
@@ -192,20 +193,9 @@ impl<'a> Cycle<'a> {
             capacity_slots: Vec::new(),
             fit_failures: Vec::new(),
             cloud_nodes: Vec::new(),
-            offering_pool: Vec::new(),
+            offering_pool: std::cell::OnceCell::new(),
             gpu_hour: FastMap::default(),
         };
-        cycle.offering_pool = snap
-            .offerings
-            .iter()
-            .map(|o| {
-                cycle
-                    .pools
-                    .get(o.pool.as_str())
-                    .copied()
-                    .filter(|p| p.is_cloud())
-            })
-            .collect();
         cycle.cloud_nodes = (0..snap.nodes.len())
             .filter(|&n| cycle.cloud_free[n] > 0)
             .collect();
@@ -551,6 +541,31 @@ impl<'a> Cycle<'a> {
                 Environment::Cloud => state.cloud_gpus_in_use += job.total_gpus(),
             }
         }
+    }
+
+    /// Per offering: its pool, when that is a cloud pool.
+    fn offering_pool(&self, i: usize) -> Option<&'a crate::Pool> {
+        let pools = self.offering_pool.get_or_init(|| {
+            // Offerings come grouped by pool: look a name up only when it changes.
+            let mut last: Option<(&str, Option<&crate::Pool>)> = None;
+            self.snap
+                .offerings
+                .iter()
+                .map(|o| match last {
+                    Some((name, pool)) if name == o.pool => pool,
+                    _ => {
+                        let pool = self
+                            .pools
+                            .get(o.pool.as_str())
+                            .copied()
+                            .filter(|p| p.is_cloud());
+                        last = Some((o.pool.as_str(), pool));
+                        pool
+                    }
+                })
+                .collect()
+        });
+        pools[i]
     }
 
     /// The queue named `name`, if it exists.

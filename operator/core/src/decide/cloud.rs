@@ -217,7 +217,7 @@ impl<'a> Cycle<'a> {
     /// Whether the queue may buy offering `i`: its pool is a cloud pool and in the queue's
     /// `burst.pools` (when it names any).
     pub(super) fn offering_allowed(&self, queue: &Queue, i: usize) -> bool {
-        self.offering_pool[i].is_some()
+        self.offering_pool(i).is_some()
             && (queue.burst.pools.is_empty()
                 || queue
                     .burst
@@ -478,7 +478,7 @@ impl<'a> Cycle<'a> {
             if o.unavailable_until.is_some_and(|t| t > self.now) {
                 continue;
             }
-            let Some(pool) = self.offering_pool[i] else {
+            let Some(pool) = self.offering_pool(i) else {
                 continue;
             };
             let pool_types = match &pool.kind {
