@@ -40,7 +40,11 @@ impl Steps {
 
     /// Least free GPUs over `[from, to)` (`to` = None: forever).
     fn min_free(&self, from: i64, to: Option<i64>) -> u32 {
-        let mut k = self.at(from);
+        self.min_free_from(self.at(from), to)
+    }
+
+    /// Least free GPUs from the step `k` in force at the interval's start until `to`.
+    fn min_free_from(&self, mut k: usize, to: Option<i64>) -> u32 {
         let mut least = u32::MAX;
         while k < self.0.len() && to.is_none_or(|to| self.0[k].0 < to) {
             least = least.min(self.0[k].1);
@@ -66,6 +70,7 @@ impl Steps {
 }
 
 /// The profile of the private nodes of one cycle.
+#[derive(Clone)]
 pub(crate) struct Profile {
     now: i64,
     /// Per node (index into the snapshot's nodes); `None` for nodes that are not private and
@@ -156,31 +161,50 @@ impl Profile {
         let eligible: Vec<usize> = (0..self.nodes.len())
             .filter(|&i| self.nodes[i].is_some() && self.capacity[i] >= g && accepts(i))
             .collect();
-        let mut times: Vec<i64> = if only_now {
-            vec![self.now]
-        } else {
-            eligible
-                .iter()
-                .filter_map(|&i| self.nodes[i].as_ref())
-                .flat_map(|s| s.0.iter().map(|&(t, _)| t))
-                .collect()
-        };
+        // Candidate starts: now, and every moment some eligible node's free GPUs rise. A gang
+        // that fits from a moment where none rises fits from the candidate before it as well
+        // (every node has at least as many GPUs free just before, and the earlier interval
+        // ends sooner), so the earliest slot is always at such a moment and the others are
+        // passed over. They still count against the planning budget, as they did when every
+        // step was tried, so plans do not change with this shortcut.
+        // Each candidate as `time << 1 | passed_over`, so that a plain integer sort puts them in
+        // time order with a rising entry first among equal times (times are milliseconds; the
+        // clamp only touches moments millions of years away).
+        let key =
+            |t: i64, rises: bool| (t.clamp(i64::MIN >> 1, i64::MAX >> 1) << 1) | i64::from(!rises);
+        let mut times: Vec<i64> = vec![key(self.now, true)];
+        if !only_now {
+            for steps in eligible.iter().filter_map(|&i| self.nodes[i].as_ref()) {
+                times.extend(steps.0.windows(2).map(|w| key(w[1].0, w[1].1 > w[0].1)));
+            }
+        }
         times.sort_unstable();
-        times.dedup();
+        times.dedup_by_key(|k| *k >> 1);
         let len = runtime.map(|d| d.as_millis().min(i64::MAX as u64 / 4) as i64);
-        for t in times {
+        // Per eligible node, the step in force at the candidate (candidates only move later).
+        let mut cursor = vec![0usize; eligible.len()];
+        for k in times {
+            let (t, rises) = (k >> 1, k & 1 == 0);
             if !only_now && !self.budget_left() {
                 return None;
+            }
+            if !rises {
+                self.work += eligible.len() as u64;
+                continue;
             }
             let to = len.map(|l| t.saturating_add(l.max(1)));
             let mut rooms: Vec<(u32, usize)> = Vec::new();
             let mut slots = 0u32;
-            for &i in &eligible {
+            for (e, &i) in eligible.iter().enumerate() {
                 self.work += 1;
                 let Some(steps) = self.nodes[i].as_ref() else {
                     continue;
                 };
-                let room = steps.min_free(t, to);
+                let k = &mut cursor[e];
+                while *k + 1 < steps.0.len() && steps.0[*k + 1].0 <= t {
+                    *k += 1;
+                }
+                let room = steps.min_free_from(*k, to);
                 if room >= g {
                     slots += room / g;
                     rooms.push((room, i));
@@ -377,5 +401,95 @@ mod tests {
         );
         let slot = p.earliest(&job(8, 1), secs(10), |_| true).unwrap();
         assert_eq!(slot.at.as_millis(), 1_000);
+    }
+
+    /// The search as first written: every step of every eligible node tried in time order,
+    /// each node's step found by binary search. Returns the slot and the work it counted.
+    fn every_step(
+        p: &Profile,
+        job: &Job,
+        runtime: Option<Duration>,
+    ) -> (Option<(i64, Vec<usize>)>, u64) {
+        let g = job.gpus_per_replica;
+        let mut work = p.work + p.nodes.len() as u64;
+        let eligible: Vec<usize> = (0..p.nodes.len())
+            .filter(|&i| p.nodes[i].is_some() && p.capacity[i] >= g)
+            .collect();
+        let mut times: Vec<i64> = eligible
+            .iter()
+            .filter_map(|&i| p.nodes[i].as_ref())
+            .flat_map(|s| s.0.iter().map(|&(t, _)| t))
+            .collect();
+        times.sort_unstable();
+        times.dedup();
+        let len = runtime.map(|d| d.as_millis() as i64);
+        for t in times {
+            if work >= WORK_BUDGET {
+                return (None, work);
+            }
+            let to = len.map(|l| t + l.max(1));
+            let mut rooms = Vec::new();
+            let mut slots = 0;
+            for &i in &eligible {
+                work += 1;
+                let room = p.nodes[i].as_ref().unwrap().min_free(t, to);
+                if room >= g {
+                    slots += room / g;
+                    rooms.push((room, i));
+                }
+            }
+            if slots >= job.replicas {
+                rooms.sort_unstable();
+                let mut nodes = Vec::new();
+                for (room, i) in rooms {
+                    let k = (room / g).min(job.replicas - nodes.len() as u32);
+                    nodes.extend(std::iter::repeat_n(i, k as usize));
+                    if nodes.len() as u32 == job.replicas {
+                        break;
+                    }
+                }
+                return (Some((t, nodes)), work);
+            }
+        }
+        (None, work)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        /// Passing over the moments where no node's free GPUs rise finds the same slots, and
+        /// counts the same work against the budget, as trying every step.
+        #[test]
+        fn the_search_finds_what_trying_every_step_finds(
+            caps in proptest::collection::vec((1u32..=8, 0u32..=8), 1..5),
+            releases in proptest::collection::vec((0usize..5, 1u64..400, 1u32..=8), 0..8),
+            plans in proptest::collection::vec((1u32..=8, 1u32..=3, proptest::option::of(1u64..300)), 1..12),
+            near_budget in proptest::prelude::any::<bool>(),
+            short in 0u64..600,
+        ) {
+            let nodes: Vec<Node> = caps.iter().enumerate().map(|(i, &(c, _))| node(&format!("n{i}"), c)).collect();
+            let free: Vec<u32> = caps.iter().map(|&(c, f)| f.min(c)).collect();
+            let releases: Vec<(Time, usize, u32)> = releases
+                .iter()
+                .map(|&(n, t, g)| (Time::from_millis(t as i64 * 1000), n % nodes.len(), g))
+                .collect();
+            let private = vec![true; nodes.len()];
+            let mut p = Profile::new(Time::from_millis(0), &nodes, &private, &free, &releases, Packing::BestFit);
+            // Some histories start near the end of the cycle's budget.
+            if near_budget {
+                p.work = WORK_BUDGET - short;
+            }
+            for &(g, replicas, runtime) in &plans {
+                let j = job(g, replicas);
+                let runtime = runtime.map(Duration::from_secs);
+                let (want, work) = every_step(&p, &j, runtime);
+                let got = p.earliest(&j, runtime, |_| true);
+                proptest::prop_assert_eq!(got.as_ref().map(|s| (s.at.as_millis(), s.nodes.clone())), want);
+                proptest::prop_assert_eq!(p.work, work);
+                if let Some(slot) = got {
+                    p.take(&j, &slot, runtime);
+                }
+            }
+        }
     }
 }
