@@ -7,10 +7,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_sdk_ec2::types::{Filter, InstanceStateName};
 use tokio::task::JoinHandle;
 
 use crate::kubelet::{FakeKubelet, FakeNode};
+use crate::moto::cluster_instances;
 
 /// GPUs and model of the instance types tests use.
 pub fn gpus_of(instance_type: &str) -> (u32, &'static str) {
@@ -51,30 +51,16 @@ impl BootingMachines {
             let mut seen: HashMap<String, Instant> = HashMap::new();
             loop {
                 tokio::time::sleep(Duration::from_millis(300)).await;
-                let Ok(out) = ec2
-                    .describe_instances()
-                    .filters(
-                        Filter::builder()
-                            .name("tag:spillway.io/cluster")
-                            .values(&cluster)
-                            .build(),
-                    )
-                    .send()
-                    .await
-                else {
+                let Ok(listed) = cluster_instances(&ec2, &cluster).await else {
                     continue;
                 };
-                for i in out.reservations().iter().flat_map(|r| r.instances()) {
-                    let Some(id) = i.instance_id().map(str::to_string) else {
+                for i in listed {
+                    let id = i.id.clone();
+                    if id.is_empty() {
                         continue;
-                    };
-                    let state = i.state().and_then(|s| s.name()).cloned();
-                    let gone = matches!(
-                        state,
-                        Some(InstanceStateName::Terminated | InstanceStateName::ShuttingDown)
-                    );
+                    }
                     let node = j.lock().expect("joined").get(&id).cloned();
-                    if gone {
+                    if i.gone() {
                         if let Some(node) = node {
                             let _ = kubelet.remove(&node).await;
                             j.lock().expect("joined").remove(&id);
@@ -86,27 +72,12 @@ impl BootingMachines {
                     if node.is_some() || first.elapsed() < delay {
                         continue;
                     }
-                    let tag = |k: &str| {
-                        i.tags()
-                            .iter()
-                            .find(|t| t.key() == Some(k))
-                            .and_then(|t| t.value())
-                            .unwrap_or_default()
-                            .to_string()
-                    };
-                    let itype = i
-                        .instance_type()
-                        .map(|t| t.as_str().to_string())
-                        .unwrap_or_default();
+                    let itype = i.instance_type.clone();
                     let (gpus, model) = gpus_of(&itype);
-                    let zone = i
-                        .placement()
-                        .and_then(|p| p.availability_zone())
-                        .unwrap_or("us-east-1a")
-                        .to_string();
+                    let zone = i.zone.as_deref().unwrap_or("us-east-1a");
                     let fake = FakeNode::gpu(&id, gpus)
                         .model(model)
-                        .label("spillway.io/pool", &tag("spillway.io/pool"))
+                        .label("spillway.io/pool", i.tag("spillway.io/pool"))
                         .label("spillway.io/instance-id", &id)
                         .label("node.kubernetes.io/instance-type", &itype)
                         .provider_id(&format!("aws:///{zone}/{id}"));

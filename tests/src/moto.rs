@@ -164,3 +164,80 @@ fn http(port: u16, method: &str, path: &str) -> anyhow::Result<(u16, String)> {
         .unwrap_or_default();
     Ok((status, body))
 }
+
+/// An instance tagged for a test's cluster, as `DescribeInstances` lists it.
+#[derive(Clone, Debug)]
+pub struct TaggedInstance {
+    pub reservation_id: String,
+    pub id: String,
+    pub instance_type: String,
+    pub state: Option<aws_sdk_ec2::types::InstanceStateName>,
+    pub zone: Option<String>,
+    /// Seconds since the epoch.
+    pub launched: Option<f64>,
+    /// Why it last changed state (EC2 puts the termination time there).
+    pub state_reason: Option<String>,
+    pub tags: std::collections::BTreeMap<String, String>,
+}
+
+impl TaggedInstance {
+    /// The value of tag `key`, empty when it has none.
+    pub fn tag(&self, key: &str) -> &str {
+        self.tags.get(key).map_or("", String::as_str)
+    }
+
+    /// Pending or running: paid for, or about to be.
+    pub fn alive(&self) -> bool {
+        use aws_sdk_ec2::types::InstanceStateName as S;
+        matches!(self.state, Some(S::Pending | S::Running))
+    }
+
+    /// Shutting down or terminated.
+    pub fn gone(&self) -> bool {
+        use aws_sdk_ec2::types::InstanceStateName as S;
+        matches!(self.state, Some(S::Terminated | S::ShuttingDown))
+    }
+}
+
+/// The instances tagged `spillway.io/cluster=cluster` (terminated ones included: moto keeps
+/// them listed for a while, as EC2 does).
+pub async fn cluster_instances(
+    ec2: &aws_sdk_ec2::Client,
+    cluster: &str,
+) -> Result<Vec<TaggedInstance>, aws_sdk_ec2::Error> {
+    let out = ec2
+        .describe_instances()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("tag:spillway.io/cluster")
+                .values(cluster)
+                .build(),
+        )
+        .send()
+        .await?;
+    Ok(out
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances().iter().map(move |i| (r, i)))
+        .map(|(r, i)| TaggedInstance {
+            reservation_id: r.reservation_id().unwrap_or_default().to_string(),
+            id: i.instance_id().unwrap_or_default().to_string(),
+            instance_type: i
+                .instance_type()
+                .map(|t| t.as_str().to_string())
+                .unwrap_or_default(),
+            state: i.state().and_then(|s| s.name()).cloned(),
+            zone: i
+                .placement()
+                .and_then(|p| p.availability_zone())
+                .map(str::to_string),
+            launched: i.launch_time().map(|t| t.as_secs_f64()),
+            state_reason: i.state_transition_reason().map(str::to_string),
+            tags: i
+                .tags()
+                .iter()
+                .filter_map(|t| Some((t.key()?.to_string(), t.value()?.to_string())))
+                .collect(),
+        })
+        .collect())
+}

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_ec2::types::Filter;
 use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::json;
@@ -16,7 +15,7 @@ use spillway_tests::cluster::TestCluster;
 use spillway_tests::faults::FaultProxy;
 use spillway_tests::kubelet::{FakeKubelet, FakeNode};
 use spillway_tests::machines::BootingMachines;
-use spillway_tests::moto::MotoServer;
+use spillway_tests::moto::{MotoServer, cluster_instances};
 use spillway_tests::operator::{RunningOperator, eventually, test_settings};
 use spillway_tests::workload::{self, WAIT};
 
@@ -210,42 +209,16 @@ impl World {
         workload::wait_phase(&self.jobs(), name, phase).await
     }
 
-    /// (id, type, state) of the instances tagged for this test's cluster.
+    /// (id, type, state, need) of the instances tagged for this test's cluster.
     pub async fn instances(&self) -> Vec<(String, String, String, String)> {
-        let out = self
-            .ec2
-            .describe_instances()
-            .filters(
-                Filter::builder()
-                    .name("tag:spillway.io/cluster")
-                    .values(&self.cluster_tag)
-                    .build(),
-            )
-            .send()
+        cluster_instances(&self.ec2, &self.cluster_tag)
             .await
-            .expect("describe");
-        out.reservations()
-            .iter()
-            .flat_map(|r| r.instances())
+            .expect("describe")
+            .into_iter()
             .map(|i| {
-                let need = i
-                    .tags()
-                    .iter()
-                    .find(|t| t.key() == Some("spillway.io/need"))
-                    .and_then(|t| t.value())
-                    .unwrap_or_default()
-                    .to_string();
-                (
-                    i.instance_id().unwrap_or_default().to_string(),
-                    i.instance_type()
-                        .map(|t| t.as_str().to_string())
-                        .unwrap_or_default(),
-                    i.state()
-                        .and_then(|s| s.name())
-                        .map(|s| s.as_str().to_string())
-                        .unwrap_or_default(),
-                    need,
-                )
+                let state = i.state.as_ref().map(|s| s.as_str().to_string());
+                let need = i.tag("spillway.io/need").to_string();
+                (i.id, i.instance_type, state.unwrap_or_default(), need)
             })
             .collect()
     }

@@ -17,14 +17,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use aws_sdk_ec2::types::{Filter, InstanceStateName};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use spillway_api::{ComputePool, Dataset, GpuQueue};
 use spillway_tests::faults::{Effect, FaultProxy};
 use spillway_tests::machines::BootingMachines;
-use spillway_tests::moto::MotoServer;
+use spillway_tests::moto::{MotoServer, cluster_instances};
 
 use crate::{Disruption, Operator, Rng, Scenario, Shape, env_or, seed};
 
@@ -106,71 +105,35 @@ impl CloudWatch {
             return None;
         }
         self.next = Instant::now() + Duration::from_millis(500);
-        let out = self
-            .ec2
-            .describe_instances()
-            .filters(
-                Filter::builder()
-                    .name("tag:spillway.io/cluster")
-                    .values(&self.tag)
-                    .build(),
-            )
-            .send()
-            .await
-            .ok()?;
+        let listed = cluster_instances(&self.ec2, &self.tag).await.ok()?;
         let mut live = 0;
         let mut paying = Vec::new();
         let mut hourly = 0.0;
         let mut needs: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for (r, i) in out
-            .reservations()
-            .iter()
-            .flat_map(|r| r.instances().iter().map(move |i| (r, i)))
-        {
-            let id = i.instance_id().unwrap_or_default().to_string();
-            let tag = |k: &str| {
-                i.tags()
-                    .iter()
-                    .find(|t| t.key() == Some(k))
-                    .and_then(|t| t.value())
-                    .unwrap_or_default()
-                    .to_string()
-            };
-            let instance_type = i
-                .instance_type()
-                .map(|t| t.as_str().to_string())
-                .unwrap_or_default();
-            let state = i.state().and_then(|s| s.name()).cloned();
-            let alive = matches!(
-                state,
-                Some(InstanceStateName::Pending | InstanceStateName::Running)
-            );
-            let job = tag("spillway.io/job");
-            if self.restricted.contains(&job) {
+        for i in listed {
+            let (id, need, job) = (&i.id, i.tag("spillway.io/need"), i.tag("spillway.io/job"));
+            if self.restricted.contains(job) {
                 self.broke(format!(
                     "instance {id} for {job}, which reads Restricted data"
                 ));
             }
             needs
-                .entry(tag("spillway.io/need"))
+                .entry(need.to_string())
                 .or_default()
-                .insert(r.reservation_id().unwrap_or_default().to_string());
-            if alive {
+                .insert(i.reservation_id.clone());
+            if i.alive() {
                 live += 1;
-                hourly += price(&instance_type);
-                paying.push(format!(
-                    "{id} {instance_type} for {}",
-                    tag("spillway.io/need")
-                ));
+                hourly += price(&i.instance_type);
+                paying.push(format!("{id} {} for {need}", i.instance_type));
             }
-            let e = self.seen.entry(id).or_insert_with(|| Seen {
-                need: tag("spillway.io/need"),
-                instance_type,
-                launched: i.launch_time().map_or(0.0, |t| t.as_secs_f64()),
+            let e = self.seen.entry(id.clone()).or_insert_with(|| Seen {
+                need: need.to_string(),
+                instance_type: i.instance_type.clone(),
+                launched: i.launched.unwrap_or(0.0),
                 ended: None,
             });
-            if !alive && e.ended.is_none() {
-                e.ended = i.state_transition_reason().and_then(ended_at);
+            if !i.alive() && e.ended.is_none() {
+                e.ended = i.state_reason.as_deref().and_then(ended_at);
             }
         }
         for (need, launches) in needs.into_iter().filter(|(_, r)| r.len() > 1) {
