@@ -87,6 +87,9 @@ struct Shared {
     rng: u64,
     /// `ClientToken` -> (the request's other parameters, the successful response).
     tokens: HashMap<String, (String, Vec<u8>)>,
+    /// One lock per `ClientToken`: EC2 answers concurrent calls with one token as one launch,
+    /// so a call waits while another with its token is on its way to moto.
+    launching: HashMap<String, Arc<tokio::sync::Mutex<()>>>,
 }
 
 impl Shared {
@@ -339,22 +342,17 @@ async fn serve(mut client: TcpStream, upstream: String, shared: Arc<Mutex<Shared
     let token = (action == "RunInstances")
         .then(|| token_of(&form))
         .flatten();
-    let (pause, end, earlier) = {
+    let (pause, end, call) = {
         let mut s = shared.lock().expect("proxy state");
         let (pause, end) = plan(&mut s, &action, &form);
-        let earlier = match (&end, &token) {
-            (None, Some((t, _))) => s.tokens.get(t).cloned(),
-            _ => None,
-        };
-        let outcome = match (&end, &earlier) {
-            (Some(Effect::Fail { .. }), _) => Outcome::Failed,
-            (Some(_), _) => Outcome::Lost,
-            (None, Some(_)) => Outcome::Replayed,
-            (None, None) if !pause.is_zero() => Outcome::Delayed,
-            (None, None) => Outcome::Forwarded,
+        let outcome = match &end {
+            Some(Effect::Fail { .. }) => Outcome::Failed,
+            Some(_) => Outcome::Lost,
+            None if !pause.is_zero() => Outcome::Delayed,
+            None => Outcome::Forwarded,
         };
         s.calls.push((action.clone(), outcome));
-        (pause, end, earlier)
+        (pause, end, s.calls.len() - 1)
     };
     tokio::time::sleep(pause).await;
     if let Some(Effect::Fail { status, code }) = &end {
@@ -363,6 +361,30 @@ async fn serve(mut client: TcpStream, upstream: String, shared: Arc<Mutex<Shared
         let _ = client.shutdown().await;
         return;
     }
+    // A launch waits for any other call with its token, then is answered from the launch
+    // that token already made, if one succeeded.
+    let lock = token.as_ref().map(|(t, _)| {
+        shared
+            .lock()
+            .expect("proxy state")
+            .launching
+            .entry(t.clone())
+            .or_default()
+            .clone()
+    });
+    let _one_at_a_time = match &lock {
+        Some(l) => Some(l.lock().await),
+        None => None,
+    };
+    let lose = end == Some(Effect::LoseResponse);
+    let earlier = token.as_ref().and_then(|(t, _)| {
+        let mut s = shared.lock().expect("proxy state");
+        let earlier = s.tokens.get(t).cloned();
+        if earlier.is_some() && !lose {
+            s.calls[call].1 = Outcome::Replayed;
+        }
+        earlier
+    });
     if let (Some((params, response)), Some((_, mine))) = (&earlier, &token) {
         let out = if params == mine {
             response.clone()
@@ -374,7 +396,9 @@ async fn serve(mut client: TcpStream, upstream: String, shared: Arc<Mutex<Shared
             )
             .into_bytes()
         };
-        let _ = client.write_all(&out).await;
+        if !lose {
+            let _ = client.write_all(&out).await;
+        }
         let _ = client.shutdown().await;
         return;
     }
@@ -416,7 +440,7 @@ async fn serve(mut client: TcpStream, upstream: String, shared: Arc<Mutex<Shared
             .entry(t)
             .or_insert((params, out.clone()));
     }
-    if end != Some(Effect::LoseResponse) {
+    if !lose {
         let _ = client.write_all(&out).await;
     }
     let _ = client.shutdown().await;
