@@ -74,9 +74,7 @@ fn a_replica_lost_with_its_node_requeues_a_restartable_gang() {
         .replicas(2)
         .gpus(8)
         .restartable()
-        .status(json!({"phase": "Running", "conditions": [
-            {"type": "Running", "status": "True", "reason": "AllReplicasRunning", "message": "",
-             "lastTransitionTime": "2026-03-10T11:00:00Z"}]}))
+        .status(all_running())
         .build();
     i.pods = vec![pod(&j, 0, 0, "a", "Running"), pod(&j, 0, 1, "b", "Running")];
     i.jobs = vec![j];
@@ -114,9 +112,7 @@ fn a_lost_replica_fails_a_gang_that_cannot_restart() {
     let j = job("once")
         .replicas(2)
         .gpus(8)
-        .status(json!({"phase": "Running", "conditions": [
-            {"type": "Running", "status": "True", "reason": "AllReplicasRunning", "message": "",
-             "lastTransitionTime": "2026-03-10T11:00:00Z"}]}))
+        .status(all_running())
         .build();
     i.pods = vec![pod(&j, 0, 0, "a", "Running"), pod(&j, 0, 1, "b", "Running")];
     i.jobs = vec![j];
@@ -133,9 +129,7 @@ fn a_lost_replica_fails_a_gang_that_cannot_restart() {
 /// be confirmed stopped, held the job back. A started job with no pod left has lost it.
 #[test]
 fn a_started_job_whose_only_pod_is_gone_or_stuck_on_a_dead_node_has_lost_it() {
-    let running = json!({"phase": "Running", "conditions": [
-        {"type": "Running", "status": "True", "reason": "AllReplicasRunning", "message": "",
-         "lastTransitionTime": "2026-03-10T11:00:00Z"}]});
+    let running = all_running();
     let mut i = cluster();
     let mut unreachable = (*node("a", "onprem", 8)).clone();
     unreachable.status.as_mut().expect("status").conditions = Some(vec![
@@ -302,4 +296,11 @@ fn a_job_past_its_max_runtime_is_stopped_and_failed() {
             .iter()
             .any(|a| matches!(a, Action::DeletePod { name, .. } if name == "long-0-0"))
     );
+}
+
+/// The status of a job whose replicas all run since an hour before noon.
+fn all_running() -> serde_json::Value {
+    json!({"phase": "Running", "conditions": [
+        {"type": "Running", "status": "True", "reason": "AllReplicasRunning", "message": "",
+         "lastTransitionTime": "2026-03-10T11:00:00Z"}]})
 }
