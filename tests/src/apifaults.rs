@@ -30,6 +30,8 @@ struct Period {
     status: u16,
     percent: u64,
     until: Instant,
+    /// Only requests with this method meet the period (`None`: all of them).
+    method: Option<&'static str>,
 }
 
 #[derive(Default)]
@@ -42,9 +44,11 @@ struct State {
 
 impl State {
     /// The status to answer the next request with, if the period says so.
-    fn fault(&mut self) -> Option<u16> {
+    fn fault(&mut self, method: &str) -> Option<u16> {
         self.requests += 1;
-        let p = self.period.filter(|p| Instant::now() < p.until)?;
+        let p = self
+            .period
+            .filter(|p| Instant::now() < p.until && p.method.is_none_or(|m| m == method))?;
         self.rng = self
             .rng
             .wrapping_mul(6_364_136_223_846_793_005)
@@ -128,12 +132,30 @@ impl ApiFaults {
     /// For `lasting` from now, answers `percent` % of the requests with `status` (429 or 500),
     /// after closing every open connection.
     pub fn misbehave(&self, status: u16, percent: u64, lasting: Duration) {
+        self.period(status, percent, lasting, None);
+    }
+
+    /// As [`ApiFaults::misbehave`], for requests with `method` only (`"PATCH"`: status and
+    /// object writes fail while reads and watches work).
+    pub fn misbehave_on(&self, method: &'static str, status: u16, percent: u64, lasting: Duration) {
+        self.period(status, percent, lasting, Some(method));
+    }
+
+    fn period(&self, status: u16, percent: u64, lasting: Duration, method: Option<&'static str>) {
         self.state().period = Some(Period {
             status,
             percent: percent.min(100),
             until: Instant::now() + lasting,
+            method,
         });
         self.shared.cut.send_modify(|n| *n += 1);
+    }
+
+    /// A client that reaches the API server through the proxy.
+    pub async fn client(&self) -> anyhow::Result<kube::Client> {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig)?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+        Ok(kube::Client::try_from(config)?)
     }
 
     /// (requests seen, requests answered with a fault).
@@ -189,11 +211,16 @@ async fn serve(
         }
         buf.extend_from_slice(&chunk[..n]);
     };
+    let method = String::from_utf8_lossy(&buf[..end])
+        .split(' ')
+        .next()
+        .unwrap_or_default()
+        .to_string();
     let fault = shared
         .state
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .fault();
+        .fault(&method);
     if let Some(status) = fault {
         let (reason, text) = match status {
             429 => ("TooManyRequests", "Too Many Requests"),

@@ -298,24 +298,11 @@ async fn run_pods(client: Client, nodes: Arc<Mutex<HashSet<String>>>) {
                         .max(0) as u64,
                 );
             started.lock().expect("started set poisoned").remove(&key);
-            if stop == 0 {
-                let _ = pods
-                    .delete(&name, &DeleteParams::default().grace_period(0))
-                    .await;
-            } else if stopping.lock().expect("stopping set poisoned").insert(key) {
+            if stopping.lock().expect("stopping set poisoned").insert(key) {
                 tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_secs(stop)).await;
-                    for _ in 0..10 {
-                        match pods
-                            .delete(&name, &DeleteParams::default().grace_period(0))
-                            .await
-                        {
-                            Err(kube::Error::Api(e)) if e.code != 404 => {}
-                            Err(kube::Error::Api(_)) | Ok(_) => break,
-                            Err(_) => {}
-                        }
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                    }
+                    let gone = DeleteParams::default().grace_period(0);
+                    keep_trying(&name, "confirm deletion", || pods.delete(&name, &gone)).await;
                 });
             }
             continue;
@@ -357,27 +344,27 @@ async fn run_pods(client: Client, nodes: Arc<Mutex<HashSet<String>>>) {
                 "started": true, "state": {"running": {"startedAt": now}},
             })).collect::<Vec<_>>(),
         }});
-        if let Err(e) = pods
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(running))
-            .await
-        {
-            tracing::debug!(pod = %name, error = %e, "fake kubelet could not start pod");
-            started.lock().expect("started set poisoned").remove(&key);
-            continue;
-        }
         let annotations = pod.annotations();
-        let Some(run_for) = annotations
+        let run_for = annotations
             .get(RUN_SECONDS)
-            .and_then(|s| s.parse::<f64>().ok())
-        else {
-            continue;
-        };
+            .and_then(|s| s.parse::<f64>().ok());
         let exit_code: i32 = annotations
             .get(EXIT_CODE)
             .and_then(|s| s.parse().ok())
             .unwrap_or(0);
-        let pods = pods.clone();
         tokio::spawn(async move {
+            // As a kubelet keeps syncing a pod's status, a write that failed (or whose answer
+            // was lost) while the API server was away is made again until it lands.
+            let pp = PatchParams::default();
+            let running = Patch::Merge(running);
+            if !keep_trying(&name, "start pod", || {
+                pods.patch_status(&name, &pp, &running)
+            })
+            .await
+            {
+                return;
+            }
+            let Some(run_for) = run_for else { return };
             tokio::time::sleep(Duration::from_secs_f64(run_for.max(0.0))).await;
             let now = now_rfc3339();
             let phase = if exit_code == 0 {
@@ -398,21 +385,28 @@ async fn run_pods(client: Client, nodes: Arc<Mutex<HashSet<String>>>) {
                     "state": {"terminated": {"exitCode": exit_code, "reason": reason, "finishedAt": now}},
                 })).collect::<Vec<_>>(),
             }});
-            // As a kubelet keeps syncing a pod's status, retry while the API server is away
-            // (for two minutes at most); a pod that is gone needs nothing.
-            for _ in 0..240 {
-                match pods
-                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(done.clone()))
-                    .await
-                {
-                    Ok(_) => break,
-                    Err(kube::Error::Api(e)) if e.code == 404 => break,
-                    Err(e) => {
-                        tracing::debug!(pod = %name, error = %e, "fake kubelet could not finish pod; retrying");
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                    }
-                }
-            }
+            let done = Patch::Merge(done);
+            keep_trying(&name, "finish pod", || pods.patch_status(&name, &pp, &done)).await;
         });
     }
+}
+
+/// Makes a write again every 500 ms while it fails for a reason other than the pod being gone
+/// (the API server away, a connection cut, a 5xx), for two minutes at most. Returns whether it
+/// landed.
+async fn keep_trying<T, F>(pod: &str, what: &str, mut write: impl FnMut() -> F) -> bool
+where
+    F: std::future::Future<Output = kube::Result<T>>,
+{
+    for _ in 0..240 {
+        match write().await {
+            Ok(_) => return true,
+            Err(kube::Error::Api(e)) if e.code == 404 => return false,
+            Err(e) => {
+                tracing::debug!(pod, error = %e, "fake kubelet could not {what}; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+    false
 }

@@ -9,6 +9,7 @@ use kube::discovery::ApiResource;
 use kube::{Api, Client};
 use serde_json::json;
 use spillway_api::{BurstPolicy, ComputePool, Dataset, GpuJob, GpuQueue};
+use spillway_tests::apifaults::ApiFaults;
 use spillway_tests::cluster::TestCluster;
 use spillway_tests::kubelet::{EXIT_CODE, FakeKubelet, FakeNode, RUN_SECONDS};
 
@@ -320,4 +321,43 @@ async fn real_scheduler_binds_a_gpu_pod_to_a_fake_node() {
         "pod did not succeed in 30 s; last seen {last:?}\n{}",
         cluster.logs()
     );
+}
+
+/// The fake kubelet keeps making a pod's status writes while they fail, as a kubelet keeps
+/// syncing: a pod bound while every PATCH is answered 500 (reads and watches still work, so the
+/// pod is seen once and never again) still becomes Running and then Succeeded. A kubelet that
+/// gave up after one failed write left such a pod Pending for good (a chaos run's API-server
+/// restart did that to one replica of a gang, which then held its GPUs forever).
+#[tokio::test]
+async fn fake_kubelet_makes_failed_status_writes_again() {
+    let (cluster, client) = setup().await;
+    let ns = cluster.namespace(&client, "kubelet-retry").await.unwrap();
+    let proxy = ApiFaults::start(cluster, 7).await.unwrap();
+    let kubelet = FakeKubelet::start(proxy.client().await.unwrap());
+    let node = spillway_tests::unique_name("node-retry");
+    kubelet.register(FakeNode::gpu(&node, 1)).await.unwrap();
+    proxy.misbehave_on("PATCH", 500, 100, Duration::from_secs(6));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "bound", "annotations": {RUN_SECONDS: "1"}},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "c", "image": "pytorch:2"}],
+        },
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let mut last = String::new();
+    for _ in 0..300 {
+        let p = pods.get("bound").await.unwrap();
+        last = p.status.and_then(|s| s.phase).unwrap_or_default();
+        if last == "Succeeded" {
+            let (_, failed) = proxy.counts();
+            assert!(failed > 0, "no status write met a fault");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the pod is {last:?} 30 s after it was bound");
 }

@@ -336,13 +336,25 @@ impl Scenario {
     async fn unfinished(&self) -> String {
         let jobs: Api<GpuJob> = Api::namespaced(self.client.clone(), &self.ns);
         let all = jobs.list(&ListParams::default()).await.expect("jobs").items;
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.ns);
+        let pods = pods.list(&ListParams::default()).await.expect("pods").items;
         let left: Vec<String> = all
             .iter()
             .filter(|j| j.status.as_ref().and_then(|s| s.phase) != Some(JobPhase::Succeeded))
             .map(|j| {
                 let st = j.status.clone().unwrap_or_default();
+                // Its pods and their phases: a replica the kubelet never ran shows here.
+                let its: Vec<String> = pods
+                    .iter()
+                    .filter(|p| p.labels().get("spillway.io/job") == Some(&j.name_any()))
+                    .map(|p| {
+                        let phase = p.status.as_ref().and_then(|s| s.phase.clone());
+                        let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+                        format!("{} {phase:?} on {node:?}", p.name_any())
+                    })
+                    .collect();
                 format!(
-                    "{} {:?} restarts {:?} nodes {:?}: {:?}",
+                    "{} {:?} restarts {:?} nodes {:?} pods {its:?}: {:?}",
                     j.name_any(),
                     st.phase,
                     st.restarts,
