@@ -17,6 +17,7 @@
 //!   apply; the failure is counted per rule ([`PolicyEngine::runtime_errors`]). Nothing panics.
 
 pub mod lint;
+mod reads;
 pub mod testing;
 pub mod variables;
 mod vars;
@@ -97,6 +98,8 @@ pub struct PolicyEngine {
     rules: Vec<Rule>,
     /// Some rule reads `waited` or `now`.
     reads_clock: bool,
+    /// The fields of `job`, `queue` and `offering` some rule reads: the only ones built.
+    reads: reads::Reads,
     /// The standard functions and macros, shared by every evaluation.
     env: Arc<cel::Env>,
     errors: Mutex<BTreeMap<String, u64>>,
@@ -152,6 +155,7 @@ impl PolicyEngine {
         PolicyEngine {
             rules: Vec::new(),
             reads_clock: false,
+            reads: reads::Reads::default(),
             env: Arc::new(cel::Env::stdlib()),
             errors: Mutex::new(BTreeMap::new()),
         }
@@ -245,8 +249,15 @@ impl PolicyEngine {
                         .any(|v| matches!(*v, "waited" | "now"))
                 })
         });
+        let reads = reads::Reads::of(
+            rules
+                .iter()
+                .flat_map(|r| [&r.when, &r.offering_filter])
+                .flatten(),
+        );
         Ok(PolicyEngine {
             reads_clock,
+            reads,
             rules,
             env: Arc::new(cel::Env::stdlib()),
             errors: Mutex::new(BTreeMap::new()),
@@ -323,7 +334,7 @@ impl PolicyEngine {
             waited: now.since(job.queued_at),
             now,
         };
-        let v = vars(&ctx, None);
+        let v = vars(&ctx, None, &self.reads);
         let scope = self.scope(&v);
         self.rules
             .iter()
@@ -343,7 +354,7 @@ impl PolicyEngine {
 
     /// The context every rule of one job is evaluated in: the engine's functions, and the
     /// variables built for this job lent by reference (no copy per rule).
-    fn scope<'v>(&self, vars: &'v Vars<'_>) -> Context<'v, 'v> {
+    fn scope<'v>(&self, vars: &'v Vars<'_, '_>) -> Context<'v, 'v> {
         let mut ctx = Context::with_env(self.env.clone());
         ctx.set_variable_resolver(vars);
         ctx
@@ -405,7 +416,7 @@ impl Policy for PolicyEngine {
         if self.rules.is_empty() {
             return out;
         }
-        let v = vars(ctx, None);
+        let v = vars(ctx, None, &self.reads);
         let scope = self.scope(&v);
         for rule in &self.rules {
             if !self.applies(rule, &scope) {
@@ -461,7 +472,7 @@ impl Policy for PolicyEngine {
     }
 
     fn offering_allowed(&self, ctx: &PolicyContext<'_>, offering: &Offering) -> Result<(), String> {
-        let v = vars(ctx, Some(offering));
+        let v = vars(ctx, Some(offering), &self.reads);
         let scope = self.scope(&v);
         for rule in &self.rules {
             let Some(filter) = &rule.offering_filter else {

@@ -2,11 +2,20 @@
 //! per job (and offering) straight into CEL values that borrow the job's strings, and lent to
 //! every rule's evaluation through a variable resolver: no copy per rule.
 //!
+//! Only what the rules read is built ([`Reads`]). A field the rules select by name
+//! (`job.labels`) is answered straight by its qualified name, which the interpreter asks for
+//! before the variable itself (the most specific name wins), so no map of the variable's
+//! fields is built or searched for it. The maps (`job`, `queue`, `offering` as values) are built
+//! at their first use in the evaluation, with the fields the rules read: an index
+//! (`job['labels']`), a presence test (`has(queue.budgetLeftMonthlyUSD)`), a selection of a
+//! field that is absent (the map answers it as the interpreter would), or the variable itself.
+//!
 //! Their fields and types are the ones `variables::VARIABLES` lists; the tests check both that
 //! and that the values equal what serialising the same views with serde gives (the engine's
 //! earlier way, kept there as the reference).
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use cel::common::types::{
     CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelString, CelUInt,
@@ -15,28 +24,125 @@ use cel::common::value::{CowVal, Val};
 use cel::context::VariableResolver;
 use spillway_core::{Offering, PolicyContext};
 
+use crate::reads::{Fields, Reads, Var};
+
 type V<'a> = Box<dyn Val + 'a>;
 
+/// The fields of `job`, in the order `variables::VARIABLES` lists them.
+pub(crate) const JOB_FIELDS: [&str; 15] = [
+    "name",
+    "namespace",
+    "queue",
+    "priority",
+    "replicas",
+    "gpusPerReplica",
+    "totalGpus",
+    "gpuModels",
+    "datasets",
+    "restartable",
+    "placement",
+    "estimatedRuntimeSeconds",
+    "maxRuntimeSeconds",
+    "maxHourlyCost",
+    "labels",
+];
+
+pub(crate) const QUEUE_FIELDS: [&str; 9] = [
+    "name",
+    "pendingJobs",
+    "runningJobs",
+    "privateGpusInUse",
+    "cloudGpusInUse",
+    "hourlyUSD",
+    "spentThisMonthUSD",
+    "budgetLeftHourlyUSD",
+    "budgetLeftMonthlyUSD",
+];
+
+pub(crate) const OFFERING_FIELDS: [&str; 9] = [
+    "instanceType",
+    "gpuModel",
+    "gpus",
+    "capacityType",
+    "region",
+    "zone",
+    "hourlyPrice",
+    "gpuMemoryGiB",
+    "recentInterruptions",
+];
+
 /// The variables of one evaluation.
-pub(crate) struct Vars<'a> {
-    job: V<'a>,
-    queue: V<'a>,
+pub(crate) struct Vars<'c, 'a> {
+    ctx: &'c PolicyContext<'a>,
+    offering_of: Option<&'a Offering>,
+    reads: &'c Reads,
+    /// Fields selected by name, present in this job: (qualified name, value).
+    flat: Vec<(&'c str, V<'a>)>,
+    job: OnceLock<V<'a>>,
+    queue: OnceLock<V<'a>>,
+    offering: OnceLock<V<'a>>,
     waited: V<'a>,
     now: V<'a>,
-    offering: Option<V<'a>>,
 }
 
-impl VariableResolver for Vars<'_> {
+impl VariableResolver for Vars<'_, '_> {
     fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
         let v = match variable {
-            "job" => &self.job,
-            "queue" => &self.queue,
+            "job" => self.job.get_or_init(|| {
+                fields_map(&JOB_FIELDS, &self.reads.job, |f| job_field(self.ctx, f))
+            }),
+            "queue" => self.queue.get_or_init(|| {
+                fields_map(&QUEUE_FIELDS, &self.reads.queue, |f| {
+                    queue_field(self.ctx, f)
+                })
+            }),
+            "offering" => {
+                let o = self.offering_of?;
+                self.offering.get_or_init(|| {
+                    fields_map(&OFFERING_FIELDS, &self.reads.offering, |f| {
+                        offering_field(o, f)
+                    })
+                })
+            }
             "waited" => &self.waited,
             "now" => &self.now,
-            "offering" => self.offering.as_ref()?,
-            _ => return None,
+            _ => {
+                let (_, v) = self.flat.iter().find(|(name, _)| *name == variable)?;
+                v
+            }
         };
         Some(CowVal::Borrowed(v.as_ref()))
+    }
+}
+
+/// The variables for `ctx`, and for `offering` in an offering filter, with what `reads` says
+/// the rules read.
+pub(crate) fn vars<'c, 'a>(
+    ctx: &'c PolicyContext<'a>,
+    offering: Option<&'a Offering>,
+    reads: &'c Reads,
+) -> Vars<'c, 'a> {
+    let flat = reads
+        .selected()
+        .filter_map(|(qualified, var, field)| {
+            let v = match var {
+                Var::Job => job_field(ctx, field),
+                Var::Queue => queue_field(ctx, field),
+                Var::Offering => offering_field(offering?, field),
+            }?;
+            Some((qualified, v))
+        })
+        .collect();
+    Vars {
+        ctx,
+        offering_of: offering,
+        reads,
+        flat,
+        job: OnceLock::new(),
+        queue: OnceLock::new(),
+        offering: OnceLock::new(),
+        waited: d(ctx.waited.as_secs_f64()),
+        now: d(ctx.now.as_secs_f64()),
     }
 }
 
@@ -54,122 +160,97 @@ fn d<'a>(x: f64) -> V<'a> {
 
 /// A map with string keys; `None` values are left out (as serde skips them).
 fn map<'a>(fields: impl IntoIterator<Item = (&'a str, Option<V<'a>>)>) -> V<'a> {
-    let fields = fields.into_iter();
-    let mut m: HashMap<CelMapKey<'a>, V<'a>> = HashMap::with_capacity(fields.size_hint().0);
-    for (k, v) in fields {
-        if let Some(v) = v {
-            m.insert(CelMapKey::String(CelString::from(k)), v);
-        }
-    }
+    let m: HashMap<CelMapKey<'a>, V<'a>> = fields
+        .into_iter()
+        .filter_map(|(k, v)| Some((CelMapKey::String(CelString::from(k)), v?)))
+        .collect();
     Box::new(CelMap::from(m))
 }
 
-/// The variables for `ctx`, and for `offering` in an offering filter.
-pub(crate) fn vars<'a>(ctx: &PolicyContext<'a>, offering: Option<&'a Offering>) -> Vars<'a> {
-    let job = ctx.job;
-    let name = job.id.split_once('/').map_or(job.id.as_str(), |(_, n)| n);
-    let datasets: Vec<V<'a>> = ctx
-        .datasets
+/// The map of a variable's fields that `reads` names (absent ones left out).
+fn fields_map<'a>(
+    names: &[&'static str],
+    reads: &Fields,
+    field: impl Fn(&str) -> Option<V<'a>>,
+) -> V<'a> {
+    map(names
         .iter()
-        .map(|ds| {
-            map([
-                ("name", Some(s(&ds.name))),
-                ("classification", Some(s(ds.classification.as_str()))),
-                ("sizeGiB", Some(d(ds.size_gib))),
-            ])
-        })
-        .collect();
-    let job_v = map([
-        ("name", Some(s(name))),
-        ("namespace", Some(s(&job.namespace))),
-        ("queue", Some(s(&job.queue))),
-        (
-            "priority",
-            Some(Box::new(CelInt::from(i64::from(job.priority))) as V<'a>),
-        ),
-        ("replicas", Some(u(u64::from(job.replicas)))),
-        ("gpusPerReplica", Some(u(u64::from(job.gpus_per_replica)))),
-        ("totalGpus", Some(u(u64::from(job.total_gpus())))),
-        (
-            "gpuModels",
-            Some(Box::new(CelList::from(
-                job.gpu_models
-                    .iter()
-                    .map(|m| s(m.as_str()))
-                    .collect::<Vec<_>>(),
-            ))),
-        ),
-        ("datasets", Some(Box::new(CelList::from(datasets)))),
-        (
-            "restartable",
-            Some(Box::new(CelBool::from(job.restartable))),
-        ),
-        ("placement", Some(s(job.placement.as_str()))),
-        (
-            "estimatedRuntimeSeconds",
-            job.estimated_runtime.map(|x| d(x.as_secs_f64())),
-        ),
-        (
-            "maxRuntimeSeconds",
-            job.max_runtime.map(|x| d(x.as_secs_f64())),
-        ),
-        ("maxHourlyCost", job.max_hourly_cost.map(d)),
-        (
-            "labels",
-            Some(map(job
-                .labels
+        .filter(|n| reads.wants(n))
+        .map(|&n| (n, field(n))))
+}
+
+/// One field of `job` (`None`: absent, or no such field).
+fn job_field<'a>(ctx: &PolicyContext<'a>, field: &str) -> Option<V<'a>> {
+    let job = ctx.job;
+    Some(match field {
+        "name" => s(job.id.split_once('/').map_or(job.id.as_str(), |(_, n)| n)),
+        "namespace" => s(&job.namespace),
+        "queue" => s(&job.queue),
+        "priority" => Box::new(CelInt::from(i64::from(job.priority))),
+        "replicas" => u(u64::from(job.replicas)),
+        "gpusPerReplica" => u(u64::from(job.gpus_per_replica)),
+        "totalGpus" => u(u64::from(job.total_gpus())),
+        "gpuModels" => Box::new(CelList::from(
+            job.gpu_models
                 .iter()
-                .map(|(k, v)| (k.as_str(), Some(s(v)))))),
-        ),
-    ]);
+                .map(|m| s(m.as_str()))
+                .collect::<Vec<_>>(),
+        )),
+        "datasets" => Box::new(CelList::from(
+            ctx.datasets
+                .iter()
+                .map(|ds| {
+                    map([
+                        ("name", Some(s(&ds.name))),
+                        ("classification", Some(s(ds.classification.as_str()))),
+                        ("sizeGiB", Some(d(ds.size_gib))),
+                    ])
+                })
+                .collect::<Vec<_>>(),
+        )),
+        "restartable" => Box::new(CelBool::from(job.restartable)),
+        "placement" => s(job.placement.as_str()),
+        "estimatedRuntimeSeconds" => d(job.estimated_runtime?.as_secs_f64()),
+        "maxRuntimeSeconds" => d(job.max_runtime?.as_secs_f64()),
+        "maxHourlyCost" => d(job.max_hourly_cost?),
+        "labels" => map(job.labels.iter().map(|(k, v)| (k.as_str(), Some(s(v))))),
+        _ => return None,
+    })
+}
+
+/// One field of `queue`.
+fn queue_field<'a>(ctx: &PolicyContext<'a>, field: &str) -> Option<V<'a>> {
     let q = ctx.queue_state;
-    let queue = map([
-        ("name", Some(s(&ctx.queue.name))),
-        ("pendingJobs", Some(u(u64::from(q.pending_jobs)))),
-        ("runningJobs", Some(u(u64::from(q.running_jobs)))),
-        (
-            "privateGpusInUse",
-            Some(u(u64::from(q.private_gpus_in_use))),
-        ),
-        ("cloudGpusInUse", Some(u(u64::from(q.cloud_gpus_in_use)))),
-        ("hourlyUSD", Some(d(q.hourly_usd))),
-        ("spentThisMonthUSD", Some(d(q.spent_this_month_usd))),
-        (
-            "budgetLeftHourlyUSD",
-            ctx.queue
-                .budget_hourly_usd
-                .map(|b| d((b - q.hourly_usd).max(0.0))),
-        ),
-        (
-            "budgetLeftMonthlyUSD",
-            ctx.queue
-                .budget_monthly_usd
-                .map(|b| d((b - q.spent_this_month_usd).max(0.0))),
-        ),
-    ]);
-    let offering = offering.map(|o| {
-        map([
-            ("instanceType", Some(s(&o.instance_type))),
-            ("gpuModel", Some(s(o.gpu_model.as_str()))),
-            ("gpus", Some(u(u64::from(o.gpus)))),
-            ("capacityType", Some(s(o.capacity_type.as_str()))),
-            ("region", Some(s(&o.region))),
-            ("zone", Some(s(&o.zone))),
-            ("hourlyPrice", Some(d(o.hourly_price))),
-            ("gpuMemoryGiB", Some(d(o.gpu_memory_gib))),
-            (
-                "recentInterruptions",
-                Some(u(u64::from(o.recent_interruptions))),
-            ),
-        ])
-    });
-    Vars {
-        job: job_v,
-        queue,
-        waited: d(ctx.waited.as_secs_f64()),
-        now: d(ctx.now.as_secs_f64()),
-        offering,
-    }
+    Some(match field {
+        "name" => s(&ctx.queue.name),
+        "pendingJobs" => u(u64::from(q.pending_jobs)),
+        "runningJobs" => u(u64::from(q.running_jobs)),
+        "privateGpusInUse" => u(u64::from(q.private_gpus_in_use)),
+        "cloudGpusInUse" => u(u64::from(q.cloud_gpus_in_use)),
+        "hourlyUSD" => d(q.hourly_usd),
+        "spentThisMonthUSD" => d(q.spent_this_month_usd),
+        "budgetLeftHourlyUSD" => d((ctx.queue.budget_hourly_usd? - q.hourly_usd).max(0.0)),
+        "budgetLeftMonthlyUSD" => {
+            d((ctx.queue.budget_monthly_usd? - q.spent_this_month_usd).max(0.0))
+        }
+        _ => return None,
+    })
+}
+
+/// One field of `offering`.
+fn offering_field<'a>(o: &'a Offering, field: &str) -> Option<V<'a>> {
+    Some(match field {
+        "instanceType" => s(&o.instance_type),
+        "gpuModel" => s(o.gpu_model.as_str()),
+        "gpus" => u(u64::from(o.gpus)),
+        "capacityType" => s(o.capacity_type.as_str()),
+        "region" => s(&o.region),
+        "zone" => s(&o.zone),
+        "hourlyPrice" => d(o.hourly_price),
+        "gpuMemoryGiB" => d(o.gpu_memory_gib),
+        "recentInterruptions" => u(u64::from(o.recent_interruptions)),
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

@@ -8,6 +8,9 @@ use serde::Serialize;
 use spillway_core::*;
 
 use super::vars;
+use crate::reads::Reads;
+
+static ALL: std::sync::LazyLock<Reads> = std::sync::LazyLock::new(Reads::all);
 use crate::variables;
 
 #[derive(Serialize)]
@@ -156,6 +159,12 @@ fn value(v: &(dyn cel::common::value::Val + '_)) -> Value {
     Value::try_from(v).expect("converts")
 }
 
+/// A variable as the interpreter resolves it.
+fn var(vars: &crate::Vars<'_, '_>, name: &str) -> Option<Value> {
+    use cel::context::VariableResolver;
+    vars.resolve(name).map(|v| value(v.as_ref()))
+}
+
 /// The value with every type spelt out and maps in key order (`Value`'s own equality counts
 /// `1` and `1u` equal, and a rule can tell them apart).
 fn canon(v: &Value) -> String {
@@ -275,21 +284,21 @@ fn the_values_equal_serdes_rendering_of_the_same_views() {
             now: Time::from_millis(1_805_000),
         };
         for offering in [None, Some(&o)] {
-            let built = vars(&ctx, offering);
+            let built = vars(&ctx, offering, &ALL);
             let (job_ref, queue_ref, offering_ref) = reference(&ctx, offering);
             assert_eq!(
-                canon(&value(built.job.as_ref())),
+                canon(&var(&built, "job").unwrap()),
                 canon(&job_ref),
                 "{}",
                 job.id
             );
-            assert_eq!(canon(&value(built.queue.as_ref())), canon(&queue_ref));
+            assert_eq!(canon(&var(&built, "queue").unwrap()), canon(&queue_ref));
             assert_eq!(
-                built.offering.as_ref().map(|v| canon(&value(v.as_ref()))),
+                var(&built, "offering").map(|v| canon(&v)),
                 offering_ref.as_ref().map(canon)
             );
-            assert_eq!(canon(&value(built.waited.as_ref())), "Float(1800.0)");
-            assert_eq!(canon(&value(built.now.as_ref())), "Float(1805.0)");
+            assert_eq!(canon(&var(&built, "waited").unwrap()), "Float(1800.0)");
+            assert_eq!(canon(&var(&built, "now").unwrap()), "Float(1805.0)");
         }
     }
 }
@@ -309,11 +318,114 @@ fn the_variable_list_matches_what_rules_see() {
         waited: Duration::ZERO,
         now: Time::from_millis(0),
     };
-    let built = vars(&ctx, Some(&o));
-    assert_eq!(keys(&value(built.job.as_ref())), listed("job"));
-    assert_eq!(keys(&value(built.queue.as_ref())), listed("queue"));
-    assert_eq!(
-        keys(&value(built.offering.as_ref().unwrap().as_ref())),
-        listed("offering")
-    );
+    let built = vars(&ctx, Some(&o), &ALL);
+    assert_eq!(keys(&var(&built, "job").unwrap()), listed("job"));
+    assert_eq!(keys(&var(&built, "queue").unwrap()), listed("queue"));
+    assert_eq!(keys(&var(&built, "offering").unwrap()), listed("offering"));
+}
+
+/// Building only the fields the rules read changes no rule's result: every rule of the example
+/// policies, and rules that read fields in each way the analysis knows (and some it treats as
+/// reading everything), give the same value, error or not, with the pruned variables as with
+/// the whole ones, for every job here, with and without an offering.
+#[test]
+fn pruned_variables_give_every_rule_the_same_result() {
+    use cel::Context;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies");
+    let m = spillway_api::manifests::Manifests::load(&dir).expect("example policies load");
+    let policies: Vec<spillway_api::BurstPolicy> =
+        m.policies.into_iter().map(|p| p.object).collect();
+    let extra = [
+        ("select", "job.labels['team'] == 'a' || job.priority > 5"),
+        (
+            "index",
+            "job['queue'] == 'research' && queue['pendingJobs'] >= 0u",
+        ),
+        (
+            "absent",
+            "job.maxHourlyCost < 10.0 || job.maxRuntimeSeconds > 1.0",
+        ),
+        (
+            "presence",
+            "has(job.estimatedRuntimeSeconds) && has(queue.budgetLeftHourlyUSD)",
+        ),
+        ("missing", "job.doesNotExist == 1"),
+        ("computed", "job.labels.exists(k, job['labels'][k] == 'x')"),
+        (
+            "deep",
+            "job.datasets.all(d, d.sizeGiB < 100.0) && job.gpuModels.size() >= 0",
+        ),
+        (
+            "whole",
+            "size(job) > 10 && [queue].exists(q, q.name == 'research')",
+        ),
+    ];
+    // The examples alone; with the extra rules but the last; with all of them.
+    let mut engines = vec![crate::PolicyEngine::compile(&policies).expect("compiles")];
+    for n in [extra.len() - 1, extra.len()] {
+        let rules: Vec<serde_json::Value> = extra[..n]
+            .iter()
+            .map(|(name, when)| {
+                serde_json::json!({
+                    "name": name, "when": when, "maxWait": "1m",
+                    "offeringFilter": "offering.gpus >= 1u && offering['region'] != 'x'",
+                })
+            })
+            .collect();
+        let mut all = policies.clone();
+        all.push(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "spillway.io/v1alpha1", "kind": "BurstPolicy",
+                "metadata": {"name": "zz-reads"},
+                "spec": {"rules": rules},
+            }))
+            .expect("extra policy"),
+        );
+        engines.push(crate::PolicyEngine::compile(&all).expect("compiles"));
+    }
+    let pruned = |e: &crate::PolicyEngine| !e.reads.job.wants("placement");
+    assert!(pruned(&engines[0]) && pruned(&engines[1]) && !pruned(&engines[2]));
+    let dataset = Dataset {
+        name: "contracts".into(),
+        classification: Classification::Confidential,
+        cloud_regions: vec![],
+        size_gib: 50.0,
+        egress_usd_per_gib: 0.09,
+    };
+    let state = QueueState::default();
+    let o = offering();
+    let mut compared = 0;
+    for (job, queue) in jobs() {
+        let ctx = PolicyContext {
+            job: &job,
+            queue: &queue,
+            queue_state: &state,
+            datasets: if job.datasets.is_empty() {
+                vec![]
+            } else {
+                vec![&dataset]
+            },
+            waited: Duration::from_secs(60),
+            now: Time::from_millis(60_000),
+        };
+        for (offering, engine) in [None, Some(&o)]
+            .into_iter()
+            .flat_map(|o| engines.iter().map(move |e| (o, e)))
+        {
+            let whole = vars(&ctx, offering, &ALL);
+            let pruned = vars(&ctx, offering, &engine.reads);
+            for rule in &engine.rules {
+                for program in [&rule.when, &rule.offering_filter].into_iter().flatten() {
+                    let run = |v: &crate::Vars<'_, '_>| {
+                        let mut c = Context::with_env(engine.env.clone());
+                        c.set_variable_resolver(v);
+                        format!("{:?}", program.execute(&c))
+                    };
+                    assert_eq!(run(&pruned), run(&whole), "{} for {}", rule.id, job.id);
+                    compared += 1;
+                }
+            }
+        }
+    }
+    assert!(compared > 40, "{compared}");
 }
