@@ -26,6 +26,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use crate::model::{JobState, QueueOrder, Settings, WaitMode};
 use crate::profile::Profile;
 use index::PrivateIndex;
+use private::OrderKey;
 
 mod cloud;
 mod conservative;
@@ -126,6 +127,14 @@ struct Cycle<'a> {
     /// Gang shapes (GPUs per replica, models, replicas, runtime; None: unknown) that found no
     /// slot starting now.
     now_failures: Vec<(u32, Vec<crate::GpuModel>, u32, Option<Duration>)>,
+    /// Jobs not running (pending, provisioning, suspended), in snapshot order: found in the
+    /// first pass over the jobs so that later steps do not walk the running ones again.
+    unplaced: Vec<usize>,
+    /// Suspended jobs (indexes into `snapshot.jobs`).
+    suspended: Vec<usize>,
+    /// Some restartable job that may run privately runs in the cloud (repatriation has
+    /// candidates).
+    movable_in_cloud: bool,
     /// Jobs preempted this cycle (indexes into `snapshot.jobs`).
     preempted: BTreeSet<usize>,
     /// Private GPUs preempted this cycle, per victim queue.
@@ -182,6 +191,9 @@ impl<'a> Cycle<'a> {
             profile: None,
             planned: 0,
             now_failures: Vec::new(),
+            unplaced: Vec::new(),
+            suspended: Vec::new(),
+            movable_in_cloud: false,
             preempted: BTreeSet::new(),
             preempted_gpus: FastMap::default(),
             releases_sorted: false,
@@ -235,6 +247,18 @@ impl<'a> Cycle<'a> {
             })
             .collect();
         for (i, job) in snap.jobs.iter().enumerate() {
+            match &job.state {
+                JobState::Running { cloud: true, .. } => {
+                    self.movable_in_cloud |=
+                        job.restartable && job.placement != Placement::CloudOnly;
+                }
+                JobState::Running { .. } => {}
+                JobState::Suspended { .. } => {
+                    self.suspended.push(i);
+                    self.unplaced.push(i);
+                }
+                _ => self.unplaced.push(i),
+            }
             let Some(q) = self.job_queue[i] else {
                 continue;
             };
@@ -304,42 +328,48 @@ impl<'a> Cycle<'a> {
     fn run(mut self) -> Plan {
         let snap = self.snap;
         self.plan.decisions.reserve(snap.jobs.len());
-        // Step 2: provisioning jobs.
-        let mut pending: Vec<usize> = Vec::new();
-        for (i, job) in snap.jobs.iter().enumerate() {
-            match &job.state {
-                JobState::Pending => pending.push(i),
+        // Step 2: provisioning jobs; the rest is rejected when it can never run, else goes
+        // through the passes. One pass over the jobs not running (each is large: touched once
+        // per cycle here), with the rejections decided after the provisioning jobs' decisions.
+        let mut rejects: Vec<(usize, Reason, String)> = Vec::new();
+        let mut per_queue: Vec<Vec<OrderKey>> = vec![Vec::new(); snap.queues.len()];
+        for i in std::mem::take(&mut self.unplaced) {
+            let job = &snap.jobs[i];
+            let plan_it = match &job.state {
+                JobState::Pending => true,
                 JobState::Provisioning { need, pool } => {
-                    if !self.needs_in_flight.contains(need.as_str()) {
-                        // Its launch failed or its instances are gone: plan it again.
-                        pending.push(i);
-                    } else {
+                    if self.needs_in_flight.contains(need.as_str()) {
                         self.provisioning(job, need, pool);
+                        false
+                    } else {
+                        // Its launch failed or its instances are gone: plan it again.
+                        true
                     }
                 }
+                // Its private nodes are gone: plan it again.
                 JobState::Suspended { nodes, pool, ready } => {
-                    if !self.resume(job, nodes, pool, *ready) {
-                        // Its private nodes are gone: plan it again.
-                        pending.push(i);
-                    }
+                    !self.resume(job, nodes, pool, *ready)
                 }
-                JobState::Running { .. } => {}
+                JobState::Running { .. } => false,
+            };
+            if !plan_it {
+                continue;
+            }
+            match (self.invalid(i, job), self.job_queue[i]) {
+                (Some((reason, message)), _) => rejects.push((i, reason, message)),
+                (None, Some(q)) => {
+                    per_queue[q].push((std::cmp::Reverse(job.priority), job.queued_at, i))
+                }
+                // `invalid` rejects a job whose queue does not exist.
+                (None, None) => {}
             }
         }
-
-        // Reject what can never run; everything else goes through the passes.
-        let mut candidates: Vec<usize> = Vec::with_capacity(pending.len());
-        for i in pending {
-            let job = &snap.jobs[i];
-            if let Some((reason, message)) = self.invalid(i, job) {
-                self.decide_job(job, Outcome::Reject, reason, message, None);
-            } else {
-                candidates.push(i);
-            }
+        for (i, reason, message) in rejects {
+            self.decide_job(&snap.jobs[i], Outcome::Reject, reason, message, None);
         }
 
         // Step 3: private pass.
-        let waiting = self.private_pass(&candidates);
+        let waiting = self.private_pass(per_queue);
         // Step 4: burst pass.
         for w in waiting {
             self.burst(w);

@@ -4,24 +4,17 @@
 
 use super::*;
 
-/// A candidate's place in its queue: priority (highest first), arrival, then its index.
-type OrderKey = (std::cmp::Reverse<i32>, Time, usize);
+/// A candidate's place in its queue: priority (highest first), arrival, index in the snapshot.
+pub(super) type OrderKey = (std::cmp::Reverse<i32>, Time, usize);
 
 impl<'a> Cycle<'a> {
     /// Step 3. Returns the jobs still waiting, in the order considered, with what the private
     /// side knows about them.
-    pub(super) fn private_pass(&mut self, candidates: &[usize]) -> Vec<Waiting> {
+    /// `per_queue`: each queue's candidates (as `snapshot.queues`), in any order; their sort
+    /// keys were copied out of the jobs (the jobs are large; the keys fit a cache line).
+    pub(super) fn private_pass(&mut self, mut per_queue: Vec<Vec<OrderKey>>) -> Vec<Waiting> {
         let snap = self.snap;
-        // Per queue: its candidates in priority, then arrival, then name order. The sort keys
-        // are copied out of the jobs first (the jobs are large; the keys fit a cache line).
-        let mut per_queue: Vec<Vec<OrderKey>> = vec![Vec::new(); snap.queues.len()];
-        for &i in candidates {
-            let job = &snap.jobs[i];
-            // Candidates passed `invalid`: their queue exists.
-            if let Some(q) = self.job_queue[i] {
-                per_queue[q].push((std::cmp::Reverse(job.priority), job.queued_at, i));
-            }
-        }
+        // Per queue: its candidates in priority, then arrival, then name order.
         // One lane per queue, in name order (deterministic ties).
         let mut order: Vec<usize> = (0..per_queue.len())
             .filter(|&q| !per_queue[q].is_empty())

@@ -46,7 +46,9 @@ impl<'a> Cycle<'a> {
 
     /// Step 1, continued: the GPUs suspended jobs hold are not free.
     pub(super) fn hold_for_suspended(&mut self) {
-        for job in &self.snap.jobs {
+        let snap = self.snap;
+        for k in 0..self.suspended.len() {
+            let job = &snap.jobs[self.suspended[k]];
             if let JobState::Suspended { nodes, .. } = &job.state
                 && let Some(held) = self.held_nodes(nodes)
             {
@@ -208,7 +210,7 @@ impl<'a> Cycle<'a> {
                 && j.placement != Placement::CloudOnly
                 && matches!(j.state, JobState::Running { cloud: true, .. })
         };
-        if !snap.jobs.iter().any(movable) {
+        if !self.movable_in_cloud {
             return Vec::new();
         }
         let by_node: FastMap<&str, &Instance> = snap
