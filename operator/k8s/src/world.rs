@@ -358,6 +358,7 @@ fn pod_finished_at(pod: &Pod, now: Time) -> Time {
 /// The job's life, from its status, its pods and what the controller assumed.
 fn lifecycle(
     job: &GpuJob,
+    attempt: u32,
     replicas: u32,
     pods: &[Arc<Pod>],
     assumed: Option<&Assumed>,
@@ -426,9 +427,10 @@ fn lifecycle(
         };
     }
     if pods.is_empty() {
-        // Started (and not requeued since: a requeue leaves the phase), yet no pod left: lost
-        // with their node, or deleted.
-        if status.and_then(|s| s.phase) == Some(JobPhase::Running) {
+        // Started in this attempt (a stale status of an earlier one, the cache behind a requeue,
+        // says nothing), yet no pod left: lost with their node, or deleted.
+        let this_attempt = status.and_then(|s| s.restarts).unwrap_or(0).max(0) as u32 == attempt;
+        if this_attempt && status.and_then(|s| s.phase) == Some(JobPhase::Running) {
             return Lifecycle::Broken {
                 message: format!(
                     "None of its {replicas} replica pod(s) is left (lost with their node, or deleted)."
@@ -634,7 +636,8 @@ pub fn build(
             if inputs.finished.contains(&id) || job.metadata.deletion_timestamp.is_some() {
                 Lifecycle::Done
             } else {
-                lifecycle(job, replicas, &pods, assumed.get(&id), &pool_of, now)
+                let assumed = assumed.get(&id);
+                lifecycle(job, attempt, replicas, &pods, assumed, &pool_of, now)
             };
         // A replica whose node is gone (machine lost, spot instance reclaimed) is lost, even
         // before the pod garbage collector removes its pod; so is one placed on a node that

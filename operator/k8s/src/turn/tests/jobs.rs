@@ -304,3 +304,46 @@ fn all_running() -> serde_json::Value {
         {"type": "Running", "status": "True", "reason": "AllReplicasRunning", "message": "",
          "lastTransitionTime": "2026-03-10T11:00:00Z"}]})
 }
+
+/// Found by a CI run of the AWS lifecycle test (an instance terminated behind the operator's
+/// back): right after a requeue, before the watch brings the requeued status back, the cache
+/// still says Running with no pod left; the next turn took that for a second loss and requeued
+/// the job again (restarts 2 for one loss). A status of an earlier attempt says nothing about
+/// the current one.
+#[test]
+fn a_requeued_job_is_not_requeued_again_on_its_stale_status() {
+    let mut i = cluster();
+    i.nodes = vec![node("a", "onprem", 8)];
+    let busy = job("busy").gpus(8).status(all_running()).build();
+    // sturdy ran on a node that is gone, and so are its pods.
+    let sturdy = job("sturdy")
+        .gpus(8)
+        .restartable()
+        .status(all_running())
+        .build();
+    i.pods = vec![pod(&busy, 0, 0, "a", "Running")];
+    i.jobs = vec![busy, sturdy];
+    let mut l = Loop::new();
+    let t = l.turn(&i, None, noon());
+    let st = status_of(&t, StatusKind::GpuJob, "sturdy").expect("requeued");
+    assert_eq!(
+        (st["phase"].as_str(), st["restarts"].as_i64()),
+        (Some("Queued"), Some(1))
+    );
+
+    // The cache has not caught up: the same objects again.
+    for k in 1..3 {
+        let t = l.turn(&i, None, noon() + minutes(k));
+        assert!(
+            !events(&t)
+                .iter()
+                .any(|(j, r, _)| j == "sturdy" && r == "Requeued"),
+            "requeued again: {:?}",
+            events(&t)
+        );
+        if let Some(st) = status_of(&t, StatusKind::GpuJob, "sturdy") {
+            assert_eq!(st["restarts"], 1, "{st}");
+            assert_eq!(st["phase"], "Queued", "{st}");
+        }
+    }
+}
