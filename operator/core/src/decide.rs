@@ -67,6 +67,9 @@ impl Hasher for Fnv {
 
 pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
 
+/// GPUs per replica and acceptable models.
+type ReplicaShape = (u32, Vec<crate::GpuModel>);
+
 /// A gang's shape for fit memos: GPUs per replica, acceptable models, may use reserved GPUs.
 type Shape = (u32, Vec<crate::GpuModel>, bool);
 
@@ -118,6 +121,9 @@ struct Cycle<'a> {
     /// Per offering: its pool, when that is a cloud pool.
     /// Built at first use: most cycles price no offering.
     offering_pool: std::cell::OnceCell<Vec<Option<&'a crate::Pool>>>,
+    /// Per gang shape (GPUs per replica, models): the offerings whose instances hold one
+    /// replica, in snapshot order; found at the shape's first pricing in the cycle.
+    offerings_for: std::cell::RefCell<Vec<(ReplicaShape, std::rc::Rc<[usize]>)>>,
     /// The cheapest on-demand GPU-hour per queue, once computed this cycle.
     gpu_hour: FastMap<&'a str, f64>,
     /// Free private GPUs over time, built at the first job planned (conservative order).
@@ -206,6 +212,7 @@ impl<'a> Cycle<'a> {
             fit_failures: Vec::new(),
             cloud_nodes: Vec::new(),
             offering_pool: std::cell::OnceCell::new(),
+            offerings_for: Default::default(),
             gpu_hour: FastMap::default(),
         };
         cycle.cloud_nodes = (0..snap.nodes.len())

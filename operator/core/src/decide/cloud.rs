@@ -412,11 +412,33 @@ impl<'a> Cycle<'a> {
     }
 
     pub(super) fn could_ever_fit_cloud(&self, job: &Job, queue: &Queue) -> bool {
-        self.snap.offerings.iter().enumerate().any(|(i, o)| {
-            self.offering_allowed(queue, i)
-                && o.gpus >= job.gpus_per_replica
-                && job.accepts_model(Some(&o.gpu_model))
-        })
+        self.offerings_for(job)
+            .iter()
+            .any(|&i| self.offering_allowed(queue, i))
+    }
+
+    /// The offerings whose instances hold one replica of `job` (enough GPUs, a model it
+    /// accepts), in snapshot order: found once per gang shape and cycle, so that pricing a
+    /// job looks only at those.
+    pub(super) fn offerings_for(&self, job: &Job) -> std::rc::Rc<[usize]> {
+        let mut memo = self.offerings_for.borrow_mut();
+        let g = job.gpus_per_replica;
+        if let Some((_, found)) = memo
+            .iter()
+            .find(|((mg, models), _)| *mg == g && *models == job.gpu_models)
+        {
+            return found.clone();
+        }
+        let found: std::rc::Rc<[usize]> = self
+            .snap
+            .offerings
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.gpus >= g && job.accepts_model(Some(&o.gpu_model)))
+            .map(|(i, _)| i)
+            .collect();
+        memo.push(((g, job.gpu_models.clone()), found.clone()));
+        found
     }
 
     /// The cheapest offering for the whole gang within rules, limits and budget.
@@ -468,11 +490,9 @@ impl<'a> Cycle<'a> {
                 }
             };
         }
-        for (i, o) in snap.offerings.iter().enumerate() {
+        for &i in self.offerings_for(job).iter() {
+            let o = &snap.offerings[i];
             if !self.offering_allowed(queue, i) {
-                continue;
-            }
-            if o.gpus < job.gpus_per_replica || !job.accepts_model(Some(&o.gpu_model)) {
                 continue;
             }
             if o.unavailable_until.is_some_and(|t| t > self.now) {
