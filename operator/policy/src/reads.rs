@@ -36,6 +36,17 @@ pub(crate) enum Var {
     Offering,
 }
 
+impl Var {
+    fn named(name: &str) -> Option<Var> {
+        match name {
+            "job" => Some(Var::Job),
+            "queue" => Some(Var::Queue),
+            "offering" => Some(Var::Offering),
+            _ => None,
+        }
+    }
+}
+
 /// What the rules read of each structured variable.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Reads {
@@ -80,12 +91,11 @@ impl Reads {
     }
 
     fn fields(&mut self, variable: &str) -> Option<&mut Fields> {
-        match variable {
-            "job" => Some(&mut self.job),
-            "queue" => Some(&mut self.queue),
-            "offering" => Some(&mut self.offering),
-            _ => None,
-        }
+        Some(match Var::named(variable)? {
+            Var::Job => &mut self.job,
+            Var::Queue => &mut self.queue,
+            Var::Offering => &mut self.offering,
+        })
     }
 
     /// Records `variable.field` when `operand` is the bare variable; returns whether it was.
@@ -112,13 +122,8 @@ impl Reads {
                     self.walk(&s.operand);
                 } else if !s.test
                     && let Expr::Ident(name) = &s.operand.expr
+                    && let Some(var) = Var::named(name)
                 {
-                    let var = match name.as_str() {
-                        "job" => Var::Job,
-                        "queue" => Var::Queue,
-                        "offering" => Var::Offering,
-                        _ => return,
-                    };
                     let qualified = format!("{name}.{}", s.field);
                     if !self.selected.iter().any(|(q, _, _)| *q == qualified) {
                         self.selected.push((qualified, var, s.field.clone()));

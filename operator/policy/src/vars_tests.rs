@@ -221,6 +221,40 @@ fn offering() -> Offering {
 
 /// Every job shape the fields can take: optional fields set and not, labels, datasets,
 /// models, budgets.
+/// A Confidential dataset the jobs that read data read.
+fn contracts() -> Dataset {
+    Dataset {
+        name: "contracts".into(),
+        classification: Classification::Confidential,
+        cloud_regions: vec![],
+        size_gib: 50.0,
+        egress_usd_per_gib: 0.09,
+    }
+}
+
+/// `job` in `queue`, having waited `waited_s` seconds (the clock 5 s past that), reading
+/// `dataset` when it reads any.
+fn context<'a>(
+    job: &'a Job,
+    queue: &'a Queue,
+    state: &'a QueueState,
+    dataset: &'a Dataset,
+    waited_s: u64,
+) -> PolicyContext<'a> {
+    PolicyContext {
+        job,
+        queue,
+        queue_state: state,
+        datasets: if job.datasets.is_empty() {
+            vec![]
+        } else {
+            vec![dataset]
+        },
+        waited: Duration::from_secs(waited_s),
+        now: Time::from_millis((waited_s as i64 + 5) * 1000),
+    }
+}
+
 fn jobs() -> Vec<(Job, Queue)> {
     let mut plain = Job::new("ml/plain", "research", 1, Time::from_millis(0));
     plain.namespace = "ml".into();
@@ -254,13 +288,7 @@ fn jobs() -> Vec<(Job, Queue)> {
 
 #[test]
 fn the_values_equal_serdes_rendering_of_the_same_views() {
-    let dataset = Dataset {
-        name: "contracts".into(),
-        classification: Classification::Confidential,
-        cloud_regions: vec![],
-        size_gib: 50.0,
-        egress_usd_per_gib: 0.09,
-    };
+    let dataset = contracts();
     let state = QueueState {
         pending_jobs: 7,
         running_jobs: 2,
@@ -271,18 +299,7 @@ fn the_values_equal_serdes_rendering_of_the_same_views() {
     };
     let o = offering();
     for (job, queue) in jobs() {
-        let ctx = PolicyContext {
-            job: &job,
-            queue: &queue,
-            queue_state: &state,
-            datasets: if job.datasets.is_empty() {
-                vec![]
-            } else {
-                vec![&dataset]
-            },
-            waited: Duration::from_secs(1_800),
-            now: Time::from_millis(1_805_000),
-        };
+        let ctx = context(&job, &queue, &state, &dataset, 1_800);
         for offering in [None, Some(&o)] {
             let built = vars(&ctx, offering, &ALL);
             let (job_ref, queue_ref, offering_ref) = reference(&ctx, offering);
@@ -385,29 +402,12 @@ fn pruned_variables_give_every_rule_the_same_result() {
     }
     let pruned = |e: &crate::PolicyEngine| !e.reads.job.wants("placement");
     assert!(pruned(&engines[0]) && pruned(&engines[1]) && !pruned(&engines[2]));
-    let dataset = Dataset {
-        name: "contracts".into(),
-        classification: Classification::Confidential,
-        cloud_regions: vec![],
-        size_gib: 50.0,
-        egress_usd_per_gib: 0.09,
-    };
+    let dataset = contracts();
     let state = QueueState::default();
     let o = offering();
     let mut compared = 0;
     for (job, queue) in jobs() {
-        let ctx = PolicyContext {
-            job: &job,
-            queue: &queue,
-            queue_state: &state,
-            datasets: if job.datasets.is_empty() {
-                vec![]
-            } else {
-                vec![&dataset]
-            },
-            waited: Duration::from_secs(60),
-            now: Time::from_millis(60_000),
-        };
+        let ctx = context(&job, &queue, &state, &dataset, 60);
         for (offering, engine) in [None, Some(&o)]
             .into_iter()
             .flat_map(|o| engines.iter().map(move |e| (o, e)))
