@@ -1,5 +1,7 @@
-//! Full replay of the openb default trace with 32 private GPUs (the `spillway` strategy), and
-//! trace loading on its own. Falls back to the bundled extract when `../shared` is absent.
+//! Full replay of the openb default trace with 32 private GPUs, as `spillway simulate` runs it
+//! (the pods still running when the trace was cut left out), and with those pods kept
+//! (`--keep-censored`); trace loading on its own. Falls back to the bundled extract when
+//! `../shared` is absent.
 
 use std::path::Path;
 
@@ -19,7 +21,9 @@ fn openb() -> (String, String) {
 
 fn bench_replay(c: &mut Criterion) {
     let (name, text) = openb();
-    let jobs = trace::parse(&text, TraceFormat::Openb).expect("trace parses");
+    let all = trace::parse(&text, TraceFormat::Openb).expect("trace parses");
+    let mut jobs = all.clone();
+    trace::drop_censored(&mut jobs);
     let rows = catalog::parse(example::CATALOG).expect("catalog parses");
     let inventory = trace::parse_private_gpus("4x8").expect("inventory");
     let base = setup::snapshot(None, &inventory, &rows).expect("world");
@@ -30,18 +34,20 @@ fn bench_replay(c: &mut Criterion) {
     group.bench_function(format!("load_{name}"), |b| {
         b.iter(|| trace::parse(&text, TraceFormat::Openb).map(|j| j.len()))
     });
-    for strategy in [Strategy::Spillway, Strategy::starburst(), Strategy::NoWait] {
-        group.bench_function(format!("{name}_32gpus_{strategy}"), |b| {
-            b.iter(|| {
-                compare(
-                    &base,
-                    &jobs,
-                    std::slice::from_ref(&strategy),
-                    &options,
-                    &NoPolicy,
-                )
-            })
-        });
+    for (kept, trace) in [("", &jobs), ("_keep_censored", &all)] {
+        for strategy in [Strategy::Spillway, Strategy::starburst(), Strategy::NoWait] {
+            group.bench_function(format!("{name}{kept}_32gpus_{strategy}"), |b| {
+                b.iter(|| {
+                    compare(
+                        &base,
+                        trace,
+                        std::slice::from_ref(&strategy),
+                        &options,
+                        &NoPolicy,
+                    )
+                })
+            });
+        }
     }
     group.finish();
 }
