@@ -37,8 +37,8 @@ mod repatriate;
 use crate::plan::{Decision, Launch, OfferingChoice, Outcome, Plan, Reason, Start, Termination};
 use crate::policy::{Effects, Policy, PolicyContext, QueueState, glob_match};
 use crate::{
-    CapacityType, Classification, Duration, Environment, Job, Node, Placement, PoolKind, Queue,
-    Snapshot, Time,
+    CapacityType, Classification, Duration, Environment, Job, Placement, PoolKind, Queue, Snapshot,
+    Time,
 };
 
 /// FNV-1a: the cycle hashes many short names; SipHash's protection against hash flooding is
@@ -97,7 +97,9 @@ struct Cycle<'a> {
     job_queue: Vec<Option<usize>>,
     datasets: FastMap<&'a str, &'a crate::Dataset>,
     pools: FastMap<&'a str, &'a crate::Pool>,
-    node_index: FastMap<&'a str, usize>,
+    /// Node name -> index into `snapshot.nodes`, built at first use (a cycle with no running
+    /// job of known end and nothing provisioning never looks a node up by name).
+    node_index: std::cell::OnceCell<FastMap<&'a str, usize>>,
     private: PrivateIndex,
     /// Free GPUs on cloud nodes (by node index), and whether the node is claimed.
     cloud_free: Vec<u32>,
@@ -151,25 +153,30 @@ impl<'a> Cycle<'a> {
     fn new(snap: &'a Snapshot, policy: &'a dyn Policy, now: Time) -> Cycle<'a> {
         let pools: FastMap<&str, &crate::Pool> =
             snap.pools.iter().map(|p| (p.name.as_str(), p)).collect();
-        let is_private = |n: &Node| {
-            pools
-                .get(n.pool.as_str())
-                .is_some_and(|p| matches!(p.kind, PoolKind::Private { .. }))
-        };
-        let private_flags: Vec<bool> = snap.nodes.iter().map(is_private).collect();
-        let cloud_free = snap
-            .nodes
-            .iter()
-            .zip(&private_flags)
-            .map(|(n, &p)| {
-                let cloud = !p && pools.get(n.pool.as_str()).is_some_and(|p| p.is_cloud());
-                if cloud && n.schedulable {
-                    n.free_gpus.min(n.gpus)
-                } else {
-                    0
+        // One pool lookup per node (nodes of one pool mostly come together: looked up again
+        // only when the name differs from the last node's): private, cloud, or neither.
+        let mut last: Option<(&str, Option<bool>)> = None;
+        let mut private_flags = Vec::with_capacity(snap.nodes.len());
+        let mut cloud_free = Vec::with_capacity(snap.nodes.len());
+        for n in &snap.nodes {
+            let private = match last {
+                Some((name, kind)) if name == n.pool => kind,
+                _ => {
+                    let kind = pools.get(n.pool.as_str()).and_then(|p| match p.kind {
+                        PoolKind::Private { .. } => Some(true),
+                        _ => p.is_cloud().then_some(false),
+                    });
+                    last = Some((n.pool.as_str(), kind));
+                    kind
                 }
-            })
-            .collect();
+            };
+            private_flags.push(private == Some(true));
+            cloud_free.push(if private == Some(false) && n.schedulable {
+                n.free_gpus.min(n.gpus)
+            } else {
+                0
+            });
+        }
         let mut cycle = Cycle {
             snap,
             policy,
@@ -183,12 +190,7 @@ impl<'a> Cycle<'a> {
                 .map(|(i, q)| (q.name.as_str(), i))
                 .collect(),
             datasets: snap.datasets.iter().map(|d| (d.name.as_str(), d)).collect(),
-            node_index: snap
-                .nodes
-                .iter()
-                .enumerate()
-                .map(|(i, n)| (n.name.as_str(), i))
-                .collect(),
+            node_index: std::cell::OnceCell::new(),
             private: PrivateIndex::new(&snap.nodes, private_flags),
             pools,
             cloud_free,
@@ -225,6 +227,21 @@ impl<'a> Cycle<'a> {
             cycle.stable_until(now);
         }
         cycle
+    }
+
+    /// The index of the node named `name` in `snapshot.nodes`.
+    fn node_at(&self, name: &str) -> Option<usize> {
+        let snap = self.snap;
+        self.node_index
+            .get_or_init(|| {
+                snap.nodes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| (n.name.as_str(), i))
+                    .collect()
+            })
+            .get(name)
+            .copied()
     }
 
     /// Step 1: usage per queue and pool, releases of private work, needs in flight.
@@ -308,7 +325,7 @@ impl<'a> Cycle<'a> {
                                 _ => self.now,
                             });
                             for n in nodes {
-                                if let Some(&i) = self.node_index.get(n.as_str()) {
+                                if let Some(i) = self.node_at(n) {
                                     self.releases.push((end, i, job.gpus_per_replica));
                                 }
                             }
@@ -334,7 +351,8 @@ impl<'a> Cycle<'a> {
 
     fn run(mut self) -> Plan {
         let snap = self.snap;
-        self.plan.decisions.reserve(snap.jobs.len());
+        // Decisions are for the jobs not running (and the few moved home).
+        self.plan.decisions.reserve(self.unplaced.len());
         // Step 2: provisioning jobs; the rest is rejected when it can never run, else goes
         // through the passes. One pass over the jobs not running (each is large: touched once
         // per cycle here), with the rejections decided after the provisioning jobs' decisions.
@@ -455,7 +473,7 @@ impl<'a> Cycle<'a> {
         let joined: Vec<usize> = instances
             .iter()
             .filter_map(|i| i.node.as_deref())
-            .filter_map(|n| self.node_index.get(n).copied())
+            .filter_map(|n| self.node_at(n))
             .filter(|&n| snap.nodes[n].schedulable)
             .collect();
         for &n in &joined {

@@ -673,16 +673,17 @@ impl<'a> Cycle<'a> {
     pub(super) fn scale_down(&mut self) {
         let snap = self.snap;
         for (i, n) in snap.nodes.iter().enumerate() {
-            let Some(pool) = self.pools.get(n.pool.as_str()) else {
-                continue;
-            };
-            if !pool.is_cloud() || self.cloud_claimed[i] {
-                continue;
-            }
+            // The node's own fields first: most nodes are busy, and the pool is a lookup.
             let Some(idle_since) = n.idle_since else {
                 continue;
             };
-            if n.free_gpus < n.gpus {
+            if n.free_gpus < n.gpus || self.cloud_claimed[i] {
+                continue;
+            }
+            let Some(pool) = self.pools.get(n.pool.as_str()) else {
+                continue;
+            };
+            if !pool.is_cloud() {
                 continue;
             }
             let idle_for = self.now.since(idle_since);

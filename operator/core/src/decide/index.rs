@@ -21,22 +21,29 @@ pub(super) struct PrivateIndex {
 
 impl PrivateIndex {
     pub(super) fn new(nodes: &[Node], private: Vec<bool>) -> PrivateIndex {
+        let mut private = private;
         let free: Vec<u32> = nodes.iter().map(|n| n.free_gpus.min(n.gpus)).collect();
-        let mut idx = PrivateIndex {
-            reserved: vec![0; nodes.len()],
-            by_effective: BTreeSet::new(),
-            by_free: BTreeSet::new(),
-            free,
-            private,
-        };
+        // Nothing is reserved yet, so both sets hold (free, node) of the schedulable private
+        // nodes with free GPUs: sorted once and built in bulk rather than node by node.
+        let mut with_free = Vec::new();
         for (i, n) in nodes.iter().enumerate() {
-            if idx.private[i] && n.schedulable {
-                idx.insert(i);
+            if private[i] && n.schedulable {
+                if free[i] > 0 {
+                    with_free.push((free[i], i));
+                }
             } else {
-                idx.private[i] = false;
+                private[i] = false;
             }
         }
-        idx
+        with_free.sort_unstable();
+        let by_free: BTreeSet<(u32, usize)> = with_free.into_iter().collect();
+        PrivateIndex {
+            reserved: vec![0; nodes.len()],
+            by_effective: by_free.clone(),
+            by_free,
+            free,
+            private,
+        }
     }
 
     pub(super) fn effective(&self, i: usize) -> u32 {

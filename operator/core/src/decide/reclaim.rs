@@ -184,8 +184,8 @@ impl<'a> Cycle<'a> {
             }
             let useful = nodes
                 .iter()
-                .filter_map(|n| self.node_index.get(n.as_str()))
-                .any(|&n| usable[n]);
+                .filter_map(|n| self.node_at(n))
+                .any(|n| usable[n]);
             if !useful || !self.may_take(v, 0) {
                 continue;
             }
@@ -223,7 +223,7 @@ impl<'a> Cycle<'a> {
             return;
         };
         for n in nodes {
-            let Some(&i) = self.node_index.get(n.as_str()) else {
+            let Some(i) = self.node_at(n) else {
                 continue;
             };
             if usable[i] {

@@ -35,12 +35,7 @@ impl<'a> Cycle<'a> {
     fn held_nodes(&self, nodes: &[String]) -> Option<Vec<usize>> {
         nodes
             .iter()
-            .map(|n| {
-                self.node_index
-                    .get(n.as_str())
-                    .copied()
-                    .filter(|&i| self.private.private[i])
-            })
+            .map(|n| self.node_at(n).filter(|&i| self.private.private[i]))
             .collect()
     }
 
