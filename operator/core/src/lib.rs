@@ -23,6 +23,7 @@ pub mod model;
 pub mod plan;
 pub mod policy;
 mod profile;
+pub mod quiet;
 pub mod scheduler;
 pub mod spot;
 pub mod time;
@@ -40,6 +41,7 @@ pub use plan::{
     Decision, Launch, Move, OfferingChoice, Outcome, Plan, Preemption, Reason, Start, Termination,
 };
 pub use policy::{Effects, NoPolicy, Policy, PolicyContext, QueueState, Repatriate};
+pub use quiet::Quiet;
 pub use scheduler::{Change, Config, Scheduler, SchedulerStats};
 pub use time::Time;
 pub use types::{CapacityType, Classification, Environment, Placement};

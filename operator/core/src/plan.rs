@@ -307,9 +307,36 @@ pub struct Plan {
     /// The decide time itself when nothing makes the plan stable (rules that read the
     /// clock; EASY backfilling; a running job past its expected end).
     pub stable_until: Option<Time>,
+    /// Queues in which a job arriving after this cycle would be passed over, so that deciding
+    /// again for it gives this same plan ([`crate::Quiet`]); filled only when the cycle asks
+    /// for no wait decisions, in strict order, with no rules.
+    pub quiet: crate::Quiet,
 }
 
 impl Plan {
+    /// Until when deciding `snapshot` (the world this plan was decided on at `now`) again
+    /// gives the same outcomes: `stable_until`, or earlier the end of a cloud offering's
+    /// cooldown (an offering becoming available again can turn a waiting job into a launch).
+    /// `None`: no such time.
+    pub fn holds_until(&self, snapshot: &crate::Snapshot, now: Time) -> Option<Time> {
+        snapshot
+            .offerings
+            .iter()
+            .filter_map(|o| o.unavailable_until.filter(|&t| t > now))
+            .chain(self.stable_until)
+            .min()
+    }
+
+    /// Whether the plan asks for anything: an action, or a decision.
+    pub fn is_empty(&self) -> bool {
+        self.starts.is_empty()
+            && self.launches.is_empty()
+            && self.terminations.is_empty()
+            && self.preemptions.is_empty()
+            && self.moves.is_empty()
+            && self.decisions.is_empty()
+    }
+
     pub fn decision(&self, job: &str) -> Option<&Decision> {
         self.decisions.iter().find(|d| d.job == job)
     }

@@ -233,7 +233,7 @@ impl Scheduler {
                 && plan.terminations.is_empty()
                 && plan.preemptions.is_empty()
                 && plan.moves.is_empty()),
-            until: self.until(&plan, now),
+            until: plan.holds_until(&self.snap, now),
             next_wake: plan.next_wake,
         });
         self.changed = false;
@@ -250,17 +250,6 @@ impl Scheduler {
                 }
             });
         plan
-    }
-
-    /// The plan's `stable_until`, and the end of every cloud offering's cooldown (an
-    /// offering becoming available again can turn a waiting job into a launch).
-    fn until(&self, plan: &Plan, now: Time) -> Option<Time> {
-        self.snap
-            .offerings
-            .iter()
-            .filter_map(|o| o.unavailable_until.filter(|&t| t > now))
-            .chain(plan.stable_until)
-            .min()
     }
 }
 

@@ -44,6 +44,8 @@ pub struct World {
     pub estimates: crate::estimates::Estimates,
     /// How often restartable jobs checkpoint (`None`: they lose no work when stopped).
     pub checkpoint_interval: Option<Duration>,
+    /// Decide at every instant, never skipping one the last plan shows unchanged.
+    pub decide_every_event: bool,
 }
 
 /// What happened to one job.
@@ -91,6 +93,9 @@ pub struct Outcome {
     pub repatriations: u32,
     pub repatriated_gpu_seconds_lost: f64,
     pub decide_calls: u64,
+    /// Instants at which only jobs arrived that the last plan shows cannot change it
+    /// ([`spillway_core::Quiet`]): not decided again.
+    pub cycles_skipped: u64,
     pub end_s: f64,
 }
 
@@ -159,6 +164,9 @@ struct Engine<'a> {
     last_t: i64,
     /// Consecutive cycles in which nothing but wake-ups happened and the plan changed nothing.
     idle_cycles: u32,
+    /// The last plan, when it asked for nothing (so the world is still the one it was decided
+    /// on, plus what arrived since): its quiet queues and until when it holds.
+    quiet: Option<(spillway_core::Quiet, Option<i64>)>,
     /// Job id in the snapshot -> trace index.
     ids: HashMap<String, usize>,
 }
@@ -223,6 +231,7 @@ impl<'a> Engine<'a> {
             running: 0,
             last_t: 0,
             idle_cycles: 0,
+            quiet: None,
             ids: HashMap::new(),
         }
     }
@@ -256,8 +265,12 @@ impl<'a> Engine<'a> {
             };
             self.advance(t);
             let mut only_wakes = true;
+            // Whether only jobs arrived, and from which position of `snap.jobs` on.
+            let mut only_arrivals = true;
+            let arrived_from = self.snap.jobs.len();
             for need in self.cloud.advance_to(Time::from_millis(t)) {
                 only_wakes = false;
+                only_arrivals = false;
                 self.sync_need(&need, t);
             }
             while self
@@ -279,6 +292,7 @@ impl<'a> Engine<'a> {
                     break;
                 };
                 only_wakes &= e == Event::Wake;
+                only_arrivals = false;
                 self.apply_event(e, t);
             }
             self.wakes.remove(&t);
@@ -289,8 +303,22 @@ impl<'a> Engine<'a> {
                 self.spot
                     .apply(&mut self.snap.offerings, Time::from_millis(t));
             }
+            if only_arrivals && self.unchanged_by_arrivals(arrived_from, t) {
+                // Deciding again would give the last plan, which asked for nothing.
+                self.out.cycles_skipped += 1;
+                self.idle_cycles = 0;
+                self.sample(t);
+                continue;
+            }
             let plan = spillway_core::decide(&self.snap, self.policy, Time::from_millis(t));
             self.out.decide_calls += 1;
+            self.quiet = (!self.world.decide_every_event
+                && plan.is_empty()
+                && self.out.spot_interruptions == 0)
+                .then(|| {
+                    let until = plan.holds_until(&self.snap, Time::from_millis(t));
+                    (plan.quiet.clone(), until.map(Time::as_millis))
+                });
             let launched_before = self.out.instances_launched;
             let progressed = !(plan.starts.is_empty()
                 && plan.terminations.is_empty()
@@ -321,6 +349,21 @@ impl<'a> Engine<'a> {
         }
         self.out.end_s = end as f64 / 1000.0;
         self.out
+    }
+
+    /// Whether the jobs that arrived at `t` (from position `from` of the snapshot on) leave
+    /// the last plan as it is: it asked for nothing, it holds at `t`, and its quiet queues
+    /// pass every one of them over ([`spillway_core::Quiet`]). Offerings change with spot
+    /// reclaims, so once one happened every instant is decided.
+    fn unchanged_by_arrivals(&self, from: usize, t: i64) -> bool {
+        let Some((quiet, until)) = &self.quiet else {
+            return false;
+        };
+        from < self.snap.jobs.len()
+            && until.is_none_or(|u| t < u)
+            && self.snap.jobs[from..]
+                .iter()
+                .all(|j| quiet.absorbs(&self.snap, j))
     }
 
     /// Moves the clock, accruing busy GPU time.

@@ -54,6 +54,10 @@ pub struct Options {
     /// How often restartable jobs checkpoint: a preempted or interrupted one loses the work
     /// since its last checkpoint. `None`: they lose nothing.
     pub checkpoint_interval: Option<Duration>,
+    /// Decide at every instant something happened, even when the last plan shows that the
+    /// jobs that just arrived cannot change it ([`spillway_core::Quiet`]). Results are the
+    /// same either way (tests compare both); off, the replay skips those cycles.
+    pub decide_every_event: bool,
 }
 
 impl Default for Options {
@@ -65,6 +69,7 @@ impl Default for Options {
             spot_interruptions_per_hour: 0.05,
             estimates: Estimates::Trace,
             checkpoint_interval: None,
+            decide_every_event: false,
         }
     }
 }
@@ -128,6 +133,7 @@ pub fn replay(
         seed: options.seed,
         estimates,
         checkpoint_interval: options.checkpoint_interval,
+        decide_every_event: options.decide_every_event,
     };
     let started = Instant::now();
     let outcome = engine::run_with_progress(&world, trace, policy, progress);

@@ -33,7 +33,10 @@ pub struct Summary {
     /// Cloud jobs moved home to private GPUs, and the GPU-hours of work the moves lost.
     pub repatriations: u64,
     pub repatriated_gpu_hours_lost: f64,
+    /// Calls of `decide`; and the instants not decided again because only jobs arrived that
+    /// the last plan showed cannot change it (strict order, queues that never burst).
     pub decide_calls: u64,
+    pub cycles_skipped: u64,
     pub makespan_s: f64,
     /// Trace jobs still running when the trace was cut that were left out of the replay
     /// (`spillway simulate --keep-censored` keeps them; then 0).
@@ -123,6 +126,7 @@ pub fn summarize(strategy: &str, out: &Outcome, wall_s: f64) -> Summary {
         repatriations: out.repatriations as u64,
         repatriated_gpu_hours_lost: round(out.repatriated_gpu_seconds_lost / 3600.0, 2),
         decide_calls: out.decide_calls,
+        cycles_skipped: out.cycles_skipped,
         makespan_s: round(makespan, 1),
         censored_jobs_left_out: 0,
     }

@@ -226,6 +226,7 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode, InputError> {
         capacity_error_rate: args.capacity_error_rate,
         spot_interruptions_per_hour: args.spot_interruption_rate,
         checkpoint_interval,
+        ..Options::default()
     };
     if args.sweep {
         let objects: Vec<_> = manifests

@@ -37,6 +37,7 @@ impl<'a> Cycle<'a> {
                     // pop() takes the head.
                     jobs: list.into_iter().rev().map(|(_, _, i)| i).collect(),
                     blocked: false,
+                    blocked_by: None,
                     reserved: false,
                 }
             })
@@ -232,6 +233,7 @@ impl<'a> Cycle<'a> {
                 }
                 QueueOrder::Strict => {
                     lanes[l].blocked = true;
+                    lanes[l].blocked_by = Some(i);
                     w.private_estimate = if self.reservations.is_empty() {
                         self.estimate_only(job)
                     } else {
@@ -247,7 +249,47 @@ impl<'a> Cycle<'a> {
             }
             waiting.push(w);
         }
+        self.note_quiet(&lanes);
         waiting
+    }
+
+    /// Lists the queues in which a newly arrived job would be passed over ([`crate::Quiet`]):
+    /// blocked under strict order and never bursting, in a cycle that makes no wait decisions
+    /// and has no rules. (A job over its queue's quota goes to the burst pass, which finds the
+    /// queue closed and, without wait decisions, decides nothing either.)
+    fn note_quiet(&mut self, lanes: &[Lane<'_>]) {
+        if self.settings.wait_decisions
+            || self.settings.order != QueueOrder::Strict
+            || !self.policy.is_empty()
+        {
+            return;
+        }
+        let snap = self.snap;
+        for lane in lanes {
+            let q = lane.queue;
+            let (true, Some(head)) = (lane.blocked, lane.blocked_by) else {
+                continue;
+            };
+            if q.burst.enabled {
+                continue;
+            }
+            let head = &snap.jobs[head];
+            self.plan.quiet.queues.push(crate::quiet::QuietQueue {
+                queue: q.name.clone(),
+                priority: head.priority,
+                queued_at: head.queued_at,
+                id: head.id.clone(),
+            });
+        }
+        if !self.plan.quiet.queues.is_empty() {
+            self.plan.quiet.private_nodes = snap
+                .nodes
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| self.private.private[i])
+                .map(|(_, n)| (n.gpus, n.gpu_model.clone()))
+                .collect();
+        }
     }
 
     /// Could the gang fit on the private nodes if they were empty? Computed once per shape
