@@ -2,31 +2,31 @@
 //! change it (`spillway_core::Quiet`). Skipping must not change a single figure: random
 //! traces are replayed with every strategy both ways and compared whole.
 
+use proptest::prelude::Rng as _;
+use proptest::test_runner::{RngAlgorithm, TestRng};
 use spillway_core::{GpuModel, NoPolicy, catalog};
 use spillway_sim::trace::{self, TraceJob};
 use spillway_sim::{Options, Strategy, example, replay, setup};
 
-/// SplitMix64: a seeded stream for the traces.
-struct Rng(u64);
+/// A seeded stream for the traces.
+struct Rng(TestRng);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+    fn new(seed: u64) -> Rng {
+        let mut bytes = [0u8; 32];
+        bytes[..8].copy_from_slice(&seed.to_le_bytes());
+        Rng(TestRng::from_seed(RngAlgorithm::ChaCha, &bytes))
     }
 
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.0.next_u64() % n
     }
 }
 
 /// Bursty arrivals of mixed gangs: priorities, model constraints, datasets (one that does
 /// not exist), some larger than any node, some restartable.
 fn trace(seed: u64, jobs: usize) -> Vec<TraceJob> {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut t = 0.0;
     (0..jobs)
         .map(|i| {
