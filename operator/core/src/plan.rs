@@ -303,7 +303,7 @@ pub struct Plan {
     /// and the moments that change a decision's outcome or reason without asking for a wake
     /// (a planned private start coming within a cloud node's boot time, a running job
     /// passing its expected end). `None`: no such time. Cloud offerings' cooldowns ending are
-    /// not in it (they are in the snapshot; [`crate::Scheduler`] adds them).
+    /// not in it (they are in the snapshot; [`Plan::holds_until`] adds them).
     /// The decide time itself when nothing makes the plan stable (rules that read the
     /// clock; EASY backfilling; a running job past its expected end).
     pub stable_until: Option<Time>,

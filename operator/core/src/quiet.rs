@@ -66,13 +66,23 @@ impl Quiet {
             && self.private_slots(job) >= job.replicas
     }
 
-    /// How many replicas of `job` the private nodes could hold if they were empty (as the
-    /// cycle's `can_ever_fit_private` counts them).
+    /// How many replicas of `job` the private nodes could hold if they were empty.
     fn private_slots(&self, job: &Job) -> u32 {
-        let g = job.gpus_per_replica;
-        self.private_nodes
-            .iter()
-            .filter(|(gpus, model)| *gpus >= g && job.accepts_model(model.as_ref()))
-            .fold(0u32, |slots, (gpus, _)| slots.saturating_add(gpus / g))
+        replica_slots(
+            self.private_nodes.iter().map(|(g, m)| (*g, m.as_ref())),
+            job,
+        )
     }
+}
+
+/// How many replicas of `job` nodes of (GPUs, model) could hold if they were empty: the
+/// count both a cycle (`can_ever_fit_private`) and [`Quiet::absorbs`] use.
+pub(crate) fn replica_slots<'m>(
+    nodes: impl Iterator<Item = (u32, Option<&'m GpuModel>)>,
+    job: &Job,
+) -> u32 {
+    let g = job.gpus_per_replica;
+    nodes
+        .filter(|&(gpus, model)| gpus >= g && job.accepts_model(model))
+        .fold(0u32, |slots, (gpus, _)| slots.saturating_add(gpus / g))
 }

@@ -165,7 +165,7 @@ struct Engine<'a> {
     /// Consecutive cycles in which nothing but wake-ups happened and the plan changed nothing.
     idle_cycles: u32,
     /// The last plan, when it asked for nothing (so the world is still the one it was decided
-    /// on, plus what arrived since): its quiet queues and until when it holds.
+    /// on, plus what arrived since) and has quiet queues: those, and until when it holds.
     quiet: Option<(spillway_core::Quiet, Option<i64>)>,
     /// Job id in the snapshot -> trace index.
     ids: HashMap<String, usize>,
@@ -313,6 +313,7 @@ impl<'a> Engine<'a> {
             let plan = spillway_core::decide(&self.snap, self.policy, Time::from_millis(t));
             self.out.decide_calls += 1;
             self.quiet = (!self.world.decide_every_event
+                && !plan.quiet.is_empty()
                 && plan.is_empty()
                 && self.out.spot_interruptions == 0)
                 .then(|| {

@@ -304,15 +304,16 @@ impl<'a> Cycle<'a> {
         let slots = match cached {
             Some(s) => s,
             None => {
-                let mut slots = 0u32;
-                for (i, n) in self.snap.nodes.iter().enumerate() {
-                    if self.private.private[i]
-                        && n.gpus >= g
-                        && job.accepts_model(n.gpu_model.as_ref())
-                    {
-                        slots = slots.saturating_add(n.gpus / g);
-                    }
-                }
+                let private = &self.private.private;
+                let slots = crate::quiet::replica_slots(
+                    self.snap
+                        .nodes
+                        .iter()
+                        .enumerate()
+                        .filter(|&(i, _)| private[i])
+                        .map(|(_, n)| (n.gpus, n.gpu_model.as_ref())),
+                    job,
+                );
                 self.capacity_slots
                     .push(((g, job.gpu_models.clone()), slots));
                 slots
