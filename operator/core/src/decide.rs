@@ -35,6 +35,7 @@ mod invalid;
 mod private;
 mod reclaim;
 mod repatriate;
+mod settled;
 use crate::plan::{Decision, Launch, OfferingChoice, Outcome, Plan, Reason, Start, Termination};
 use crate::policy::{Effects, Policy, PolicyContext, QueueState, glob_match};
 use crate::{
@@ -75,7 +76,17 @@ type ReplicaShape = (u32, Vec<crate::GpuModel>);
 type Shape = (u32, Vec<crate::GpuModel>, bool);
 
 /// Runs one scheduling cycle. Pure: the same snapshot, policy and `now` give the same plan.
+///
+/// A world with nothing to place (every job running, none in the cloud that could move home)
+/// takes a short path that only looks for idle cloud nodes (`decide/settled.rs`); its plan is
+/// the one [`decide_in_full`] gives.
 pub fn decide(snapshot: &Snapshot, policy: &dyn Policy, now: Time) -> Plan {
+    settled::decide(snapshot, policy, now).unwrap_or_else(|| decide_in_full(snapshot, policy, now))
+}
+
+/// [`decide`] without its short path for worlds with nothing to place: every step of the
+/// cycle, whatever the snapshot. The reference the short path is tested against.
+pub fn decide_in_full(snapshot: &Snapshot, policy: &dyn Policy, now: Time) -> Plan {
     Cycle::new(snapshot, policy, now).run()
 }
 
@@ -305,26 +316,8 @@ impl<'a> Cycle<'a> {
                         state.cloud_gpus_in_use += job.total_gpus();
                     } else {
                         state.private_gpus_in_use += job.total_gpus();
-                        let end = job.planning_runtime().map(|r| {
-                            let end = *started_at + r;
-                            // Overrunning its estimate: expect it to run as long again as it
-                            // has overrun (at least a minute), so the expectation recedes while
-                            // it keeps running instead of staying "soon" forever.
-                            if end <= self.now {
-                                self.now + self.now.since(end).max(Duration::from_secs(60))
-                            } else {
-                                end
-                            }
-                        });
-                        if let Some(end) = end {
-                            // Past `end - 1 s` the planner clamps the release to a second from
-                            // now, and past the estimate the expected end moves with the clock.
-                            self.stable_until(match job.planning_runtime() {
-                                Some(r) if *started_at + r > self.now => {
-                                    end - Duration::from_secs(1)
-                                }
-                                _ => self.now,
-                            });
+                        if let Some((end, stable)) = expected_end(job, *started_at, self.now) {
+                            self.stable_until(stable);
                             for n in nodes {
                                 if let Some(i) = self.node_at(n) {
                                     self.releases.push((end, i, job.gpus_per_replica));
@@ -755,6 +748,22 @@ static NO_EFFECTS: Effects = Effects {
 impl Waiting {
     fn effects(&self) -> &Effects {
         self.effects.as_deref().unwrap_or(&NO_EFFECTS)
+    }
+}
+
+/// When a job running privately since `started_at` is expected to end, and until when that
+/// expectation (and the release it plans) stays as it is; `None`: no runtime to go by.
+fn expected_end(job: &Job, started_at: Time, now: Time) -> Option<(Time, Time)> {
+    let r = job.planning_runtime()?;
+    let end = started_at + r;
+    if end > now {
+        // Past `end - 1 s` the planner clamps the release to a second from now.
+        Some((end, end - Duration::from_secs(1)))
+    } else {
+        // Overrunning its estimate: expect it to run as long again as it has overrun (at least
+        // a minute), so the expectation recedes while it keeps running instead of staying
+        // "soon" forever; it moves with the clock.
+        Some((now + now.since(end).max(Duration::from_secs(60)), now))
     }
 }
 

@@ -1,7 +1,8 @@
 //! The `Scheduler` against `decide` on the full snapshot: random histories (arrivals, plans
 //! carried out, instances joining, jobs finishing, nodes changing, cooldowns, and above all
 //! the clock moving with nothing else happening) fed to both, the same actions and the same
-//! decision changes required at every step.
+//! decision changes required at every step; and `decide` itself against the whole cycle
+//! (`decide_in_full`, without its short path for worlds with nothing to place).
 
 mod support;
 
@@ -343,10 +344,16 @@ impl World {
         out
     }
 
-    /// `decide` on everything, and the decisions that changed. Also checks that a cycle
-    /// asked for no wait decisions (as the simulator asks) plans the same, less those.
+    /// `decide` on everything, and the decisions that changed. Also checks that it plans what
+    /// the whole cycle plans (`decide_in_full`), and that a cycle asked for no wait decisions
+    /// (as the simulator asks) plans the same, less those.
     fn decide(&mut self) -> (Plan, Vec<Key>) {
         let plan = decide(&self.snap, &NoPolicy, self.now);
+        // The short path for worlds with nothing to place plans what the whole cycle plans.
+        assert_eq!(
+            plan,
+            spillway_core::decide::decide_in_full(&self.snap, &NoPolicy, self.now)
+        );
         let mut quiet_snap = self.snap.clone();
         quiet_snap.settings.wait_decisions = false;
         let quiet = decide(&quiet_snap, &NoPolicy, self.now);
@@ -570,4 +577,22 @@ fn the_backfilling_order_is_decided_at_every_cycle() {
     sched.cycle(&NoPolicy, at_min(11));
     sched.cycle(&NoPolicy, at_min(12));
     assert_eq!(sched.stats().skipped, 0);
+}
+
+/// A job still running in a queue that is gone (deleted while it runs) plans no release, in
+/// the short path for worlds with nothing to place as in the whole cycle: its expected end
+/// does not bound how long the plan holds.
+#[test]
+fn a_running_job_of_a_queue_that_is_gone_plans_no_release() {
+    let mut s = base();
+    s.nodes = vec![private_node("n1", 8, 0, "A100")];
+    let mut orphan = running(job("orphan", 4, 0), &["n1"], 0, Some(20));
+    orphan.queue = "gone".into();
+    s.jobs = vec![orphan, running(job("busy", 4, 0), &["n1"], 0, Some(40))];
+    let plan = decide(&s, &NoPolicy, at_min(1));
+    assert_eq!(
+        plan,
+        spillway_core::decide::decide_in_full(&s, &NoPolicy, at_min(1))
+    );
+    assert_eq!(plan.stable_until, Some(at_min(40) - Duration::from_secs(1)));
 }

@@ -182,17 +182,13 @@ impl<'a> Cycle<'a> {
     }
 
     pub(super) fn wake(&mut self, t: Time) {
-        if t > self.now {
-            self.plan.next_wake = Some(self.plan.next_wake.map_or(t, |w| w.min(t)));
-        }
-        self.stable_until(t);
+        wake(&mut self.plan, self.now, t);
     }
 
     /// The plan may change at `t` with nothing else happening, but calls for no wake-up
     /// (`Plan::stable_until`); `t <= now`: it may change at any time.
     pub(super) fn stable_until(&mut self, t: Time) {
-        let t = t.max(self.now);
-        self.plan.stable_until = Some(self.plan.stable_until.map_or(t, |u| u.min(t)));
+        stable_until(&mut self.plan, self.now, t);
     }
 
     pub(super) fn wait(
@@ -671,32 +667,64 @@ impl<'a> Cycle<'a> {
 
     /// Step 5.
     pub(super) fn scale_down(&mut self) {
-        let snap = self.snap;
-        for (i, n) in snap.nodes.iter().enumerate() {
-            // The node's own fields first: most nodes are busy, and the pool is a lookup.
-            let Some(idle_since) = n.idle_since else {
-                continue;
-            };
-            if n.free_gpus < n.gpus || self.cloud_claimed[i] {
-                continue;
-            }
-            let Some(pool) = self.pools.get(n.pool.as_str()) else {
-                continue;
-            };
-            if !pool.is_cloud() {
-                continue;
-            }
-            let idle_for = self.now.since(idle_since);
-            if idle_for >= pool.idle_timeout {
-                self.plan.terminations.push(Termination {
-                    pool: pool.name.clone(),
-                    node: n.name.clone(),
-                    instance_id: n.instance_id.clone(),
-                    idle_for,
-                });
-            } else {
-                self.wake(idle_since + pool.idle_timeout);
-            }
+        let (claimed, pools) = (&self.cloud_claimed, &self.pools);
+        scale_down(
+            self.snap,
+            self.now,
+            &mut self.plan,
+            |i| claimed[i],
+            |name| pools.get(name).copied(),
+        );
+    }
+}
+
+/// Asks for a wake-up at `t` (if later than `now`); the plan holds until then.
+pub(super) fn wake(plan: &mut Plan, now: Time, t: Time) {
+    if t > now {
+        plan.next_wake = Some(plan.next_wake.map_or(t, |w| w.min(t)));
+    }
+    stable_until(plan, now, t);
+}
+
+/// See [`Cycle::stable_until`].
+pub(super) fn stable_until(plan: &mut Plan, now: Time, t: Time) {
+    let t = t.max(now);
+    plan.stable_until = Some(plan.stable_until.map_or(t, |u| u.min(t)));
+}
+
+/// Step 5: terminates the cloud nodes idle past their pool's `idleTimeout` (not `claimed` by
+/// a job of this cycle), and wakes when the next one will be.
+pub(super) fn scale_down<'a>(
+    snap: &'a Snapshot,
+    now: Time,
+    plan: &mut Plan,
+    claimed: impl Fn(usize) -> bool,
+    pool_of: impl Fn(&str) -> Option<&'a crate::Pool>,
+) {
+    for (i, n) in snap.nodes.iter().enumerate() {
+        // The node's own fields first: most nodes are busy, and the pool is a lookup.
+        let Some(idle_since) = n.idle_since else {
+            continue;
+        };
+        if n.free_gpus < n.gpus || claimed(i) {
+            continue;
+        }
+        let Some(pool) = pool_of(n.pool.as_str()) else {
+            continue;
+        };
+        if !pool.is_cloud() {
+            continue;
+        }
+        let idle_for = now.since(idle_since);
+        if idle_for >= pool.idle_timeout {
+            plan.terminations.push(Termination {
+                pool: pool.name.clone(),
+                node: n.name.clone(),
+                instance_id: n.instance_id.clone(),
+                idle_for,
+            });
+        } else {
+            wake(plan, now, idle_since + pool.idle_timeout);
         }
     }
 }
