@@ -46,7 +46,7 @@ use crate::{
 /// FNV-1a: the cycle hashes many short names; SipHash's protection against hash flooding is
 /// not needed for names the cycle itself puts in.
 #[derive(Default)]
-pub(crate) struct Fnv(u64);
+pub struct Fnv(u64);
 
 impl Hasher for Fnv {
     fn finish(&self) -> u64 {
@@ -67,7 +67,9 @@ impl Hasher for Fnv {
     }
 }
 
-pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
+/// A hash map with [`Fnv`] hashing, for maps keyed by short names of the world (jobs, nodes,
+/// instances) that the program itself puts in.
+pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
 
 /// GPUs per replica and acceptable models.
 type ReplicaShape = (u32, Vec<crate::GpuModel>);

@@ -20,7 +20,8 @@ use std::collections::{BTreeSet, BinaryHeap, HashMap};
 use spillway_cloud::{CloudInstance, CloudProvider, Image, InstanceState, LaunchRequest};
 use spillway_core::spot::SpotHistory;
 use spillway_core::{
-    Duration, GpuModel, Instance, Job, JobState, Node, Offering, Plan, Policy, Snapshot, Time,
+    Duration, FastMap, GpuModel, Instance, Job, JobState, Node, Offering, Plan, Policy, Snapshot,
+    Time,
 };
 
 mod stops;
@@ -143,14 +144,14 @@ struct Engine<'a> {
     pos: Positions,
     /// Trace index of each entry of `snap.jobs`.
     trace_of: Vec<usize>,
-    node_pos: HashMap<String, usize>,
+    node_pos: FastMap<String, usize>,
     /// Remaining work of each trace job, seconds.
     remaining: Vec<f64>,
     attempt: Vec<u32>,
     instances: Vec<SimInstance>,
-    instance_by_id: HashMap<String, usize>,
+    instance_by_id: FastMap<String, usize>,
     /// Instances (indexes into `instances`) per need.
-    instances_of_need: HashMap<String, Vec<usize>>,
+    instances_of_need: FastMap<String, Vec<usize>>,
     cloud: SimCloud,
     spot: SpotHistory,
     events: BinaryHeap<Reverse<(i64, u64, Event)>>,
@@ -168,7 +169,7 @@ struct Engine<'a> {
     /// on, plus what arrived since) and has quiet queues: those, and until when it holds.
     quiet: Option<(spillway_core::Quiet, Option<i64>)>,
     /// Job id in the snapshot -> trace index.
-    ids: HashMap<String, usize>,
+    ids: FastMap<String, usize>,
 }
 
 impl<'a> Engine<'a> {
@@ -197,8 +198,8 @@ impl<'a> Engine<'a> {
             remaining: trace.iter().map(|j| j.runtime_s).collect(),
             attempt: vec![0; trace.len()],
             instances: Vec::new(),
-            instance_by_id: HashMap::new(),
-            instances_of_need: HashMap::new(),
+            instance_by_id: FastMap::default(),
+            instances_of_need: FastMap::default(),
             cloud: SimCloud::new(
                 CloudModel {
                     boot_delay: world.boot_delay,
@@ -232,7 +233,7 @@ impl<'a> Engine<'a> {
             last_t: 0,
             idle_cycles: 0,
             quiet: None,
-            ids: HashMap::new(),
+            ids: FastMap::default(),
         }
     }
 
