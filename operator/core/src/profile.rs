@@ -101,10 +101,21 @@ impl Profile {
         packing: Packing,
     ) -> Profile {
         let now = now.as_millis();
+        // Each release adds at most one step to its node: room for them all at once.
+        let mut steps = vec![1usize; nodes.len()];
+        for &(_, n, _) in releases {
+            steps[n] += 1;
+        }
         let mut p = Profile {
             now,
             nodes: (0..nodes.len())
-                .map(|i| private[i].then(|| Steps(vec![(now, free[i])])))
+                .map(|i| {
+                    private[i].then(|| {
+                        let mut s = Vec::with_capacity(steps[i]);
+                        s.push((now, free[i]));
+                        Steps(s)
+                    })
+                })
                 .collect(),
             capacity: nodes.iter().map(|n| n.gpus).collect(),
             packing,
