@@ -194,6 +194,7 @@ impl Profile {
         let len = runtime.map(|d| d.as_millis().min(i64::MAX as u64 / 4) as i64);
         // Per eligible node, the step in force at the candidate (candidates only move later).
         let mut cursor = vec![0usize; eligible.len()];
+        let mut rooms: Vec<(u32, usize)> = Vec::with_capacity(eligible.len());
         for k in times {
             let (t, rises) = (k >> 1, k & 1 == 0);
             if !only_now && !self.budget_left() {
@@ -204,7 +205,7 @@ impl Profile {
                 continue;
             }
             let to = len.map(|l| t.saturating_add(l.max(1)));
-            let mut rooms: Vec<(u32, usize)> = Vec::new();
+            rooms.clear();
             let mut slots = 0u32;
             for (e, &i) in eligible.iter().enumerate() {
                 self.work += 1;
@@ -229,7 +230,7 @@ impl Profile {
                 Packing::FirstFit => rooms.sort_unstable_by_key(|&(_, i)| i),
             }
             let mut nodes = Vec::with_capacity(job.replicas as usize);
-            for (room, i) in rooms {
+            for &(room, i) in &rooms {
                 let k = (room / g).min(job.replicas - nodes.len() as u32);
                 nodes.extend(std::iter::repeat_n(i, k as usize));
                 if nodes.len() as u32 == job.replicas {

@@ -423,7 +423,9 @@ impl<'a> Engine<'a> {
                     return;
                 }
                 let Some(p) = self.pos.get(job) else { return };
-                if let JobState::Running { nodes, .. } = self.snap.jobs[p].state.clone() {
+                if let JobState::Running { nodes, .. } = &mut self.snap.jobs[p].state {
+                    // The job leaves the snapshot: its node list is taken, not copied.
+                    let nodes = std::mem::take(nodes);
                     let g = self.snap.jobs[p].gpus_per_replica;
                     self.release(&nodes, g, t);
                     self.out.jobs[job].finish_s = Some(t as f64 / 1000.0);
