@@ -107,6 +107,15 @@ fn bench_decide(c: &mut Criterion) {
             |b, s| b.iter(|| decide(s, &NoPolicy, now)),
         );
     }
+    // Nothing to place: every GPU busy with a running job of known end. `decide` takes its
+    // short path; `decide_in_full` builds every table of the cycle.
+    let busy = running_everywhere(10_000, now);
+    group.bench_function("nothing_to_place/80000x10000", |b| {
+        b.iter(|| decide(&busy, &NoPolicy, now))
+    });
+    group.bench_function("nothing_to_place_in_full/80000x10000", |b| {
+        b.iter(|| spillway_core::decide::decide_in_full(&busy, &NoPolicy, now))
+    });
     // A scheduler deciding in full (something changed): `decide` plus telling what changed.
     let s = snapshot(100_000, 10_000, 600);
     let mut warm = Scheduler::new(s.clone());
@@ -126,6 +135,26 @@ fn bench_decide(c: &mut Criterion) {
         b.iter(|| sched.cycle(&NoPolicy, later))
     });
     group.finish();
+}
+
+/// `nodes` full private nodes, each running eight one-GPU jobs that end within the day.
+fn running_everywhere(nodes: usize, now: Time) -> Snapshot {
+    let mut s = snapshot(0, nodes, 600);
+    for (n, node) in s.nodes.iter_mut().enumerate() {
+        node.free_gpus = 0;
+        for k in 0..8 {
+            let i = n * 8 + k;
+            let mut j = Job::new(format!("ns/run-{i:06}"), format!("team-{}", i % 8), 1, now);
+            j.estimated_runtime = Some(Duration::from_secs(600 + (i % 1440) as u64 * 60));
+            j.state = JobState::Running {
+                nodes: vec![node.name.clone()],
+                started_at: now - Duration::from_secs(300),
+                cloud: false,
+            };
+            s.jobs.push(j);
+        }
+    }
+    s
 }
 
 /// A scheduler on `s` after its starts were carried out, so that its last plan asks for
