@@ -89,30 +89,33 @@ pub(crate) struct Slot {
 }
 
 impl Profile {
-    /// `free[i]` GPUs free now on node `i` if `private[i]`; `releases` are (time, node, GPUs)
+    /// `free(i)` GPUs free now on node `i` if `private[i]`; `releases` are (time, node, GPUs)
     /// of running work expected to end. Work expected to have ended already is expected to end
     /// a second from now (it is overdue, not gone).
     pub fn new(
         now: Time,
         nodes: &[Node],
         private: &[bool],
-        free: &[u32],
+        free: impl Fn(usize) -> u32,
         releases: &[(Time, usize, u32)],
         packing: Packing,
     ) -> Profile {
         let now = now.as_millis();
         // Each release adds at most one step to its node: room for them all at once.
-        let mut steps = vec![1usize; nodes.len()];
-        for &(_, n, _) in releases {
-            steps[n] += 1;
+        let mut steps = Vec::new();
+        if !releases.is_empty() {
+            steps = vec![1usize; nodes.len()];
+            for &(_, n, _) in releases {
+                steps[n] += 1;
+            }
         }
         let mut p = Profile {
             now,
             nodes: (0..nodes.len())
                 .map(|i| {
                     private[i].then(|| {
-                        let mut s = Vec::with_capacity(steps[i]);
-                        s.push((now, free[i]));
+                        let mut s = Vec::with_capacity(steps.get(i).copied().unwrap_or(1));
+                        s.push((now, free(i)));
                         Steps(s)
                     })
                 })
@@ -321,7 +324,7 @@ mod tests {
             Time::from_millis(0),
             &nodes,
             &[true, true],
-            &[4, 0],
+            |i| [4, 0][i],
             &releases,
             Packing::BestFit,
         );
@@ -369,7 +372,7 @@ mod tests {
             Time::from_millis(0),
             &nodes,
             &[true],
-            &[8],
+            |_| 8,
             &[],
             Packing::BestFit,
         );
@@ -407,7 +410,7 @@ mod tests {
             Time::from_millis(0),
             &nodes,
             &[true],
-            &[0],
+            |_| 0,
             &releases,
             Packing::BestFit,
         );
@@ -486,7 +489,7 @@ mod tests {
                 .map(|&(n, t, g)| (Time::from_millis(t as i64 * 1000), n % nodes.len(), g))
                 .collect();
             let private = vec![true; nodes.len()];
-            let mut p = Profile::new(Time::from_millis(0), &nodes, &private, &free, &releases, Packing::BestFit);
+            let mut p = Profile::new(Time::from_millis(0), &nodes, &private, |i| free[i], &releases, Packing::BestFit);
             // Some histories start near the end of the cycle's budget.
             if near_budget {
                 p.work = WORK_BUDGET - short;

@@ -22,14 +22,12 @@ impl<'a> Cycle<'a> {
         let nodes = &self.snap.nodes;
         if self.profile.is_none() {
             // GPUs held for a reclaiming job are not free to plan with.
-            let free: Vec<u32> = (0..nodes.len())
-                .map(|i| self.private.effective(i))
-                .collect();
+            let private = &self.private;
             self.profile = Some(Profile::new(
                 self.now,
                 nodes,
-                &self.private.private,
-                &free,
+                &private.private,
+                |i| private.effective(i),
                 &self.releases,
                 self.settings.packing,
             ));

@@ -10,12 +10,14 @@ use crate::{Job, Node};
 pub(super) struct PrivateIndex {
     /// Free GPUs per node (index into `snapshot.nodes`).
     pub(super) free: Vec<u32>,
-    /// GPUs held back for blocked jobs' reservations, per node.
-    pub(super) reserved: Vec<u32>,
-    /// (free - reserved, node) for schedulable private nodes with some of it.
-    pub(super) by_effective: BTreeSet<(u32, usize)>,
+    /// GPUs held back for blocked jobs' reservations, per node; empty until the first
+    /// reservation of the cycle (most cycles hold none back).
+    reserved: Vec<u32>,
+    /// (free - reserved, node) for schedulable private nodes with some of it; `None` until the
+    /// first reservation, while it is the same as `by_free`.
+    by_effective: Option<BTreeSet<(u32, usize)>>,
     /// (free, node) for schedulable private nodes with some.
-    pub(super) by_free: BTreeSet<(u32, usize)>,
+    by_free: BTreeSet<(u32, usize)>,
     pub(super) private: Vec<bool>,
 }
 
@@ -23,23 +25,17 @@ impl PrivateIndex {
     pub(super) fn new(nodes: &[Node], private: Vec<bool>) -> PrivateIndex {
         let mut private = private;
         let free: Vec<u32> = nodes.iter().map(|n| n.free_gpus.min(n.gpus)).collect();
-        // Nothing is reserved yet, so both sets hold (free, node) of the schedulable private
-        // nodes with free GPUs: sorted once and built in bulk rather than node by node.
-        let mut with_free = Vec::new();
         for (i, n) in nodes.iter().enumerate() {
-            if private[i] && n.schedulable {
-                if free[i] > 0 {
-                    with_free.push((free[i], i));
-                }
-            } else {
-                private[i] = false;
-            }
+            private[i] &= n.schedulable;
         }
-        with_free.sort_unstable();
-        let by_free: BTreeSet<(u32, usize)> = with_free.into_iter().collect();
+        // Built in bulk from (free, node) of the schedulable private nodes with free GPUs.
+        let by_free = (0..nodes.len())
+            .filter(|&i| private[i] && free[i] > 0)
+            .map(|i| (free[i], i))
+            .collect();
         PrivateIndex {
-            reserved: vec![0; nodes.len()],
-            by_effective: by_free.clone(),
+            reserved: Vec::new(),
+            by_effective: None,
             by_free,
             free,
             private,
@@ -47,22 +43,27 @@ impl PrivateIndex {
     }
 
     pub(super) fn effective(&self, i: usize) -> u32 {
-        self.free[i].saturating_sub(self.reserved[i])
+        self.free[i].saturating_sub(self.reserved.get(i).copied().unwrap_or(0))
     }
 
-    pub(super) fn insert(&mut self, i: usize) {
+    fn insert(&mut self, i: usize) {
         if self.free[i] > 0 {
             self.by_free.insert((self.free[i], i));
         }
         let e = self.effective(i);
-        if e > 0 {
-            self.by_effective.insert((e, i));
+        if let Some(by_effective) = self.by_effective.as_mut()
+            && e > 0
+        {
+            by_effective.insert((e, i));
         }
     }
 
-    pub(super) fn remove(&mut self, i: usize) {
+    fn remove(&mut self, i: usize) {
         self.by_free.remove(&(self.free[i], i));
-        self.by_effective.remove(&(self.effective(i), i));
+        let e = self.effective(i);
+        if let Some(by_effective) = self.by_effective.as_mut() {
+            by_effective.remove(&(e, i));
+        }
     }
 
     pub(super) fn take(&mut self, i: usize, gpus: u32) {
@@ -72,6 +73,10 @@ impl PrivateIndex {
     }
 
     pub(super) fn reserve(&mut self, i: usize, gpus: u32) {
+        if self.by_effective.is_none() {
+            self.by_effective = Some(self.by_free.clone());
+            self.reserved = vec![0; self.free.len()];
+        }
         self.remove(i);
         self.reserved[i] = self.reserved[i].saturating_add(gpus);
         self.insert(i);
@@ -91,10 +96,9 @@ impl PrivateIndex {
         if g == 0 {
             return None;
         }
-        let set = if ignore_reservations {
-            &self.by_free
-        } else {
-            &self.by_effective
+        let set = match &self.by_effective {
+            Some(by_effective) if !ignore_reservations => by_effective,
+            _ => &self.by_free,
         };
         match set.last() {
             Some(&(largest, _)) if largest >= g => {}
