@@ -11,6 +11,10 @@
 //! The work of one cycle is bounded ([`Profile::budget_left`]): past it, jobs are not planned
 //! and wait as they would without estimates.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::collections::binary_heap::PeekMut;
+
 use crate::{Duration, Job, Node, Packing, Time};
 
 /// Node-interval evaluations one cycle may spend on planning.
@@ -134,6 +138,13 @@ impl Profile {
         p
     }
 
+    /// The key of step `j` of node `i` (see [`key`]), if it has one.
+    fn step_key(&self, i: usize, j: usize) -> Option<i64> {
+        let steps = &self.nodes[i].as_ref()?.0;
+        let (t, free) = *steps.get(j)?;
+        Some(key(t, free > steps[j - 1].1))
+    }
+
     pub fn budget_left(&self) -> bool {
         self.work < WORK_BUDGET
     }
@@ -172,57 +183,46 @@ impl Profile {
             return None;
         }
         self.work += self.nodes.len() as u64;
-        let eligible: Vec<usize> = (0..self.nodes.len())
+        let mut eligible: Vec<Cursor> = (0..self.nodes.len())
             .filter(|&i| self.nodes[i].is_some() && self.capacity[i] >= g && accepts(i))
+            .map(|i| Cursor {
+                node: i,
+                at: 0,
+                end: 0,
+                room: u32::MAX,
+            })
             .collect();
+        let count = eligible.len() as u64;
         // Candidate starts: now, and every moment some eligible node's free GPUs rise. A gang
         // that fits from a moment where none rises fits from the candidate before it as well
         // (every node has at least as many GPUs free just before, and the earlier interval
         // ends sooner), so the earliest slot is always at such a moment and the others are
         // passed over. They still count against the planning budget, as they did when every
         // step was tried, so plans do not change with this shortcut.
-        // Each candidate as `time << 1 | passed_over`, so that a plain integer sort puts them in
-        // time order with a rising entry first among equal times (times are milliseconds; the
-        // clamp only touches moments millions of years away).
-        let key =
-            |t: i64, rises: bool| (t.clamp(i64::MIN >> 1, i64::MAX >> 1) << 1) | i64::from(!rises);
-        let mut times: Vec<i64> = vec![key(self.now, true)];
-        if !only_now {
-            for steps in eligible.iter().filter_map(|&i| self.nodes[i].as_ref()) {
-                times.extend(steps.0.windows(2).map(|w| key(w[1].0, w[1].1 > w[0].1)));
-            }
-        }
-        times.sort_unstable();
-        times.dedup_by_key(|k| *k >> 1);
+        // The candidates come in time order from a merge of the nodes' steps (most searches
+        // end within the first few, so the steps are not all sorted up front).
+        let mut moments = Moments::new(self, &eligible, only_now);
         let len = runtime.map(|d| d.as_millis().min(i64::MAX as u64 / 4) as i64);
-        // Per eligible node, the step in force at the candidate (candidates only move later).
-        let mut cursor = vec![0usize; eligible.len()];
         let mut rooms: Vec<(u32, usize)> = Vec::with_capacity(eligible.len());
-        for k in times {
-            let (t, rises) = (k >> 1, k & 1 == 0);
+        while let Some((t, rises)) = moments.next(self, &eligible) {
             if !only_now && !self.budget_left() {
                 return None;
             }
+            self.work += count;
             if !rises {
-                self.work += eligible.len() as u64;
                 continue;
             }
             let to = len.map(|l| t.saturating_add(l.max(1)));
             rooms.clear();
             let mut slots = 0u32;
-            for (e, &i) in eligible.iter().enumerate() {
-                self.work += 1;
-                let Some(steps) = self.nodes[i].as_ref() else {
+            for c in &mut eligible {
+                let Some(steps) = self.nodes[c.node].as_ref() else {
                     continue;
                 };
-                let k = &mut cursor[e];
-                while *k + 1 < steps.0.len() && steps.0[*k + 1].0 <= t {
-                    *k += 1;
-                }
-                let room = steps.min_free_from(*k, to);
+                let room = c.room_at(&steps.0, t, to);
                 if room >= g {
                     slots += room / g;
-                    rooms.push((room, i));
+                    rooms.push((room, c.node));
                 }
             }
             if slots < job.replicas {
@@ -281,6 +281,93 @@ impl Profile {
                 steps.add(from, to, job.gpus_per_replica, cap, true);
             }
         }
+    }
+}
+
+/// One eligible node during a search: the step in force at the candidate, and the least free
+/// GPUs over the candidate's interval (`room`, over the steps `at..end`).
+struct Cursor {
+    node: usize,
+    at: usize,
+    end: usize,
+    room: u32,
+}
+
+impl Cursor {
+    /// Least free GPUs over `[t, to)` (`to` = None: forever). Candidates only move later, and
+    /// so do the intervals' ends: the least is kept from the last candidate and lowered by the
+    /// steps the interval now reaches, unless a step of this node started since (then it is
+    /// found again from the step in force).
+    fn room_at(&mut self, steps: &[(i64, u32)], t: i64, to: Option<i64>) -> u32 {
+        let mut moved = false;
+        while self.at + 1 < steps.len() && steps[self.at + 1].0 <= t {
+            self.at += 1;
+            moved = true;
+        }
+        if moved {
+            self.end = self.at;
+            self.room = u32::MAX;
+        }
+        while self.end < steps.len() && to.is_none_or(|to| steps[self.end].0 < to) {
+            self.room = self.room.min(steps[self.end].1);
+            self.end += 1;
+        }
+        self.room
+    }
+}
+
+/// The candidate moments of one search in time order, each with whether some node's free GPUs
+/// rise then: now, then the steps of the eligible nodes, merged as they are needed.
+struct Moments {
+    /// (key, eligible node, step) of each node's next step; the node `NOW` is the moment now.
+    heap: BinaryHeap<Reverse<(i64, u32, u32)>>,
+}
+
+const NOW: u32 = u32::MAX;
+
+/// A moment as `time << 1 | passed_over`: integer order is time order with a rising step first
+/// among equal times (times are milliseconds; the clamp only touches moments millions of years
+/// away).
+fn key(t: i64, rises: bool) -> i64 {
+    (t.clamp(i64::MIN >> 1, i64::MAX >> 1) << 1) | i64::from(!rises)
+}
+
+impl Moments {
+    fn new(p: &Profile, eligible: &[Cursor], only_now: bool) -> Moments {
+        let mut heap = Vec::with_capacity(if only_now { 1 } else { eligible.len() + 1 });
+        heap.push(Reverse((key(p.now, true), NOW, 0)));
+        if !only_now {
+            for (e, c) in eligible.iter().enumerate() {
+                if let Some(k) = p.step_key(c.node, 1) {
+                    heap.push(Reverse((k, e as u32, 1)));
+                }
+            }
+        }
+        Moments {
+            heap: BinaryHeap::from(heap),
+        }
+    }
+
+    /// The next moment (equal times are one moment), as (time, rises).
+    fn next(&mut self, p: &Profile, eligible: &[Cursor]) -> Option<(i64, bool)> {
+        let Reverse((first, _, _)) = *self.heap.peek()?;
+        let t = first >> 1;
+        while let Some(mut top) = self.heap.peek_mut() {
+            let Reverse((k, e, j)) = *top;
+            if k >> 1 != t {
+                break;
+            }
+            match (e != NOW)
+                .then(|| p.step_key(eligible[e as usize].node, j as usize + 1))
+                .flatten()
+            {
+                Some(next) => *top = Reverse((next, e, j + 1)),
+                None => {
+                    PeekMut::pop(top);
+                }
+            }
+        }
+        Some((t, first & 1 == 0))
     }
 }
 
