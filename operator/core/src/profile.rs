@@ -57,18 +57,15 @@ impl Steps {
         least
     }
 
-    fn add(&mut self, from: i64, to: Option<i64>, gpus: u32, cap: u32, sub: bool) {
+    /// Takes `gpus` over `[from, to)` (`to` = None: forever).
+    fn sub(&mut self, from: i64, to: Option<i64>, gpus: u32) {
         let first = self.split(from);
         let last = match to {
             Some(to) => self.split(to),
             None => self.0.len(),
         };
         for step in &mut self.0[first..last] {
-            step.1 = if sub {
-                step.1.saturating_sub(gpus)
-            } else {
-                (step.1 + gpus).min(cap)
-            };
+            step.1 = step.1.saturating_sub(gpus);
         }
     }
 }
@@ -105,37 +102,51 @@ impl Profile {
         packing: Packing,
     ) -> Profile {
         let now = now.as_millis();
-        // Each release adds at most one step to its node: room for them all at once.
-        let mut steps = Vec::new();
-        if !releases.is_empty() {
-            steps = vec![1usize; nodes.len()];
-            for &(_, n, _) in releases {
-                steps[n] += 1;
-            }
+        let capacity: Vec<u32> = nodes.iter().map(|n| n.gpus).collect();
+        // The releases grouped by node (a counting sort: `first[i]..first[i + 1]` are node
+        // `i`'s), each node's then put in time order. A node's free GPUs from a moment on are
+        // its GPUs free now plus all it gets back by then, at most its capacity: adding one
+        // release at a time with the cap applied each time gives the same (the cap only cuts
+        // what is above it), so each step is a running sum.
+        let mut first = vec![0usize; nodes.len() + 1];
+        for &(_, n, _) in releases {
+            first[n + 1] += 1;
         }
-        let mut p = Profile {
-            now,
-            nodes: (0..nodes.len())
-                .map(|i| {
-                    private[i].then(|| {
-                        let mut s = Vec::with_capacity(steps.get(i).copied().unwrap_or(1));
-                        s.push((now, free(i)));
-                        Steps(s)
-                    })
+        for i in 0..nodes.len() {
+            first[i + 1] += first[i];
+        }
+        let mut grouped = vec![(0i64, 0u32); releases.len()];
+        let mut next = first.clone();
+        for &(t, n, gpus) in releases {
+            grouped[next[n]] = (t.as_millis().max(now + 1000), gpus);
+            next[n] += 1;
+        }
+        let nodes = (0..nodes.len())
+            .map(|i| {
+                private[i].then(|| {
+                    let mine = &mut grouped[first[i]..first[i + 1]];
+                    mine.sort_unstable_by_key(|&(t, _)| t);
+                    let mut steps = Vec::with_capacity(mine.len() + 1);
+                    let mut gpus = free(i);
+                    steps.push((now, gpus));
+                    for &(t, back) in mine.iter() {
+                        gpus = (gpus + back).min(capacity[i]);
+                        match steps.last_mut() {
+                            Some(last) if last.0 == t => last.1 = gpus,
+                            _ => steps.push((t, gpus)),
+                        }
+                    }
+                    Steps(steps)
                 })
-                .collect(),
-            capacity: nodes.iter().map(|n| n.gpus).collect(),
+            })
+            .collect();
+        Profile {
+            now,
+            nodes,
+            capacity,
             packing,
             work: 0,
-        };
-        for &(t, n, gpus) in releases {
-            let t = t.as_millis().max(now + 1000);
-            let cap = p.capacity[n];
-            if let Some(steps) = p.nodes[n].as_mut() {
-                steps.add(t, None, gpus, cap, false);
-            }
         }
-        p
     }
 
     /// The key of step `j` of node `i` (see [`key`]), if it has one.
@@ -204,7 +215,16 @@ impl Profile {
         let mut moments = Moments::new(self, &eligible, only_now);
         let len = runtime.map(|d| d.as_millis().min(i64::MAX as u64 / 4) as i64);
         let mut rooms: Vec<(u32, usize)> = Vec::with_capacity(eligible.len());
-        while let Some((t, rises)) = moments.next(self, &eligible) {
+        let replicas = u64::from(job.replicas);
+        // The nodes whose free GPUs rise at the candidate.
+        let mut rose: Vec<u32> = Vec::new();
+        // Slots over the nodes' kept rooms: exact after every node was evaluated, then moved
+        // only by the nodes that rose since. A node with no rise since its room was found has
+        // at most that room now (it only lost GPUs meanwhile, and the interval reaches no
+        // sooner), so this bounds the slots from above and a candidate below it is passed over
+        // without evaluating every node.
+        let mut bound: Option<u64> = None;
+        while let Some((t, rises)) = moments.next(self, &eligible, &mut rose) {
             if !only_now && !self.budget_left() {
                 return None;
             }
@@ -213,19 +233,33 @@ impl Profile {
                 continue;
             }
             let to = len.map(|l| t.saturating_add(l.max(1)));
+            if let Some(b) = bound.as_mut() {
+                for &e in &rose {
+                    let c = &mut eligible[e as usize];
+                    let Some(steps) = self.nodes[c.node].as_ref() else {
+                        continue;
+                    };
+                    *b -= u64::from(c.room / g);
+                    *b += u64::from(c.room_at(&steps.0, t, to) / g);
+                }
+                if *b < replicas {
+                    continue;
+                }
+            }
             rooms.clear();
-            let mut slots = 0u32;
+            let mut slots = 0u64;
             for c in &mut eligible {
                 let Some(steps) = self.nodes[c.node].as_ref() else {
                     continue;
                 };
                 let room = c.room_at(&steps.0, t, to);
+                slots += u64::from(room / g);
                 if room >= g {
-                    slots += room / g;
                     rooms.push((room, c.node));
                 }
             }
-            if slots < job.replicas {
+            bound = Some(slots);
+            if slots < replicas {
                 continue;
             }
             match self.packing {
@@ -265,9 +299,9 @@ impl Profile {
     /// Holds `gpus` of node `i` from now on (for a job that starts there once other GPUs of
     /// the node are given back).
     pub fn hold(&mut self, i: usize, gpus: u32) {
-        let (now, cap) = (self.now, self.capacity[i]);
+        let now = self.now;
         if let Some(steps) = self.nodes[i].as_mut() {
-            steps.add(now, None, gpus, cap, true);
+            steps.sub(now, None, gpus);
         }
     }
 
@@ -276,9 +310,8 @@ impl Profile {
         let from = slot.at.as_millis();
         let to = runtime.map(|d| from.saturating_add((d.as_millis() as i64).max(1)));
         for &i in &slot.nodes {
-            let cap = self.capacity[i];
             if let Some(steps) = self.nodes[i].as_mut() {
-                steps.add(from, to, job.gpus_per_replica, cap, true);
+                steps.sub(from, to, job.gpus_per_replica);
             }
         }
     }
@@ -348,14 +381,24 @@ impl Moments {
         }
     }
 
-    /// The next moment (equal times are one moment), as (time, rises).
-    fn next(&mut self, p: &Profile, eligible: &[Cursor]) -> Option<(i64, bool)> {
+    /// The next moment (equal times are one moment), as (time, rises); `rose` gets the
+    /// eligible nodes whose free GPUs rise then.
+    fn next(
+        &mut self,
+        p: &Profile,
+        eligible: &[Cursor],
+        rose: &mut Vec<u32>,
+    ) -> Option<(i64, bool)> {
         let Reverse((first, _, _)) = *self.heap.peek()?;
         let t = first >> 1;
+        rose.clear();
         while let Some(mut top) = self.heap.peek_mut() {
             let Reverse((k, e, j)) = *top;
             if k >> 1 != t {
                 break;
+            }
+            if e != NOW && k & 1 == 0 {
+                rose.push(e);
             }
             match (e != NOW)
                 .then(|| p.step_key(eligible[e as usize].node, j as usize + 1))
@@ -556,8 +599,50 @@ mod tests {
         (None, work)
     }
 
+    /// The profile as first built: one release at a time, each raising the node's free GPUs
+    /// from its moment on, capped at the node's capacity.
+    fn release_by_release(
+        now: i64,
+        caps: &[u32],
+        free: &[u32],
+        releases: &[(Time, usize, u32)],
+    ) -> Vec<Vec<(i64, u32)>> {
+        let mut nodes: Vec<Steps> = free.iter().map(|&f| Steps(vec![(now, f)])).collect();
+        for &(t, n, gpus) in releases {
+            let steps = &mut nodes[n];
+            let first = steps.split(t.as_millis().max(now + 1000));
+            for step in &mut steps.0[first..] {
+                step.1 = (step.1 + gpus).min(caps[n]);
+            }
+        }
+        nodes.into_iter().map(|s| s.0).collect()
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        /// Built at once from the releases grouped by node, the profile is the one built a
+        /// release at a time (same times, one step per distinct moment, same free GPUs).
+        #[test]
+        fn the_profile_built_at_once_is_the_one_built_release_by_release(
+            caps in proptest::collection::vec((0u32..=8, 0u32..=8), 1..6),
+            releases in proptest::collection::vec((0usize..6, -3i64..20, 0u32..=8), 0..24),
+            now in -2i64..3,
+        ) {
+            let nodes: Vec<Node> = caps.iter().enumerate().map(|(i, &(c, _))| node(&format!("n{i}"), c)).collect();
+            let cap: Vec<u32> = caps.iter().map(|&(c, _)| c).collect();
+            let free: Vec<u32> = caps.iter().map(|&(_, f)| f).collect();
+            // Moments a whole number of seconds apart, some overdue, some equal.
+            let releases: Vec<(Time, usize, u32)> = releases
+                .iter()
+                .map(|&(n, t, g)| (Time::from_millis(t * 1000), n % nodes.len(), g))
+                .collect();
+            let private = vec![true; nodes.len()];
+            let now = Time::from_millis(now * 1000);
+            let p = Profile::new(now, &nodes, &private, |i| free[i], &releases, Packing::BestFit);
+            let got: Vec<Vec<(i64, u32)>> = p.nodes.iter().map(|s| s.as_ref().unwrap().0.clone()).collect();
+            proptest::prop_assert_eq!(got, release_by_release(now.as_millis(), &cap, &free, &releases));
+        }
 
         /// Passing over the moments where no node's free GPUs rise finds the same slots, and
         /// counts the same work against the budget, as trying every step.
