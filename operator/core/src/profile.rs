@@ -103,28 +103,35 @@ impl Profile {
     ) -> Profile {
         let now = now.as_millis();
         let capacity: Vec<u32> = nodes.iter().map(|n| n.gpus).collect();
-        // The releases grouped by node (a counting sort: `first[i]..first[i + 1]` are node
-        // `i`'s), each node's then put in time order. A node's free GPUs from a moment on are
-        // its GPUs free now plus all it gets back by then, at most its capacity: adding one
-        // release at a time with the cap applied each time gives the same (the cap only cuts
-        // what is above it), so each step is a running sum.
-        let mut first = vec![0usize; nodes.len() + 1];
-        for &(_, n, _) in releases {
-            first[n + 1] += 1;
-        }
-        for i in 0..nodes.len() {
-            first[i + 1] += first[i];
-        }
-        let mut grouped = vec![(0i64, 0u32); releases.len()];
-        let mut next = first.clone();
-        for &(t, n, gpus) in releases {
-            grouped[next[n]] = (t.as_millis().max(now + 1000), gpus);
-            next[n] += 1;
+        // The releases grouped by node (a counting sort: after it, node `i`'s are
+        // `grouped[ends[i - 1]..ends[i]]`), each node's then put in time order. A node's free
+        // GPUs from a moment on are its GPUs free now plus all it gets back by then, at most
+        // its capacity: adding one release at a time with the cap applied each time gives the
+        // same (the cap only cuts what is above it), so each step is a running sum.
+        let mut ends = Vec::new();
+        let mut grouped = Vec::new();
+        if !releases.is_empty() {
+            ends = vec![0usize; nodes.len()];
+            for &(_, n, _) in releases {
+                ends[n] += 1;
+            }
+            let mut start = 0;
+            for e in &mut ends {
+                (*e, start) = (start, start + *e);
+            }
+            grouped = vec![(0i64, 0u32); releases.len()];
+            for &(t, n, gpus) in releases {
+                grouped[ends[n]] = (t.as_millis().max(now + 1000), gpus);
+                ends[n] += 1;
+            }
         }
         let nodes = (0..nodes.len())
             .map(|i| {
                 private[i].then(|| {
-                    let mine = &mut grouped[first[i]..first[i + 1]];
+                    let mine = match ends.get(i) {
+                        Some(&end) => &mut grouped[if i == 0 { 0 } else { ends[i - 1] }..end],
+                        None => &mut [][..],
+                    };
                     mine.sort_unstable_by_key(|&(t, _)| t);
                     let mut steps = Vec::with_capacity(mine.len() + 1);
                     let mut gpus = free(i);
@@ -194,15 +201,17 @@ impl Profile {
             return None;
         }
         self.work += self.nodes.len() as u64;
-        let mut eligible: Vec<Cursor> = (0..self.nodes.len())
-            .filter(|&i| self.nodes[i].is_some() && self.capacity[i] >= g && accepts(i))
-            .map(|i| Cursor {
-                node: i,
-                at: 0,
-                end: 0,
-                room: u32::MAX,
-            })
-            .collect();
+        let mut eligible: Vec<Cursor> = Vec::with_capacity(self.nodes.len());
+        eligible.extend(
+            (0..self.nodes.len())
+                .filter(|&i| self.nodes[i].is_some() && self.capacity[i] >= g && accepts(i))
+                .map(|i| Cursor {
+                    node: i,
+                    at: 0,
+                    end: 0,
+                    room: u32::MAX,
+                }),
+        );
         let count = eligible.len() as u64;
         // Candidate starts: now, and every moment some eligible node's free GPUs rise. A gang
         // that fits from a moment where none rises fits from the candidate before it as well
