@@ -32,6 +32,7 @@ mod cloud;
 mod conservative;
 mod index;
 mod invalid;
+mod names;
 mod private;
 mod reclaim;
 mod repatriate;
@@ -113,7 +114,7 @@ struct Cycle<'a> {
     pools: FastMap<&'a str, &'a crate::Pool>,
     /// Node name -> index into `snapshot.nodes`, built at first use (a cycle with no running
     /// job of known end and nothing provisioning never looks a node up by name).
-    node_index: std::cell::OnceCell<FastMap<&'a str, usize>>,
+    node_index: std::cell::OnceCell<names::NodeNames<'a>>,
     private: PrivateIndex,
     /// Free GPUs on cloud nodes (by node index), and whether the node is claimed.
     cloud_free: Vec<u32>,
@@ -247,15 +248,8 @@ impl<'a> Cycle<'a> {
     fn node_at(&self, name: &str) -> Option<usize> {
         let snap = self.snap;
         self.node_index
-            .get_or_init(|| {
-                snap.nodes
-                    .iter()
-                    .enumerate()
-                    .map(|(i, n)| (n.name.as_str(), i))
-                    .collect()
-            })
+            .get_or_init(|| names::NodeNames::new(&snap.nodes))
             .get(name)
-            .copied()
     }
 
     /// Step 1: usage per queue and pool, releases of private work, needs in flight.
