@@ -433,21 +433,25 @@ impl<'a> Cycle<'a> {
                 pool,
                 nodes,
                 Reason::InstancesReady,
-                format!(
-                    "The {} instance(s) launched for job {} have joined; starting there.",
-                    instances.len(),
-                    job.id
-                ),
+                self.say(|| {
+                    format!(
+                        "The {} instance(s) launched for job {} have joined; starting there.",
+                        instances.len(),
+                        job.id
+                    )
+                }),
                 None,
                 Some(hourly),
             );
             return;
         }
-        let message = format!(
-            "Waiting for {} of {} instance(s) launched for this job to join the cluster.",
-            instances.len() - joined.len().min(instances.len()),
-            instances.len()
-        );
+        let message = self.say(|| {
+            format!(
+                "Waiting for {} of {} instance(s) launched for this job to join the cluster.",
+                instances.len() - joined.len().min(instances.len()),
+                instances.len()
+            )
+        });
         self.decide_job(job, Outcome::Wait, Reason::Provisioning, message, None);
     }
 

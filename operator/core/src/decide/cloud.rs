@@ -32,7 +32,7 @@ impl<'a> Cycle<'a> {
                 } else {
                     "no private node could ever hold it"
                 };
-                let message = format!("{message} It cannot run anywhere: {why}.");
+                let message = self.say(|| format!("{message} It cannot run anywhere: {why}."));
                 self.decide_job(job, Outcome::Reject, Reason::NeverFits, message, rule);
             } else {
                 self.wait(job, &w, reason, message, rule, None);
@@ -233,7 +233,8 @@ impl<'a> Cycle<'a> {
     ) {
         let snap = self.snap;
         let queue = &self.snap.queues[self.queues[job.queue.as_str()]];
-        let trigger_text = match trigger {
+        // Sentences only when decisions are explained (the simulator reads none).
+        let trigger_text = self.say(|| match trigger {
             Reason::MaxWaitExceeded => {
                 format!("waited {} (past its maximum wait)", self.waited(job))
             }
@@ -249,7 +250,7 @@ impl<'a> Cycle<'a> {
             Reason::RequiredByPolicy => "a rule requires the cloud".to_string(),
             Reason::NoPrivateCapacity => "fits on no private node".to_string(),
             other => other.to_string(),
-        };
+        });
         let rule = trigger_rule.or(data_rule);
 
         // Idle cloud nodes first: no launch, no boot delay.
@@ -268,8 +269,9 @@ impl<'a> Cycle<'a> {
             && let Some(nodes) = self.fit_cloud(job, &idle)
         {
             let pool = snap.nodes[nodes[0]].pool.clone();
-            let message =
-                format!("The job {trigger_text}; idle cloud nodes in pool {pool} fit the gang.");
+            let message = self.say(|| {
+                format!("The job {trigger_text}; idle cloud nodes in pool {pool} fit the gang.")
+            });
             self.start(
                 job,
                 Environment::Cloud,
@@ -316,22 +318,24 @@ impl<'a> Cycle<'a> {
                 }
                 let count = choice.count;
                 let offering = choice.offering.clone();
-                let egress_text = if choice.egress > 0.0 {
+                let message = self.say(|| {
+                    let egress_text = if choice.egress > 0.0 {
+                        format!(
+                            ", ${:.2} of it moving its data to {}",
+                            choice.egress, offering.region
+                        )
+                    } else {
+                        String::new()
+                    };
                     format!(
-                        ", ${:.2} of it moving its data to {}",
-                        choice.egress, offering.region
+                        "The job {trigger_text}; launching {count} x {} ({}, {}) at ${:.2}/h, the cheapest fitting offering (expected ${:.2} in total{egress_text}).",
+                        offering.instance_type,
+                        offering.capacity_type,
+                        offering.zone,
+                        choice.hourly,
+                        choice.expected_total
                     )
-                } else {
-                    String::new()
-                };
-                let message = format!(
-                    "The job {trigger_text}; launching {count} x {} ({}, {}) at ${:.2}/h, the cheapest fitting offering (expected ${:.2} in total{egress_text}).",
-                    offering.instance_type,
-                    offering.capacity_type,
-                    offering.zone,
-                    choice.hourly,
-                    choice.expected_total
-                );
+                });
                 let usage = self
                     .pool_usage
                     .entry(
@@ -378,7 +382,8 @@ impl<'a> Cycle<'a> {
                     self.decide_job(job, Outcome::Reject, Reason::NeverFits,
                         format!("No private node and no cloud offering could ever hold one replica of {} GPUs{}.", job.gpus_per_replica, models_text(job)), None);
                 } else {
-                    let message = format!("The job {trigger_text}, but cannot burst: {message}");
+                    let message =
+                        self.say(|| format!("The job {trigger_text}, but cannot burst: {message}"));
                     self.wait(job, w, reason, message, rule, None);
                 }
             }
@@ -650,17 +655,19 @@ impl<'a> Cycle<'a> {
             Reason::NoFittingOffering,
         ] {
             if let Some((r, m, rule)) = excluded.iter().find(|(r, _, _)| *r == reason) {
-                return Err((*r, format!("{m}."), rule.clone()));
+                return Err((*r, self.say(|| format!("{m}.")), rule.clone()));
             }
         }
         Err((
             Reason::NoFittingOffering,
-            format!(
-                "no available offering fits {} replica(s) of {} GPUs{} within the queue's pools and capacity types.",
-                job.replicas,
-                job.gpus_per_replica,
-                models_text(job)
-            ),
+            self.say(|| {
+                format!(
+                    "no available offering fits {} replica(s) of {} GPUs{} within the queue's pools and capacity types.",
+                    job.replicas,
+                    job.gpus_per_replica,
+                    models_text(job)
+                )
+            }),
             None,
         ))
     }
