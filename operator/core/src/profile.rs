@@ -681,7 +681,7 @@ mod tests {
             let mut p = Profile::new(Time::from_millis(0), &nodes, &private, |i| free[i], &releases, packing);
             // Some nodes do not take some jobs (their GPU model): the odd-sized gangs here.
             let refused = &refused;
-            let accepts = |g: u32| move |i: usize| g % 2 == 0 || !refused[i];
+            let accepts = |g: u32| move |i: usize| g.is_multiple_of(2) || !refused[i];
             // Some histories start near the end of the cycle's budget.
             if near_budget {
                 p.work = WORK_BUDGET - short;
