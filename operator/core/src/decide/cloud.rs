@@ -480,7 +480,8 @@ impl<'a> Cycle<'a> {
         .flatten()
         .reduce(f64::min);
 
-        let mut best: Option<Choice> = None;
+        // (offering, instances, USD/h, expected USD, egress USD) of the cheapest so far.
+        let mut best: Option<(usize, u32, f64, f64, f64)> = None;
         let mut excluded: Vec<(Reason, String, Option<String>)> = Vec::new();
         // One example per reason, written only when decisions are explained.
         macro_rules! exclude {
@@ -603,7 +604,36 @@ impl<'a> Cycle<'a> {
                 );
                 continue;
             }
-            let choice = Choice {
+            // Compared on the offering's own fields; its names are copied only for the one
+            // chosen.
+            let better = match best {
+                None => true,
+                Some((b, _, b_hourly, b_total, _)) => {
+                    let b = &snap.offerings[b];
+                    (
+                        expected_total,
+                        hourly,
+                        &o.instance_type,
+                        &o.zone,
+                        o.capacity_type,
+                    )
+                        .partial_cmp(&(
+                            b_total,
+                            b_hourly,
+                            &b.instance_type,
+                            &b.zone,
+                            b.capacity_type,
+                        ))
+                        == Some(std::cmp::Ordering::Less)
+                }
+            };
+            if better {
+                best = Some((i, count, hourly, expected_total, egress));
+            }
+        }
+        if let Some((i, count, hourly, expected_total, egress)) = best {
+            let o = &snap.offerings[i];
+            return Ok(Choice {
                 offering: OfferingChoice {
                     pool: o.pool.clone(),
                     instance_type: o.instance_type.clone(),
@@ -617,35 +647,8 @@ impl<'a> Cycle<'a> {
                 hourly,
                 expected_total,
                 egress,
-                rule: None,
-            };
-            let better = match &best {
-                None => true,
-                Some(b) => {
-                    (
-                        choice.expected_total,
-                        choice.hourly,
-                        &choice.offering.instance_type,
-                        &choice.offering.zone,
-                        choice.offering.capacity_type,
-                    )
-                        .partial_cmp(&(
-                            b.expected_total,
-                            b.hourly,
-                            &b.offering.instance_type,
-                            &b.offering.zone,
-                            b.offering.capacity_type,
-                        ))
-                        == Some(std::cmp::Ordering::Less)
-                }
-            };
-            if better {
-                best = Some(choice);
-            }
-        }
-        if let Some(mut b) = best {
-            b.rule = effects.instance_types.first().map(|r| r.rule.clone());
-            return Ok(b);
+                rule: effects.instance_types.first().map(|r| r.rule.clone()),
+            });
         }
         // Explain the most telling exclusion: budget, then limits, then caps, then rules.
         for reason in [
