@@ -324,10 +324,25 @@ impl<'a> Cycle<'a> {
                 }
             }
         }
+        // Instances of one launch come together: their need, queue and pool are looked up
+        // again only when they differ from the last instance's.
+        let mut last_need = None;
+        let mut last_queue: Option<(&str, Option<usize>)> = None;
         for inst in &snap.instances {
-            self.needs_in_flight.insert(inst.need.as_str());
-            if let Some(state) = self.state_mut(&inst.queue) {
-                state.hourly_usd += inst.hourly_price;
+            if last_need != Some(inst.need.as_str()) {
+                self.needs_in_flight.insert(inst.need.as_str());
+                last_need = Some(inst.need.as_str());
+            }
+            let q = match last_queue {
+                Some((name, q)) if name == inst.queue => q,
+                _ => {
+                    let q = self.queues.get(inst.queue.as_str()).copied();
+                    last_queue = Some((inst.queue.as_str(), q));
+                    q
+                }
+            };
+            if let Some(q) = q {
+                self.queue_state[q].hourly_usd += inst.hourly_price;
             }
             let usage = self
                 .pool_usage
