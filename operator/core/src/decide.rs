@@ -324,8 +324,8 @@ impl<'a> Cycle<'a> {
                 }
             }
         }
-        // Instances of one launch come together: their need, queue and pool are looked up
-        // again only when they differ from the last instance's.
+        // Instances of one launch come together: their need and queue are looked up again
+        // only when they differ from the last instance's.
         let mut last_need = None;
         let mut last_queue: Option<(&str, Option<usize>)> = None;
         for inst in &snap.instances {
