@@ -1,11 +1,12 @@
 //! Node names to their indexes in the snapshot, for one cycle.
 //!
 //! A cycle looks a node up by name for every node of every running job (their expected ends
-//! become the profile's releases): on the synthetic replays that was a sixth of the time, most
-//! of it in the general-purpose map's probing and string comparisons. This table is built for
-//! exactly that: open addressing over a power-of-two table, each slot keeping the name's whole
-//! 64-bit hash beside its index, so that names are compared only when their hashes are equal
-//! (once per lookup that finds its node), and a hash that reads names eight bytes at a time.
+//! become the profile's releases): on the synthetic replays that was a sixth of the time, about
+//! 195 instructions per lookup in the general-purpose map. This table is built for exactly
+//! that (about 117): open addressing over a power-of-two table, each slot keeping the name's
+//! whole 64-bit hash beside its index, so that names are compared only when their hashes are
+//! equal (once per lookup that finds its node), and a hash that reads names eight bytes at a
+//! time.
 
 use crate::Node;
 
