@@ -129,10 +129,14 @@ impl Profile {
         let nodes = (0..nodes.len())
             .map(|i| {
                 private[i].then(|| {
-                    let mine = match ends.get(i) {
-                        Some(&end) => &mut grouped[if i == 0 { 0 } else { ends[i - 1] }..end],
-                        None => &mut [][..],
+                    // Without releases `ends` is empty and every node gets none.
+                    let start = if i == 0 {
+                        0
+                    } else {
+                        ends.get(i - 1).copied().unwrap_or(0)
                     };
+                    let end = ends.get(i).copied().unwrap_or(0);
+                    let mine = &mut grouped[start..end];
                     mine.sort_unstable_by_key(|&(t, _)| t);
                     let mut steps = Vec::with_capacity(mine.len() + 1);
                     let mut gpus = free(i);
@@ -410,10 +414,12 @@ impl Moments {
             if e != NOW && k & 1 == 0 {
                 rose.push(e);
             }
-            match (e != NOW)
-                .then(|| p.step_key(eligible[e as usize].node, j as usize + 1))
-                .flatten()
-            {
+            let next = if e == NOW {
+                None
+            } else {
+                p.step_key(eligible[e as usize].node, j as usize + 1)
+            };
+            match next {
                 Some(next) => *top = Reverse((next, e, j + 1)),
                 None => {
                     PeekMut::pop(top);
