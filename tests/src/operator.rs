@@ -26,6 +26,7 @@ pub struct RunningOperator {
     pub metrics_addr: SocketAddr,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<Result<(), spillway_k8s::Error>>,
+    ended_at: Arc<std::sync::OnceLock<std::time::SystemTime>>,
 }
 
 impl Drop for RunningOperator {
@@ -69,12 +70,20 @@ impl RunningOperator {
             election,
             controller: settings,
         };
-        let task = tokio::spawn(spillway_k8s::run(client, config, metrics.clone(), rx));
+        let ended_at = Arc::new(std::sync::OnceLock::new());
+        let ended = ended_at.clone();
+        let run = spillway_k8s::run(client, config, metrics.clone(), rx);
+        let task = tokio::spawn(async move {
+            let result = run.await;
+            let _ = ended.set(std::time::SystemTime::now());
+            result
+        });
         Ok(RunningOperator {
             metrics,
             metrics_addr,
             shutdown,
             task,
+            ended_at,
         })
     }
 
@@ -96,6 +105,12 @@ impl RunningOperator {
     /// Whether its run has ended (with its result), without stopping it.
     pub fn finished(&self) -> bool {
         self.task.is_finished()
+    }
+
+    /// When its run returned, by the wall clock (which the API server and the Lease's
+    /// `acquireTime` share on this machine); `None` while it runs or if it was aborted.
+    pub fn ended_at(&self) -> Option<std::time::SystemTime> {
+        self.ended_at.get().copied()
     }
 
     /// GET on its HTTP endpoint: (status code, body).
