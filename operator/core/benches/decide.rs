@@ -193,5 +193,43 @@ fn settled(s: Snapshot, now: Time) -> Scheduler {
     }
 }
 
-criterion_group!(benches, bench_decide);
+/// `Scheduler::sync`, as the operator calls it at every turn with the world rebuilt from its
+/// caches: the same world again, the same world with its jobs in another order and back (two
+/// calls per iteration), and two worlds one job apart in turn (two calls, one change each).
+fn bench_sync(c: &mut Criterion) {
+    let mut group = c.benchmark_group("sync");
+    group.sample_size(20);
+    for (pending, nodes) in [(1_000, 125), (10_000, 1_000)] {
+        let a = snapshot(pending, nodes, 600);
+        let mut reordered = a.clone();
+        reordered.jobs.reverse();
+        let mut b = a.clone();
+        b.jobs[pending / 2].priority += 1;
+        let mut sched = Scheduler::default();
+        let _ = sched.sync(&a);
+        group.bench_function(format!("unchanged/{pending}x{nodes}"), |bench| {
+            bench.iter(|| sched.sync(&a))
+        });
+        group.bench_function(format!("unchanged_reordered/{pending}x{nodes}"), |bench| {
+            bench.iter(|| {
+                let _ = sched.sync(&reordered);
+                sched.sync(&a)
+            })
+        });
+        let mut sched = Scheduler::default();
+        let _ = sched.sync(&a);
+        group.bench_function(
+            format!("one_job_changed_twice/{pending}x{nodes}"),
+            |bench| {
+                bench.iter(|| {
+                    let _ = sched.sync(&b);
+                    sched.sync(&a)
+                })
+            },
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_decide, bench_sync);
 criterion_main!(benches);

@@ -3,7 +3,8 @@
 //! [`decide`] is a pure function of a whole snapshot. A caller that runs it again and again
 //! (an operator turning at every event) mostly hands it the same world: nothing arrived, nothing
 //! finished, no threshold passed. A `Scheduler` owns the snapshot, takes what changed as
-//! [`Change`]s, and runs a cycle only when its outcome can differ from the last one:
+//! [`Change`]s (or finds them itself, object by object, in a whole world handed over:
+//! [`Scheduler::sync`]), and runs a cycle only when its outcome can differ from the last one:
 //!
 //! - it decides again when a change arrived, when the last plan asked for actions (their
 //!   effects come back as changes; until they do, deciding again repeats them), or when the
@@ -18,8 +19,8 @@
 //!   ([`Scheduler::current`]).
 //!
 //! `decide` on the full snapshot stays the reference: `tests/scheduler.rs` feeds random
-//! histories to both and requires the same actions and the same decision changes at every
-//! step.
+//! histories to both (as changes, and as whole worlds with their jobs reordered at every step)
+//! and requires the same actions and the same decision changes at every step.
 
 use std::collections::BTreeMap;
 
@@ -135,8 +136,9 @@ impl Scheduler {
     }
 
     /// Takes one change. Jobs keep their order of arrival in the snapshot (a job that
-    /// changes keeps its place), as `decide` breaks ties by it; so a removal shifts the
-    /// objects after it (linear in their number), an addition or a change does not.
+    /// changes keeps its place; a plan lists its decisions in the jobs' order, though what it
+    /// decides does not depend on it); so a removal shifts the objects after it (linear in
+    /// their number), an addition or a change does not.
     pub fn apply(&mut self, change: Change) {
         let changed = match change {
             Change::Job(job) => upsert(&mut self.snap.jobs, &mut self.jobs, job, |j| &j.id),
@@ -182,18 +184,55 @@ impl Scheduler {
         self.changed |= changed;
     }
 
-    /// Takes the world as it is now, whole: a caller that rebuilds its snapshot anyway (the
-    /// operator, from its caches) hands it over and the scheduler tells whether anything
-    /// changed. Costs one comparison when nothing did.
-    pub fn sync(&mut self, snapshot: &Snapshot) {
-        if self.snap == *snapshot {
-            return;
-        }
-        self.snap = snapshot.clone();
-        self.reindex();
-        let jobs = &self.jobs;
-        self.current.retain(|id, _| jobs.contains_key(id));
-        self.changed = true;
+    /// Takes the world as it is now, whole, and applies what differs from the world it holds,
+    /// object by object, as [`Change`]s would: a caller that rebuilds its snapshot anyway (the
+    /// operator, from its caches, at every turn) hands it over, and only the jobs, nodes and
+    /// instances that changed, arrived or are gone are copied. Returns how many objects
+    /// changed (0: the next cycle may be skipped).
+    ///
+    /// Jobs keep the scheduler's order, as with [`Scheduler::apply`] (a job that changes keeps
+    /// its place, a new one comes last): `decide` does not depend on the order of the jobs
+    /// (`tests/scheduler.rs` checks it on random worlds with the jobs shuffled), and the
+    /// order the caller built them in (the watch cache's) carries no meaning. Nodes and
+    /// instances take the caller's order whenever their names differ from the ones held, as
+    /// first-fit packing places replicas in the nodes' order.
+    pub fn sync(&mut self, snapshot: &Snapshot) -> usize {
+        // Every field, so that one added to `Snapshot` cannot be left out here.
+        let Snapshot {
+            settings,
+            jobs,
+            queues,
+            pools,
+            nodes,
+            offerings,
+            datasets,
+            instances,
+            invalid_queues,
+            invalid_datasets,
+        } = snapshot;
+        let mut changed = sync_jobs(self, jobs);
+        changed += sync_ordered(&mut self.snap.nodes, &mut self.nodes, nodes, |n| &n.name);
+        changed += sync_ordered(
+            &mut self.snap.instances,
+            &mut self.instances,
+            instances,
+            |i| &i.id,
+        );
+        let s = &mut self.snap;
+        changed += [
+            copy_if_changed(&mut s.settings, settings),
+            copy_if_changed(&mut s.queues, queues),
+            copy_if_changed(&mut s.pools, pools),
+            copy_if_changed(&mut s.offerings, offerings),
+            copy_if_changed(&mut s.datasets, datasets),
+            copy_if_changed(&mut s.invalid_queues, invalid_queues),
+            copy_if_changed(&mut s.invalid_datasets, invalid_datasets),
+        ]
+        .into_iter()
+        .filter(|&c| c)
+        .count();
+        self.changed |= changed > 0;
+        changed
     }
 
     /// Forgets what `job` was last told, so that the next cycle decides and reports it again
@@ -295,6 +334,99 @@ fn upsert<T: PartialEq>(
             items.push(item);
             true
         }
+    }
+}
+
+/// [`Scheduler::sync`] for the jobs: the changed and new ones upserted, the gone ones removed
+/// in one pass (their positions and current decisions dropped). Returns how many changed.
+fn sync_jobs(s: &mut Scheduler, jobs: &[Job]) -> usize {
+    let mut changed = 0;
+    let mut matched = 0;
+    for (at, job) in jobs.iter().enumerate() {
+        // The caller's order mostly stays the scheduler's from one call to the next: the job
+        // at the same place is tried before the index.
+        let held = match s.snap.jobs.get(at) {
+            Some(h) if h.id == job.id => Some(at),
+            _ => s.jobs.get(&job.id).copied(),
+        };
+        match held {
+            Some(k) if s.snap.jobs[k] == *job => matched += 1,
+            Some(k) => {
+                matched += 1;
+                changed += 1;
+                s.snap.jobs[k].clone_from(job);
+            }
+            None => {
+                changed += 1;
+                s.jobs.insert(job.id.clone(), s.snap.jobs.len());
+                s.snap.jobs.push(job.clone());
+            }
+        }
+    }
+    // Held jobs the caller no longer has: every held one not matched above (ids are unique;
+    // were one given twice, its second copy would count as matched).
+    let arrived = jobs.len() - matched;
+    let gone = s.snap.jobs.len().saturating_sub(arrived + matched);
+    if gone > 0 {
+        let keep: std::collections::HashSet<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+        s.snap.jobs.retain(|j| keep.contains(j.id.as_str()));
+        s.jobs.retain(|id, _| keep.contains(id.as_str()));
+        s.current.retain(|id, _| keep.contains(id.as_str()));
+        for (i, j) in s.snap.jobs.iter().enumerate() {
+            if let Some(p) = s.jobs.get_mut(&j.id) {
+                *p = i;
+            }
+        }
+        changed += gone;
+    }
+    changed
+}
+
+/// [`Scheduler::sync`] for nodes and instances: changed objects copied in place while the
+/// names are the same in the same order; otherwise the caller's list taken whole. Returns how
+/// many objects changed, arrived or are gone (at least 1 when only their order changed).
+fn sync_ordered<T: Clone + PartialEq>(
+    held: &mut Vec<T>,
+    index: &mut HashMap<String, usize>,
+    given: &[T],
+    key: impl Fn(&T) -> &String,
+) -> usize {
+    if held.len() == given.len() && held.iter().zip(given).all(|(a, b)| key(a) == key(b)) {
+        let mut changed = 0;
+        for (a, b) in held.iter_mut().zip(given) {
+            if a != b {
+                a.clone_from(b);
+                changed += 1;
+            }
+        }
+        return changed;
+    }
+    let mut matched = 0;
+    let mut changed = 0;
+    for b in given {
+        match index.get(key(b)) {
+            Some(&k) if held[k] == *b => matched += 1,
+            Some(_) => {
+                matched += 1;
+                changed += 1;
+            }
+            None => changed += 1,
+        }
+    }
+    changed += held.len().saturating_sub(matched);
+    *held = given.to_vec();
+    // The same objects in another order still change the world (first fit follows it).
+    let changed = changed.max(1);
+    *index = position(held, key);
+    changed
+}
+
+fn copy_if_changed<T: Clone + PartialEq>(held: &mut T, given: &T) -> bool {
+    if held == given {
+        false
+    } else {
+        held.clone_from(given);
+        true
     }
 }
 

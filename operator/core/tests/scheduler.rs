@@ -596,3 +596,144 @@ fn a_running_job_of_a_queue_that_is_gone_plans_no_release() {
     );
     assert_eq!(plan.stable_until, Some(at_min(40) - Duration::from_secs(1)));
 }
+
+/// The jobs in another order (a watch cache's order carries no meaning): a seeded shuffle.
+fn shuffled(s: &Snapshot, seed: u64) -> Snapshot {
+    let mut s = s.clone();
+    let mut x = seed | 1;
+    for i in (1..s.jobs.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.jobs.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    s
+}
+
+fn by_job(mut keys: Vec<Key>) -> Vec<Key> {
+    keys.sort_by(|a, b| a.0.cmp(&b.0));
+    keys
+}
+
+/// The starts by job: jobs whose cloud nodes joined start in the jobs' order.
+fn starts(plan: &Plan) -> Vec<Start> {
+    let mut starts = plan.starts.clone();
+    starts.sort_by(|a, b| a.job.cmp(&b.job));
+    starts
+}
+
+fn jobs_by_id(s: &Snapshot) -> Snapshot {
+    let mut s = s.clone();
+    s.jobs.sort_by(|a, b| a.id.cmp(&b.id));
+    s
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    /// The operator's way: the whole world handed over at every step (`sync`), its jobs in an
+    /// order that changes from one step to the next; the scheduler takes what differs. It
+    /// holds the same world (its jobs in its own order), and plans what `decide` plans on the
+    /// world, whose plans do not depend on the jobs' order either (but for the order of the
+    /// decisions, and of the starts of jobs whose cloud nodes joined).
+    #[test]
+    fn a_scheduler_synced_with_whole_snapshots_plans_what_decide_plans(
+        h in history(),
+        seed in any::<u64>(),
+    ) {
+        let mut world = World {
+            now: Time::from_millis(3_600_000),
+            snap: h.start.clone(),
+            last: Plan::default(),
+            current: HashMap::new(),
+            arrived: 0,
+            joined: 0,
+        };
+        let mut sched = Scheduler::default();
+        sched.sync(&shuffled(&world.snap, seed));
+        let (full, changed) = world.decide();
+        let got = sched.cycle(&NoPolicy, world.now);
+        prop_assert_eq!(starts(&got), starts(&full));
+        prop_assert_eq!(by_job(keys(&got)), by_job(changed));
+        for (i, step) in h.steps.iter().enumerate() {
+            world.step(step);
+            let given = shuffled(&world.snap, seed.wrapping_add(i as u64 + 1));
+            let objects = sched.sync(&given);
+            let ctx = format!("step {i} ({step:?}) at {}", world.now);
+            prop_assert_eq!(jobs_by_id(sched.snapshot()), jobs_by_id(&world.snap), "{}", ctx);
+            if matches!(step, Step::Wait(_) | Step::NearEnd(..) | Step::Resend(_)) {
+                prop_assert_eq!(objects, 0, "{}", ctx);
+            }
+            let (full, changed) = world.decide();
+            let reordered = decide(&given, &NoPolicy, world.now);
+            prop_assert_eq!(starts(&reordered), starts(&full), "{}", ctx);
+            prop_assert_eq!(&reordered.launches, &full.launches, "{}", ctx);
+            prop_assert_eq!(&reordered.terminations, &full.terminations, "{}", ctx);
+            prop_assert_eq!(&reordered.preemptions, &full.preemptions, "{}", ctx);
+            prop_assert_eq!(&reordered.moves, &full.moves, "{}", ctx);
+            prop_assert_eq!(reordered.next_wake, full.next_wake, "{}", ctx);
+            prop_assert_eq!(reordered.stable_until, full.stable_until, "{}", ctx);
+            prop_assert_eq!(by_job(keys(&reordered)), by_job(keys(&full)), "{}", ctx);
+            let got = sched.cycle(&NoPolicy, world.now);
+            prop_assert_eq!(starts(&got), starts(&full), "{}", ctx);
+            prop_assert_eq!(&got.launches, &full.launches, "{}", ctx);
+            prop_assert_eq!(&got.terminations, &full.terminations, "{}", ctx);
+            prop_assert_eq!(&got.preemptions, &full.preemptions, "{}", ctx);
+            prop_assert_eq!(&got.moves, &full.moves, "{}", ctx);
+            prop_assert_eq!(by_job(keys(&got)), by_job(changed), "{}", ctx);
+            prop_assert_eq!(got.next_wake, full.next_wake, "{}", ctx);
+        }
+    }
+}
+
+#[test]
+fn sync_takes_only_what_changed() {
+    let mut s = base();
+    s.nodes = vec![
+        private_node("n1", 8, 0, "A100"),
+        private_node("n2", 8, 0, "A100"),
+    ];
+    s.queues[0].burst.enabled = false;
+    s.jobs = vec![
+        running(job("busy", 8, 0), &["n1"], 0, Some(120)),
+        running(job("busy2", 8, 0), &["n2"], 0, Some(120)),
+        job("a", 8, 10),
+        job("b", 8, 10),
+    ];
+    let mut sched = Scheduler::default();
+    assert!(sched.sync(&s) > 0);
+    assert_eq!(sched.sync(&s), 0, "the same world again");
+    sched.cycle(&NoPolicy, at_min(11));
+    assert!(sched.current("ml/a").is_some());
+    // The same jobs in another order: nothing changed, the scheduler keeps its order.
+    let mut r = s.clone();
+    r.jobs.reverse();
+    assert_eq!(sched.sync(&r), 0);
+    assert_eq!(sched.snapshot().jobs, s.jobs);
+    sched.cycle(&NoPolicy, at_min(12));
+    assert_eq!(sched.stats().skipped, 1);
+    // One job changed, in place.
+    r.jobs[0].priority = 5;
+    assert_eq!(sched.sync(&r), 1);
+    assert_eq!(sched.snapshot().jobs[3].priority, 5);
+    // One gone: removed, its decision forgotten, the others still found by id.
+    r.jobs.retain(|j| j.id != "ml/a");
+    assert_eq!(sched.sync(&r), 1);
+    assert_eq!(sched.snapshot().jobs.len(), 3);
+    assert_eq!(sched.current("ml/a"), None);
+    r.jobs[0].priority = 7;
+    assert_eq!(sched.sync(&r), 1);
+    assert_eq!(sched.snapshot().jobs[2].priority, 7);
+    // Nodes in another order are a change (first fit places in that order), taken as given.
+    r.nodes.reverse();
+    assert_eq!(sched.sync(&r), 1);
+    assert_eq!(sched.snapshot().nodes, r.nodes);
+    // A node that changed in place.
+    r.nodes[0].schedulable = false;
+    assert_eq!(sched.sync(&r), 1);
+    assert_eq!(sched.snapshot(), &{
+        let mut want = r.clone();
+        want.jobs = sched.snapshot().jobs.clone();
+        want
+    });
+}
