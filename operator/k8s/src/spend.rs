@@ -3,13 +3,16 @@
 //! Each GpuQueue and each cloud ComputePool keeps an [`Account`]: the USD its instances cost
 //! this calendar month (UTC), complete up to a time (`through`). Both live in the object's
 //! status (`thisMonthUSD` and `accruedThrough`) and are always written together, so the last
-//! status that landed is a consistent pair. Every turn each instance is billed from the later
-//! of its account's `through` and its own launch time (EC2 reports it) up to now, and `through`
-//! moves to now. A new leader, or the same one after a restart, starts from the pair in status:
-//! the time no operator was running is billed once, by the first turn after it, and never
-//! twice. An instance that ended between two turns is billed up to the turn that noticed
-//! (within one poll period); one that both ran and ended while no operator was running is not
-//! seen at all.
+//! status that landed is a consistent pair. Every turn each instance is billed up to now, and
+//! `through` moves to now: an instance billed at the last turn from its account's `through`;
+//! one seen for the first time from its own launch time (EC2 reports it), or from the moment
+//! its account was opened if that is later, so an instance that the listing showed late (EC2
+//! throttled or slow to answer while it booted) still pays from its launch. A new leader, or
+//! the same one after a restart, starts from the pair in status: the time no operator was
+//! running is billed once, by the first turn after it, and never twice. An instance that ended
+//! between two turns is billed up to the turn that noticed (within one poll period while EC2
+//! answers; longer when it does not); one that both ran and ended while no operator was
+//! running is not seen at all.
 //!
 //! Pure: the turn passes the instances and the clock.
 
@@ -27,6 +30,10 @@ pub struct Account {
     pub usd: f64,
     /// `usd` holds every instance's spend up to here.
     pub through: Time,
+    /// `usd` held every instance's spend up to here when this operator opened the account
+    /// (from status; a new month's first moment once one starts): an instance seen for the
+    /// first time is billed from its launch, but not before this.
+    pub opened: Time,
 }
 
 impl Account {
@@ -37,6 +44,7 @@ impl Account {
             month: month_of(through),
             usd: usd.unwrap_or(0.0).max(0.0),
             through,
+            opened: through,
         }
     }
 
@@ -45,6 +53,7 @@ impl Account {
         let month = month_of(now);
         if month != self.month {
             self.through = self.through.max(month_start(now));
+            self.opened = self.opened.max(month_start(now));
             self.usd = 0.0;
             self.month = month;
         }
@@ -76,6 +85,10 @@ pub struct Ledger {
     pub queues: HashMap<String, Account>,
     pub pools: HashMap<String, Account>,
     seen: HashMap<String, Seen>,
+    /// Instances noticed gone, with the time they were billed up to: one that a listing shows
+    /// again goes on from there, not from its launch. Kept for an hour (EC2 lists a terminated
+    /// instance for about that long).
+    gone: HashMap<String, Time>,
 }
 
 impl Ledger {
@@ -102,7 +115,10 @@ impl Ledger {
         for a in self.queues.values_mut().chain(self.pools.values_mut()) {
             a.roll(now);
         }
-        let mut billed: BTreeMap<String, Seen> = self.seen.drain().collect::<BTreeMap<_, _>>();
+        // Per instance: its record, and where a first sighting's bill starts (`None`: billed
+        // at the last turn, so from its accounts' `through`).
+        let mut billed: BTreeMap<String, (Seen, Option<Time>)> =
+            self.seen.drain().map(|(id, s)| (id, (s, None))).collect();
         let mut rates = Rates::default();
         let mut live = HashMap::new();
         for i in instances {
@@ -117,24 +133,34 @@ impl Ledger {
             let p = rates.pool.entry(i.pool.clone()).or_default();
             p.0 += 1;
             p.1 += i.hourly_price;
-            billed.insert(i.id.clone(), seen.clone());
+            let since = match billed.get(&i.id) {
+                Some((_, since)) => *since,
+                None => Some(self.gone.remove(&i.id).unwrap_or(i.launched_at)),
+            };
+            billed.insert(i.id.clone(), (seen.clone(), since));
             live.insert(i.id.clone(), seen);
         }
-        for s in billed.values() {
+        for (id, (s, since)) in &billed {
+            let from = |a: &Account| since.map_or(a.through, |t| t.max(a.opened));
             if let Some(q) = self.queues.get_mut(&s.queue) {
-                let usd = cost(s, q.through, now);
+                let usd = cost(s, from(q), now);
                 q.usd += usd;
                 if usd > 0.0 {
                     metrics.spend(&s.queue, &s.pool, s.capacity_type, usd);
                 }
             }
             if let Some(p) = self.pools.get_mut(&s.pool) {
-                p.usd += cost(s, p.through, now);
+                p.usd += cost(s, from(p), now);
+            }
+            if !live.contains_key(id) {
+                self.gone.insert(id.clone(), now);
             }
         }
         for a in self.queues.values_mut().chain(self.pools.values_mut()) {
             a.through = a.through.max(now);
         }
+        let hour = core::Duration::from_secs(3600);
+        self.gone.retain(|_, t| now.since(*t) < hour);
         self.seen = live;
         rates
     }
@@ -275,6 +301,46 @@ mod tests {
         assert!((l.queues["q"].usd - 0.66).abs() < 1e-9);
         l.accrue(&[], &m, t("2026-03-10T10:20:00Z"));
         assert!((l.queues["q"].usd - 0.66).abs() < 1e-9, "billed once");
+    }
+
+    #[test]
+    fn an_instance_the_listing_showed_late_is_billed_from_its_launch() {
+        let m = Metrics::default();
+        let mut l = ledger(None, None, t("2026-03-10T10:00:00Z"));
+        // EC2 throttled: the turn at 10:01 did not list the instance launched at 10:00:30.
+        l.accrue(&[], &m, t("2026-03-10T10:01:00Z"));
+        let i = instance("i-1", 3.6, t("2026-03-10T10:00:30Z"));
+        l.accrue(std::slice::from_ref(&i), &m, t("2026-03-10T10:02:00Z"));
+        // A minute and a half at 3.60 USD/h.
+        assert!((l.queues["q"].usd - 0.09).abs() < 1e-9, "{:?}", l.queues);
+        assert!((l.pools["aws"].usd - 0.09).abs() < 1e-9);
+    }
+
+    #[test]
+    fn an_instance_a_listing_dropped_and_showed_again_is_billed_once() {
+        let m = Metrics::default();
+        let launched = t("2026-03-10T10:00:00Z");
+        let mut l = ledger(None, None, launched);
+        let i = instance("i-1", 3.6, launched);
+        l.accrue(std::slice::from_ref(&i), &m, t("2026-03-10T10:10:00Z"));
+        l.accrue(&[], &m, t("2026-03-10T10:11:00Z"));
+        l.accrue(std::slice::from_ref(&i), &m, t("2026-03-10T10:12:00Z"));
+        // Twelve minutes, each once.
+        assert!((l.queues["q"].usd - 0.72).abs() < 1e-9, "{:?}", l.queues);
+    }
+
+    #[test]
+    fn an_instance_first_seen_in_a_new_month_is_billed_from_its_first_moment() {
+        let m = Metrics::default();
+        let mut l = ledger(
+            Some(4.0),
+            Some(t("2026-03-31T23:00:00Z")),
+            t("2026-03-31T23:00:00Z"),
+        );
+        let i = instance("i-1", 3.6, t("2026-03-31T23:10:00Z"));
+        l.accrue(std::slice::from_ref(&i), &m, t("2026-04-01T00:30:00Z"));
+        assert_eq!(l.queues["q"].month, "2026-04");
+        assert!((l.queues["q"].usd - 1.8).abs() < 1e-9, "{:?}", l.queues);
     }
 
     #[test]
