@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -83,6 +83,9 @@ struct Shared {
     rules: Vec<Rule>,
     /// Every action seen, in order, with what was done to it.
     calls: Vec<(String, Outcome)>,
+    /// Per call (as `calls`): when it went on to EC2 (after any delay) and when its answer
+    /// reached the client, if they did.
+    times: Vec<(Option<SystemTime>, Option<SystemTime>)>,
     /// The state of the seeded draws of storms.
     rng: u64,
     /// `ClientToken` -> (the request's other parameters, the successful response).
@@ -214,6 +217,20 @@ impl FaultProxy {
             }
         }
         c
+    }
+}
+
+impl FaultProxy {
+    /// The earliest answer to a call of `action` that went on to EC2 at or after `t`: when
+    /// the caller could first know what EC2 knew at `t`, whatever was failed or delayed.
+    pub fn first_answer_after(&self, action: &str, t: SystemTime) -> Option<SystemTime> {
+        let s = self.shared.lock().expect("proxy state");
+        s.calls
+            .iter()
+            .zip(&s.times)
+            .filter(|((a, _), (sent, _))| a == action && sent.is_some_and(|x| x >= t))
+            .filter_map(|(_, (_, answered))| *answered)
+            .min()
     }
 }
 
@@ -352,9 +369,15 @@ async fn serve(mut client: TcpStream, upstream: String, shared: Arc<Mutex<Shared
             None => Outcome::Forwarded,
         };
         s.calls.push((action.clone(), outcome));
+        s.times.push((None, None));
         (pause, end, s.calls.len() - 1)
     };
     tokio::time::sleep(pause).await;
+    let mark = |which: usize| {
+        let mut s = shared.lock().expect("proxy state");
+        let t = &mut s.times[call];
+        *(if which == 0 { &mut t.0 } else { &mut t.1 }) = Some(SystemTime::now());
+    };
     if let Some(Effect::Fail { status, code }) = &end {
         let response = error_response(*status, code, "injected by the test's fault proxy");
         let _ = client.write_all(response.as_bytes()).await;
@@ -377,6 +400,7 @@ async fn serve(mut client: TcpStream, upstream: String, shared: Arc<Mutex<Shared
         None => None,
     };
     let lose = end == Some(Effect::LoseResponse);
+    mark(0);
     let earlier = token.as_ref().and_then(|(t, _)| {
         let mut s = shared.lock().expect("proxy state");
         let earlier = s.tokens.get(t).cloned();
@@ -396,8 +420,8 @@ async fn serve(mut client: TcpStream, upstream: String, shared: Arc<Mutex<Shared
             )
             .into_bytes()
         };
-        if !lose {
-            let _ = client.write_all(&out).await;
+        if !lose && client.write_all(&out).await.is_ok() {
+            mark(1);
         }
         let _ = client.shutdown().await;
         return;
@@ -440,8 +464,8 @@ async fn serve(mut client: TcpStream, upstream: String, shared: Arc<Mutex<Shared
             .entry(t)
             .or_insert((params, out.clone()));
     }
-    if !lose {
-        let _ = client.write_all(&out).await;
+    if !lose && client.write_all(&out).await.is_ok() {
+        mark(1);
     }
     let _ = client.shutdown().await;
 }
