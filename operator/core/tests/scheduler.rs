@@ -151,6 +151,18 @@ struct World {
 }
 
 impl World {
+    /// The history's world at its start, an hour after the epoch.
+    fn new(start: &Snapshot) -> World {
+        World {
+            now: Time::from_millis(3_600_000),
+            snap: start.clone(),
+            last: Plan::default(),
+            current: HashMap::new(),
+            arrived: 0,
+            joined: 0,
+        }
+    }
+
     fn job(&self, id: &str) -> usize {
         self.snap.jobs.iter().position(|j| j.id == id).expect("job")
     }
@@ -416,14 +428,7 @@ proptest! {
 
     #[test]
     fn the_scheduler_plans_what_decide_plans(h in history()) {
-        let mut world = World {
-            now: Time::from_millis(3_600_000),
-            snap: h.start.clone(),
-            last: Plan::default(),
-            current: HashMap::new(),
-            arrived: 0,
-            joined: 0,
-        };
+        let mut world = World::new(&h.start);
         let mut sched = Scheduler::new(h.start.clone());
         let (full, changed) = world.decide();
         let got = sched.cycle(&NoPolicy, world.now);
@@ -641,14 +646,7 @@ proptest! {
         h in history(),
         seed in any::<u64>(),
     ) {
-        let mut world = World {
-            now: Time::from_millis(3_600_000),
-            snap: h.start.clone(),
-            last: Plan::default(),
-            current: HashMap::new(),
-            arrived: 0,
-            joined: 0,
-        };
+        let mut world = World::new(&h.start);
         let mut sched = Scheduler::default();
         sched.sync(&shuffled(&world.snap, seed));
         let (full, changed) = world.decide();
