@@ -373,11 +373,8 @@ async fn serve(mut client: TcpStream, upstream: String, shared: Arc<Mutex<Shared
         (pause, end, s.calls.len() - 1)
     };
     tokio::time::sleep(pause).await;
-    let mark = |which: usize| {
-        let mut s = shared.lock().expect("proxy state");
-        let t = &mut s.times[call];
-        *(if which == 0 { &mut t.0 } else { &mut t.1 }) = Some(SystemTime::now());
-    };
+    let sent = || shared.lock().expect("proxy state").times[call].0 = Some(SystemTime::now());
+    let answered = || shared.lock().expect("proxy state").times[call].1 = Some(SystemTime::now());
     if let Some(Effect::Fail { status, code }) = &end {
         let response = error_response(*status, code, "injected by the test's fault proxy");
         let _ = client.write_all(response.as_bytes()).await;
@@ -400,7 +397,7 @@ async fn serve(mut client: TcpStream, upstream: String, shared: Arc<Mutex<Shared
         None => None,
     };
     let lose = end == Some(Effect::LoseResponse);
-    mark(0);
+    sent();
     let earlier = token.as_ref().and_then(|(t, _)| {
         let mut s = shared.lock().expect("proxy state");
         let earlier = s.tokens.get(t).cloned();
@@ -421,7 +418,7 @@ async fn serve(mut client: TcpStream, upstream: String, shared: Arc<Mutex<Shared
             .into_bytes()
         };
         if !lose && client.write_all(&out).await.is_ok() {
-            mark(1);
+            answered();
         }
         let _ = client.shutdown().await;
         return;
@@ -465,7 +462,7 @@ async fn serve(mut client: TcpStream, upstream: String, shared: Arc<Mutex<Shared
             .or_insert((params, out.clone()));
     }
     if !lose && client.write_all(&out).await.is_ok() {
-        mark(1);
+        answered();
     }
     let _ = client.shutdown().await;
 }

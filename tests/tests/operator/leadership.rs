@@ -208,7 +208,6 @@ async fn a_partitioned_leader_stops_at_its_renew_deadline_and_sends_nothing_afte
     w.wait_phase("before", JobPhase::Running).await;
 
     partition.cut();
-    let cut_at = Instant::now();
     let cut_wall = std::time::SystemTime::now();
     for i in 0..3 {
         w.submit(&format!("during-{i}"), json!({"gpusPerReplica": 2}), None)
@@ -231,7 +230,6 @@ async fn a_partitioned_leader_stops_at_its_renew_deadline_and_sends_nothing_afte
         took < Duration::from_secs(5),
         "stopped {took:?} after the cut"
     );
-    assert!(stopped_at - cut_at >= took);
     let (_, metrics) = a.get("/metrics").await.unwrap_or_default();
     let a_result = a.stop().await;
     assert!(
