@@ -93,6 +93,23 @@ pub fn decide_in_full(snapshot: &Snapshot, policy: &dyn Policy, now: Time) -> Pl
     Cycle::new(snapshot, policy, now).run()
 }
 
+/// The index of the queue named `name`, looked up again only when the name differs from the
+/// last one (`last`): the jobs or instances of one queue mostly come one after another.
+fn queue_index<'a>(
+    queues: &FastMap<&'a str, usize>,
+    last: &mut Option<(&'a str, Option<usize>)>,
+    name: &'a str,
+) -> Option<usize> {
+    match *last {
+        Some((n, q)) if n == name => q,
+        _ => {
+            let q = queues.get(name).copied();
+            *last = Some((name, q));
+            q
+        }
+    }
+}
+
 /// A blocked job's claim on future private capacity.
 struct Reservation {
     /// When it is expected to fit; `None`: not estimable (some running job has no runtime).
@@ -263,20 +280,11 @@ impl<'a> Cycle<'a> {
                 ..Default::default()
             })
             .collect();
-        // Jobs of one queue mostly come together: look a name up only when it differs from
-        // the last one.
-        let mut last: Option<(&str, Option<usize>)> = None;
+        let mut last = None;
         self.job_queue = snap
             .jobs
             .iter()
-            .map(|job| match last {
-                Some((name, q)) if name == job.queue => q,
-                _ => {
-                    let q = self.queues.get(job.queue.as_str()).copied();
-                    last = Some((job.queue.as_str(), q));
-                    q
-                }
-            })
+            .map(|job| queue_index(&self.queues, &mut last, &job.queue))
             .collect();
         for (i, job) in snap.jobs.iter().enumerate() {
             match &job.state {
@@ -327,21 +335,13 @@ impl<'a> Cycle<'a> {
         // Instances of one launch come together: their need and queue are looked up again
         // only when they differ from the last instance's.
         let mut last_need = None;
-        let mut last_queue: Option<(&str, Option<usize>)> = None;
+        let mut last_queue = None;
         for inst in &snap.instances {
             if last_need != Some(inst.need.as_str()) {
                 self.needs_in_flight.insert(inst.need.as_str());
                 last_need = Some(inst.need.as_str());
             }
-            let q = match last_queue {
-                Some((name, q)) if name == inst.queue => q,
-                _ => {
-                    let q = self.queues.get(inst.queue.as_str()).copied();
-                    last_queue = Some((inst.queue.as_str(), q));
-                    q
-                }
-            };
-            if let Some(q) = q {
+            if let Some(q) = queue_index(&self.queues, &mut last_queue, &inst.queue) {
                 self.queue_state[q].hourly_usd += inst.hourly_price;
             }
             let usage = self
