@@ -27,6 +27,7 @@ use crate::model::{JobState, QueueOrder, Settings, WaitMode};
 use crate::profile::Profile;
 use index::PrivateIndex;
 use private::OrderKey;
+pub use scratch::Scratch;
 
 mod cloud;
 mod conservative;
@@ -36,7 +37,9 @@ mod names;
 mod private;
 mod reclaim;
 mod repatriate;
+mod scratch;
 mod settled;
+mod usage;
 use crate::plan::{Decision, Launch, OfferingChoice, Outcome, Plan, Reason, Start, Termination};
 use crate::policy::{Effects, Policy, PolicyContext, QueueState, glob_match};
 use crate::{
@@ -84,26 +87,40 @@ type Shape = (u32, Vec<crate::GpuModel>, bool);
 /// takes a short path that only looks for idle cloud nodes (`decide/settled.rs`); its plan is
 /// the one [`decide_in_full`] gives.
 pub fn decide(snapshot: &Snapshot, policy: &dyn Policy, now: Time) -> Plan {
-    settled::decide(snapshot, policy, now).unwrap_or_else(|| decide_in_full(snapshot, policy, now))
+    decide_with(snapshot, policy, now, &mut Scratch::new())
+}
+
+/// [`decide`] building its working tables in `scratch`, which keeps their allocations for the
+/// next call (a caller deciding cycle after cycle keeps one). The plan is the one [`decide`]
+/// gives, whatever cycles the scratch served before.
+pub fn decide_with(
+    snapshot: &Snapshot,
+    policy: &dyn Policy,
+    now: Time,
+    scratch: &mut Scratch,
+) -> Plan {
+    settled::decide(snapshot, policy, now)
+        .unwrap_or_else(|| Cycle::new(snapshot, policy, now, scratch).run(scratch))
 }
 
 /// [`decide`] without its short path for worlds with nothing to place: every step of the
 /// cycle, whatever the snapshot. The reference the short path is tested against.
 pub fn decide_in_full(snapshot: &Snapshot, policy: &dyn Policy, now: Time) -> Plan {
-    Cycle::new(snapshot, policy, now).run()
+    let mut scratch = Scratch::new();
+    Cycle::new(snapshot, policy, now, &mut scratch).run(&mut scratch)
 }
 
 /// The index of the queue named `name`, looked up again only when the name differs from the
 /// last one (`last`): the jobs or instances of one queue mostly come one after another.
 fn queue_index<'a>(
-    queues: &FastMap<&'a str, usize>,
+    queues: &names::Names<'_, Queue>,
     last: &mut Option<(&'a str, Option<usize>)>,
     name: &'a str,
 ) -> Option<usize> {
     match *last {
         Some((n, q)) if n == name => q,
         _ => {
-            let q = queues.get(name).copied();
+            let q = queues.get(name);
             *last = Some((name, q));
             q
         }
@@ -111,7 +128,7 @@ fn queue_index<'a>(
 }
 
 /// A blocked job's claim on future private capacity.
-struct Reservation {
+pub(super) struct Reservation {
     /// When it is expected to fit; `None`: not estimable (some running job has no runtime).
     at: Option<Time>,
 }
@@ -124,14 +141,20 @@ struct Cycle<'a> {
     settings: &'a Settings,
     plan: Plan,
     /// Queue name -> index into `snapshot.queues` (and `queue_state`).
-    queues: FastMap<&'a str, usize>,
+    queues: names::Names<'a, Queue>,
     /// Each job's queue (index into `snapshot.queues`), resolved once per cycle.
     job_queue: Vec<Option<usize>>,
     datasets: FastMap<&'a str, &'a crate::Dataset>,
-    pools: FastMap<&'a str, &'a crate::Pool>,
+    pools: names::Names<'a, crate::Pool>,
     /// Node name -> index into `snapshot.nodes`, built at first use (a cycle with no running
     /// job of known end and nothing provisioning never looks a node up by name).
     node_index: std::cell::OnceCell<names::NodeNames<'a>>,
+    /// The buffer the node table is built in (from the caller's scratch).
+    node_slots: std::cell::Cell<Vec<(u64, u32)>>,
+    /// Buffers of the private pass (from the caller's scratch).
+    per_queue: Vec<Vec<OrderKey>>,
+    lanes: Vec<private::Lane>,
+    waiting: Vec<Waiting>,
     private: PrivateIndex,
     /// Free GPUs on cloud nodes (by node index), and whether the node is claimed.
     cloud_free: Vec<u32>,
@@ -182,19 +205,23 @@ struct Cycle<'a> {
 }
 
 impl<'a> Cycle<'a> {
-    fn new(snap: &'a Snapshot, policy: &'a dyn Policy, now: Time) -> Cycle<'a> {
-        let pools: FastMap<&str, &crate::Pool> =
-            snap.pools.iter().map(|p| (p.name.as_str(), p)).collect();
+    fn new(
+        snap: &'a Snapshot,
+        policy: &'a dyn Policy,
+        now: Time,
+        scratch: &mut Scratch,
+    ) -> Cycle<'a> {
+        let pools = names::Names::new_in(&snap.pools, scratch::take(&mut scratch.pool_slots));
         // One pool lookup per node (nodes of one pool mostly come together: looked up again
         // only when the name differs from the last node's): private, cloud, or neither.
         let mut last: Option<(&str, Option<bool>)> = None;
-        let mut private_flags = Vec::with_capacity(snap.nodes.len());
-        let mut cloud_free = Vec::with_capacity(snap.nodes.len());
+        let mut private_flags = scratch::take(&mut scratch.private);
+        let mut cloud_free = scratch::take(&mut scratch.cloud_free);
         for n in &snap.nodes {
             let private = match last {
                 Some((name, kind)) if name == n.pool => kind,
                 _ => {
-                    let kind = pools.get(n.pool.as_str()).and_then(|p| match p.kind {
+                    let kind = pools.item(&n.pool).and_then(|p| match p.kind {
                         PoolKind::Private { .. } => Some(true),
                         _ => p.is_cloud().then_some(false),
                     });
@@ -209,49 +236,53 @@ impl<'a> Cycle<'a> {
                 0
             });
         }
+        let mut cloud_claimed = scratch::take(&mut scratch.cloud_claimed);
+        cloud_claimed.resize(snap.nodes.len(), false);
+        let mut cloud_nodes = scratch::take(&mut scratch.cloud_nodes);
+        cloud_nodes.extend((0..snap.nodes.len()).filter(|&n| cloud_free[n] > 0));
         let mut cycle = Cycle {
             snap,
             policy,
             now,
             settings: &snap.settings,
             plan: Plan::default(),
-            queues: snap
-                .queues
-                .iter()
-                .enumerate()
-                .map(|(i, q)| (q.name.as_str(), i))
-                .collect(),
+            queues: names::Names::new_in(&snap.queues, scratch::take(&mut scratch.queue_slots)),
             datasets: snap.datasets.iter().map(|d| (d.name.as_str(), d)).collect(),
             node_index: std::cell::OnceCell::new(),
-            private: PrivateIndex::new(&snap.nodes, private_flags),
+            node_slots: std::cell::Cell::new(std::mem::take(&mut scratch.node_slots)),
+            per_queue: std::mem::take(&mut scratch.per_queue),
+            lanes: scratch::take(&mut scratch.lanes),
+            waiting: scratch::take(&mut scratch.waiting),
+            private: PrivateIndex::new(
+                &snap.nodes,
+                private_flags,
+                scratch::take(&mut scratch.free),
+            ),
             pools,
             cloud_free,
-            cloud_claimed: vec![false; snap.nodes.len()],
-            releases: Vec::new(),
+            cloud_claimed,
+            releases: scratch::take(&mut scratch.releases),
             profile: None,
             planned: 0,
             now_failures: Vec::new(),
-            unplaced: Vec::new(),
-            suspended: Vec::new(),
+            unplaced: scratch::take(&mut scratch.unplaced),
+            suspended: scratch::take(&mut scratch.suspended),
             movable_in_cloud: false,
             preempted: BTreeSet::new(),
             preempted_gpus: FastMap::default(),
             releases_sorted: false,
-            reservations: Vec::new(),
-            queue_state: Vec::new(),
-            job_queue: Vec::new(),
+            reservations: scratch::take(&mut scratch.reservations),
+            queue_state: scratch::take(&mut scratch.queue_state),
+            job_queue: scratch::take(&mut scratch.job_queue),
             pool_usage: FastMap::default(),
             needs_in_flight: BTreeSet::new(),
-            capacity_slots: Vec::new(),
+            capacity_slots: scratch::take(&mut scratch.capacity_slots),
             fit_failures: Vec::new(),
-            cloud_nodes: Vec::new(),
+            cloud_nodes,
             offering_pool: std::cell::OnceCell::new(),
             offerings_for: Default::default(),
             gpu_hour: FastMap::default(),
         };
-        cycle.cloud_nodes = (0..snap.nodes.len())
-            .filter(|&n| cycle.cloud_free[n] > 0)
-            .collect();
         cycle.index_usage();
         cycle.hold_for_suspended();
         if policy.reads_clock() || snap.settings.order == QueueOrder::Backfill {
@@ -261,100 +292,45 @@ impl<'a> Cycle<'a> {
         cycle
     }
 
+    /// Hands the cycle's buffers back to `scratch` for the next cycle; returns the plan.
+    fn finish(mut self, scratch: &mut Scratch) -> Plan {
+        let node_slots = match self.node_index.take() {
+            Some(names) => names.into_slots(),
+            None => self.node_slots.take(),
+        };
+        let (free, private) = self.private.into_buffers();
+        *scratch = Scratch {
+            private,
+            free,
+            cloud_free: self.cloud_free,
+            cloud_claimed: self.cloud_claimed,
+            cloud_nodes: self.cloud_nodes,
+            job_queue: self.job_queue,
+            queue_state: self.queue_state,
+            unplaced: self.unplaced,
+            suspended: self.suspended,
+            releases: self.releases,
+            reservations: self.reservations,
+            capacity_slots: self.capacity_slots,
+            per_queue: self.per_queue,
+            lanes: self.lanes,
+            waiting: self.waiting,
+            queue_slots: self.queues.into_slots(),
+            pool_slots: self.pools.into_slots(),
+            node_slots,
+        };
+        self.plan
+    }
+
     /// The index of the node named `name` in `snapshot.nodes`.
     fn node_at(&self, name: &str) -> Option<usize> {
         let snap = self.snap;
         self.node_index
-            .get_or_init(|| names::NodeNames::new(&snap.nodes))
+            .get_or_init(|| names::NodeNames::new_in(&snap.nodes, self.node_slots.take()))
             .get(name)
     }
 
-    /// Step 1: usage per queue and pool, releases of private work, needs in flight.
-    fn index_usage(&mut self) {
-        let snap = self.snap;
-        self.queue_state = snap
-            .queues
-            .iter()
-            .map(|q| QueueState {
-                spent_this_month_usd: q.spent_this_month_usd,
-                ..Default::default()
-            })
-            .collect();
-        let mut last = None;
-        self.job_queue = snap
-            .jobs
-            .iter()
-            .map(|job| queue_index(&self.queues, &mut last, &job.queue))
-            .collect();
-        for (i, job) in snap.jobs.iter().enumerate() {
-            match &job.state {
-                JobState::Running { cloud: true, .. } => {
-                    self.movable_in_cloud |=
-                        job.restartable && job.placement != Placement::CloudOnly;
-                }
-                JobState::Running { .. } => {}
-                JobState::Suspended { .. } => {
-                    self.suspended.push(i);
-                    self.unplaced.push(i);
-                }
-                _ => self.unplaced.push(i),
-            }
-            let Some(q) = self.job_queue[i] else {
-                continue;
-            };
-            let state = &mut self.queue_state[q];
-            match &job.state {
-                JobState::Pending => state.pending_jobs += 1,
-                JobState::Provisioning { .. } => state.pending_jobs += 1,
-                JobState::Suspended { .. } => {
-                    state.running_jobs += 1;
-                    state.private_gpus_in_use += job.total_gpus();
-                }
-                JobState::Running {
-                    nodes,
-                    started_at,
-                    cloud,
-                } => {
-                    state.running_jobs += 1;
-                    if *cloud {
-                        state.cloud_gpus_in_use += job.total_gpus();
-                    } else {
-                        state.private_gpus_in_use += job.total_gpus();
-                        if let Some((end, stable)) = expected_end(job, *started_at, self.now) {
-                            self.stable_until(stable);
-                            for n in nodes {
-                                if let Some(i) = self.node_at(n) {
-                                    self.releases.push((end, i, job.gpus_per_replica));
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        // Instances of one launch come together: their need and queue are looked up again
-        // only when they differ from the last instance's.
-        let mut last_need = None;
-        let mut last_queue = None;
-        for inst in &snap.instances {
-            if last_need != Some(inst.need.as_str()) {
-                self.needs_in_flight.insert(inst.need.as_str());
-                last_need = Some(inst.need.as_str());
-            }
-            if let Some(q) = queue_index(&self.queues, &mut last_queue, &inst.queue) {
-                self.queue_state[q].hourly_usd += inst.hourly_price;
-            }
-            let usage = self
-                .pool_usage
-                .entry(inst.pool.as_str())
-                .or_insert((0, 0, 0.0));
-            usage.0 += 1;
-            usage.1 += inst.gpus;
-            usage.2 += inst.hourly_price;
-        }
-    }
-
-    fn run(mut self) -> Plan {
+    fn run(mut self, scratch: &mut Scratch) -> Plan {
         let snap = self.snap;
         // Decisions are for the jobs not running (and the few moved home).
         self.plan.decisions.reserve(self.unplaced.len());
@@ -362,7 +338,9 @@ impl<'a> Cycle<'a> {
         // through the passes. One pass over the jobs not running (each is large: touched once
         // per cycle here), with the rejections decided after the provisioning jobs' decisions.
         let mut rejects: Vec<(usize, Reason, String)> = Vec::new();
-        let mut per_queue: Vec<Vec<OrderKey>> = vec![Vec::new(); snap.queues.len()];
+        let mut per_queue = std::mem::take(&mut self.per_queue);
+        per_queue.resize_with(snap.queues.len(), Vec::new);
+        per_queue.iter_mut().for_each(Vec::clear);
         for i in std::mem::take(&mut self.unplaced) {
             let job = &snap.jobs[i];
             let plan_it = match &job.state {
@@ -399,17 +377,18 @@ impl<'a> Cycle<'a> {
         }
 
         // Step 3: private pass.
-        let waiting = self.private_pass(per_queue);
+        let mut waiting = self.private_pass(per_queue);
         // Step 4: burst pass.
-        for w in waiting {
+        for w in waiting.drain(..) {
             self.burst(w);
         }
+        self.waiting = waiting;
         // Step 4, continued: restartable cloud jobs cheaper to finish on the private GPUs left
         // move home.
         self.repatriate();
         // Step 5: scale-down.
         self.scale_down();
-        self.plan
+        self.finish(scratch)
     }
 
     fn decide_job(
@@ -572,11 +551,7 @@ impl<'a> Cycle<'a> {
                 .map(|o| match last {
                     Some((name, pool)) if name == o.pool => pool,
                     _ => {
-                        let pool = self
-                            .pools
-                            .get(o.pool.as_str())
-                            .copied()
-                            .filter(|p| p.is_cloud());
+                        let pool = self.pools.item(&o.pool).filter(|p| p.is_cloud());
                         last = Some((o.pool.as_str(), pool));
                         pool
                     }
@@ -588,17 +563,16 @@ impl<'a> Cycle<'a> {
 
     /// The queue named `name`, if it exists.
     fn queue(&self, name: &str) -> Option<&'a Queue> {
-        let snap = self.snap;
-        self.queues.get(name).map(|&q| &snap.queues[q])
+        self.queues.item(name)
     }
 
     /// This cycle's figures of the queue named `name`, if it exists.
     fn state(&self, name: &str) -> Option<&QueueState> {
-        self.queues.get(name).map(|&q| &self.queue_state[q])
+        self.queues.get(name).map(|q| &self.queue_state[q])
     }
 
     fn state_mut(&mut self, name: &str) -> Option<&mut QueueState> {
-        self.queues.get(name).map(|&q| &mut self.queue_state[q])
+        self.queues.get(name).map(|q| &mut self.queue_state[q])
     }
 
     fn waited(&self, job: &Job) -> Duration {
@@ -609,7 +583,7 @@ impl<'a> Cycle<'a> {
         if self.policy.is_empty() {
             return Effects::default();
         }
-        let Some(&q) = self.queues.get(job.queue.as_str()) else {
+        let Some(q) = self.queues.get(&job.queue) else {
             return Effects::default();
         };
         let (queue, state) = (&self.snap.queues[q], &self.queue_state[q]);
@@ -707,22 +681,6 @@ impl<'a> Cycle<'a> {
     }
 }
 
-/// A queue's candidates in the private pass.
-struct Lane<'q> {
-    queue: &'q Queue,
-    /// Private GPUs in use, including what this pass started.
-    used: u32,
-    weight: f64,
-    /// Candidates, the head last.
-    jobs: Vec<usize>,
-    /// Strict order: its head did not fit, nothing behind it may start privately.
-    blocked: bool,
-    /// The job that blocked it (index into `snapshot.jobs`).
-    blocked_by: Option<usize>,
-    /// Its first blocked job has a reservation.
-    reserved: bool,
-}
-
 /// A job that did not start in the private pass.
 /// A job's wait allowance.
 struct Allowance {
@@ -734,7 +692,7 @@ struct Allowance {
     rule: Option<String>,
 }
 
-struct Waiting {
+pub(super) struct Waiting {
     job: usize,
     /// The rules' effects; `None` when no rule said anything (most jobs, kept small).
     effects: Option<Box<Effects>>,

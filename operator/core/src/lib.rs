@@ -29,7 +29,7 @@ pub mod spot;
 pub mod time;
 pub mod types;
 
-pub use decide::{FastMap, Fnv, decide};
+pub use decide::{FastMap, Fnv, Scratch, decide, decide_with};
 pub use duration::{Duration, ParseDurationError};
 pub use error::ErrorCategory;
 pub use gpu::{GpuModel, NodeShape};

@@ -26,8 +26,9 @@ use std::collections::BTreeMap;
 
 use crate::decide::FastMap as HashMap;
 
+use crate::decide::{Scratch, decide_with};
 use crate::model::{Dataset, Instance, Node, Offering, Pool, Queue, Settings};
-use crate::{Decision, Job, OfferingChoice, Outcome, Plan, Policy, Reason, Snapshot, Time, decide};
+use crate::{Decision, Job, OfferingChoice, Outcome, Plan, Policy, Reason, Snapshot, Time};
 
 /// Everything of a snapshot but its jobs, nodes, instances and offerings.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -86,6 +87,8 @@ pub struct Scheduler {
     last: Option<Last>,
     cycles: u64,
     skipped: u64,
+    /// The cycles' working buffers, kept from one cycle to the next.
+    scratch: Scratch,
 }
 
 /// Counters of a scheduler's work.
@@ -264,7 +267,7 @@ impl Scheduler {
                 ..Plan::default()
             };
         }
-        let mut plan = decide(&self.snap, policy, now);
+        let mut plan = decide_with(&self.snap, policy, now, &mut self.scratch);
         self.last = Some(Last {
             at: now,
             acted: !(plan.starts.is_empty()

@@ -210,6 +210,16 @@ proptest! {
         prop_assert_eq!(plan, again);
     }
 
+    /// Buffers that served earlier cycles (of other worlds, larger and smaller) change no plan.
+    #[test]
+    fn a_reused_scratch_plans_what_a_new_one_plans(scs in prop::collection::vec(scenario(), 1..6)) {
+        let mut scratch = Scratch::new();
+        for sc in &scs {
+            let plan = decide_with(&sc.snapshot, &NoPolicy, sc.now, &mut scratch);
+            prop_assert_eq!(plan, decide(&sc.snapshot, &NoPolicy, sc.now));
+        }
+    }
+
     #[test]
     fn every_pending_job_gets_exactly_one_decision(sc in scenario()) {
         let plan = decide(&sc.snapshot, &NoPolicy, sc.now);

@@ -170,6 +170,8 @@ struct Engine<'a> {
     quiet: Option<(spillway_core::Quiet, Option<i64>)>,
     /// Job id in the snapshot -> trace index.
     ids: FastMap<String, usize>,
+    /// `decide`'s working buffers, kept from one cycle to the next.
+    scratch: spillway_core::Scratch,
 }
 
 impl<'a> Engine<'a> {
@@ -234,6 +236,7 @@ impl<'a> Engine<'a> {
             idle_cycles: 0,
             quiet: None,
             ids: FastMap::default(),
+            scratch: spillway_core::Scratch::new(),
         }
     }
 
@@ -311,7 +314,12 @@ impl<'a> Engine<'a> {
                 self.sample(t);
                 continue;
             }
-            let plan = spillway_core::decide(&self.snap, self.policy, Time::from_millis(t));
+            let plan = spillway_core::decide_with(
+                &self.snap,
+                self.policy,
+                Time::from_millis(t),
+                &mut self.scratch,
+            );
             self.out.decide_calls += 1;
             self.quiet = (!self.world.decide_every_event
                 && !plan.quiet.is_empty()

@@ -147,7 +147,9 @@ impl<'a> Cycle<'a> {
     /// How long `job` may wait for private GPUs before it bursts, and why: its compute-wait
     /// budget, else the queue's (or a rule's) `maxWait`.
     pub(super) fn allowance(&self, job: &Job, effects: &Effects) -> Allowance {
-        let queue = &self.snap.queues[self.queues[job.queue.as_str()]];
+        let queue = self
+            .queue(&job.queue)
+            .expect("a job's queue exists: `invalid` rejected the others");
         let (mode, factor, mode_rule) = match &effects.wait_mode {
             Some(r) => (
                 r.value.0,
@@ -232,7 +234,9 @@ impl<'a> Cycle<'a> {
         data_rule: Option<String>,
     ) {
         let snap = self.snap;
-        let queue = &self.snap.queues[self.queues[job.queue.as_str()]];
+        let queue = self
+            .queue(&job.queue)
+            .expect("a job's queue exists: `invalid` rejected the others");
         // Sentences only when decisions are explained (the simulator reads none).
         let trigger_text = self.say(|| match trigger {
             Reason::MaxWaitExceeded => {
@@ -683,7 +687,7 @@ impl<'a> Cycle<'a> {
             self.now,
             &mut self.plan,
             |i| claimed[i],
-            |name| pools.get(name).copied(),
+            |name| pools.item(name),
         );
     }
 }

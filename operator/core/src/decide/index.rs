@@ -22,9 +22,13 @@ pub(super) struct PrivateIndex {
 }
 
 impl PrivateIndex {
-    pub(super) fn new(nodes: &[Node], private: Vec<bool>) -> PrivateIndex {
+    /// The index of `nodes`; `private` flags the nodes of private pools, `free` is a buffer
+    /// to build in (emptied here).
+    pub(super) fn new(nodes: &[Node], private: Vec<bool>, free: Vec<u32>) -> PrivateIndex {
         let mut private = private;
-        let free: Vec<u32> = nodes.iter().map(|n| n.free_gpus.min(n.gpus)).collect();
+        let mut free = free;
+        free.clear();
+        free.extend(nodes.iter().map(|n| n.free_gpus.min(n.gpus)));
         for (i, n) in nodes.iter().enumerate() {
             private[i] &= n.schedulable;
         }
@@ -40,6 +44,11 @@ impl PrivateIndex {
             free,
             private,
         }
+    }
+
+    /// Its buffers (free GPUs per node, private flags), for the next cycle's index.
+    pub(super) fn into_buffers(self) -> (Vec<u32>, Vec<bool>) {
+        (self.free, self.private)
     }
 
     pub(super) fn effective(&self, i: usize) -> u32 {

@@ -1,4 +1,4 @@
-//! Node names to their indexes in the snapshot, for one cycle.
+//! Names to their indexes in the snapshot (nodes, queues, pools), for one cycle.
 //!
 //! A cycle looks a node up by name for every node of every running job (their expected ends
 //! become the profile's releases): on the synthetic replays that was a sixth of the time, about
@@ -6,42 +6,91 @@
 //! that (about 117): open addressing over a power-of-two table, each slot keeping the name's
 //! whole 64-bit hash beside its index, so that names are compared only when their hashes are
 //! equal (once per lookup that finds its node), and a hash that reads names eight bytes at a
-//! time.
+//! time. Its slots are one plain buffer, which the caller's [`super::Scratch`] keeps from one
+//! cycle to the next (queues and pools are looked up through the same table).
 
-use crate::Node;
+use crate::{Node, Pool, Queue};
 
 const EMPTY: u32 = u32::MAX;
 
-/// Node name -> index into the snapshot's nodes.
-pub(super) struct NodeNames<'a> {
-    nodes: &'a [Node],
+/// Something a snapshot lists by a unique name.
+pub(super) trait Named {
+    fn name(&self) -> &str;
+}
+
+impl Named for Node {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Named for Queue {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Named for Pool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// Name -> index into a slice of the snapshot.
+pub(super) struct Names<'a, T> {
+    items: &'a [T],
     /// (hash, index) per slot; index `EMPTY` for a free slot.
     slots: Vec<(u64, u32)>,
     mask: usize,
 }
 
-impl<'a> NodeNames<'a> {
-    pub(super) fn new(nodes: &'a [Node]) -> NodeNames<'a> {
+/// Node name -> index into the snapshot's nodes.
+pub(super) type NodeNames<'a> = Names<'a, Node>;
+
+impl<'a, T: Named> Names<'a, T> {
+    #[cfg(test)]
+    pub(super) fn new(items: &'a [T]) -> Names<'a, T> {
+        Names::new_in(items, Vec::new())
+    }
+
+    /// The table of `items`, built in `slots` (a buffer kept from an earlier table, cleared
+    /// here; its allocation is reused when it is large enough).
+    pub(super) fn new_in(items: &'a [T], slots: Vec<(u64, u32)>) -> Names<'a, T> {
         // At most half full: probes stay short.
-        let size = (2 * nodes.len()).next_power_of_two().max(8);
-        let mut names = NodeNames {
-            nodes,
-            slots: vec![(0, EMPTY); size],
+        let size = (2 * items.len()).next_power_of_two().max(8);
+        let mut slots = slots;
+        slots.clear();
+        slots.resize(size, (0, EMPTY));
+        let mut names = Names {
+            items,
+            slots,
             mask: size - 1,
         };
-        for (i, n) in nodes.iter().enumerate() {
-            let h = hash(n.name.as_bytes());
-            let s = names.probe(h, &n.name);
-            // A name given twice keeps its last node, as a map built by inserting in order does.
+        for (i, item) in items.iter().enumerate() {
+            let name = item.name();
+            let h = hash(name.as_bytes());
+            let s = names.probe(h, name);
+            // A name given twice keeps its last item, as a map built by inserting in order does.
             names.slots[s] = (h, i as u32);
         }
         names
     }
 
-    /// The index of the node named `name`.
+    /// The index of the item named `name`.
     pub(super) fn get(&self, name: &str) -> Option<usize> {
         let (_, i) = self.slots[self.probe(hash(name.as_bytes()), name)];
         (i != EMPTY).then_some(i as usize)
+    }
+
+    /// The item named `name`.
+    pub(super) fn item(&self, name: &str) -> Option<&'a T> {
+        let items = self.items;
+        self.get(name).map(|i| &items[i])
+    }
+
+    /// Its slots, for the next table to be built in.
+    pub(super) fn into_slots(self) -> Vec<(u64, u32)> {
+        self.slots
     }
 
     /// The slot holding `name`, or the free slot where it would go.
@@ -49,7 +98,7 @@ impl<'a> NodeNames<'a> {
         let mut s = (h as usize) & self.mask;
         loop {
             let (sh, i) = self.slots[s];
-            if i == EMPTY || (sh == h && self.nodes[i as usize].name == name) {
+            if i == EMPTY || (sh == h && self.items[i as usize].name() == name) {
                 return s;
             }
             s = (s + 1) & self.mask;
@@ -109,7 +158,8 @@ mod tests {
 
     proptest::proptest! {
         /// Finds what a map built by inserting every name in order finds, for names of every
-        /// length (a shared prefix, words and remainders of all sizes), duplicates included.
+        /// length (a shared prefix, words and remainders of all sizes), duplicates included,
+        /// also when built in the slots an earlier table left.
         #[test]
         fn finds_what_a_map_finds(
             names in proptest::collection::vec("(private-|c)?[a-z0-9.-]{0,20}", 0..60),
@@ -119,8 +169,12 @@ mod tests {
             let map: std::collections::HashMap<&str, usize> =
                 nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
             let table = NodeNames::new(&nodes);
+            // Built again in the slots of a table of other names (larger or smaller).
+            let others: Vec<Node> = asked.iter().map(|n| node(n)).collect();
+            let reused = NodeNames::new_in(&nodes, NodeNames::new(&others).into_slots());
             for name in names.iter().chain(&asked) {
                 proptest::prop_assert_eq!(table.get(name), map.get(name.as_str()).copied());
+                proptest::prop_assert_eq!(reused.get(name), table.get(name));
             }
         }
     }

@@ -7,6 +7,23 @@ use super::*;
 /// A candidate's place in its queue: priority (highest first), arrival, index in the snapshot.
 pub(super) type OrderKey = (std::cmp::Reverse<i32>, Time, usize);
 
+/// A queue's candidates in the private pass.
+pub(super) struct Lane {
+    /// Its queue (index into `snapshot.queues`).
+    queue: usize,
+    /// Private GPUs in use, including what this pass started.
+    used: u32,
+    weight: f64,
+    /// Candidates' keys, the head last.
+    jobs: Vec<OrderKey>,
+    /// Strict order: its head did not fit, nothing behind it may start privately.
+    blocked: bool,
+    /// The job that blocked it (index into `snapshot.jobs`).
+    blocked_by: Option<usize>,
+    /// Its first blocked job has a reservation.
+    reserved: bool,
+}
+
 impl<'a> Cycle<'a> {
     /// Step 3. Returns the jobs still waiting, in the order considered, with what the private
     /// side knows about them.
@@ -14,52 +31,54 @@ impl<'a> Cycle<'a> {
     /// keys were copied out of the jobs (the jobs are large; the keys fit a cache line).
     pub(super) fn private_pass(&mut self, mut per_queue: Vec<Vec<OrderKey>>) -> Vec<Waiting> {
         let snap = self.snap;
-        // Per queue: its candidates in priority, then arrival, then name order.
+        // Per queue: its candidates in priority, then arrival, then name order, the head last
+        // (the index breaks ties of equal names, as the order of the snapshot did).
+        let mut lanes = std::mem::take(&mut self.lanes);
+        for (q, list) in per_queue.iter_mut().enumerate() {
+            if list.is_empty() {
+                continue;
+            }
+            let mut list = std::mem::take(list);
+            list.sort_unstable_by(|b, a| {
+                (a.0, a.1)
+                    .cmp(&(b.0, b.1))
+                    .then_with(|| snap.jobs[a.2].id.cmp(&snap.jobs[b.2].id))
+                    .then(a.2.cmp(&b.2))
+            });
+            let queue = &snap.queues[q];
+            lanes.push(Lane {
+                queue: q,
+                used: self.queue_state[q].private_gpus_in_use,
+                weight: queue.weight.max(1) as f64,
+                jobs: list,
+                blocked: false,
+                blocked_by: None,
+                reserved: false,
+            });
+        }
         // One lane per queue, in name order (deterministic ties).
-        let mut order: Vec<usize> = (0..per_queue.len())
-            .filter(|&q| !per_queue[q].is_empty())
-            .collect();
-        order.sort_unstable_by_key(|&q| snap.queues[q].name.as_str());
-        let mut lanes: Vec<Lane<'_>> = order
-            .into_iter()
-            .map(|q| {
-                let mut list = std::mem::take(&mut per_queue[q]);
-                list.sort_by(|a, b| {
-                    (a.0, a.1)
-                        .cmp(&(b.0, b.1))
-                        .then_with(|| snap.jobs[a.2].id.cmp(&snap.jobs[b.2].id))
-                });
-                let queue = &snap.queues[q];
-                Lane {
-                    queue,
-                    used: self.queue_state[q].private_gpus_in_use,
-                    weight: queue.weight.max(1) as f64,
-                    // pop() takes the head.
-                    jobs: list.into_iter().rev().map(|(_, _, i)| i).collect(),
-                    blocked: false,
-                    blocked_by: None,
-                    reserved: false,
-                }
-            })
-            .collect();
-        let mut waiting = Vec::new();
+        lanes.sort_unstable_by_key(|lane| snap.queues[lane.queue].name.as_str());
+        let mut waiting = std::mem::take(&mut self.waiting);
         loop {
             // A queue whose next job fits within its private quota goes first (its quota is
             // guaranteed); among the rest, weighted fair share: the queue using the fewest
             // private GPUs per unit of weight goes next.
             let mut next: Option<(bool, f64, usize)> = None;
             for (l, lane) in lanes.iter().enumerate() {
-                let Some(&head) = lane.jobs.last() else {
+                let Some(&(_, _, head)) = lane.jobs.last() else {
                     continue;
                 };
-                let borrowing = !within_quota(lane.queue, lane.used, &snap.jobs[head]);
+                let queue = &snap.queues[lane.queue];
+                let borrowing = !within_quota(queue, lane.used, &snap.jobs[head]);
                 let share = lane.used as f64 / lane.weight;
                 if next.is_none_or(|(b, best, _)| (borrowing, share) < (b, best)) {
                     next = Some((borrowing, share, l));
                 }
             }
             let Some((_, _, l)) = next else { break };
-            let Some(i) = lanes[l].jobs.pop() else { break };
+            let Some((_, _, i)) = lanes[l].jobs.pop() else {
+                break;
+            };
             let job = &snap.jobs[i];
             // No rules, no effects (and no large default record built and compared per job).
             let effects = if self.policy.is_empty() {
@@ -91,7 +110,7 @@ impl<'a> Cycle<'a> {
                 waiting.push(w);
                 continue;
             }
-            let queue = lanes[l].queue;
+            let queue = &snap.queues[lanes[l].queue];
             let in_use = lanes[l].used;
             if let Some(quota) = queue.quota_gpus
                 && !queue.borrowing
@@ -179,7 +198,7 @@ impl<'a> Cycle<'a> {
                     }
                 }
                 let pool = snap.nodes[nodes[0]].pool.clone();
-                let hourly = match self.pools.get(pool.as_str()).map(|p| &p.kind) {
+                let hourly = match self.pools.item(&pool).map(|p| &p.kind) {
                     Some(PoolKind::Private {
                         gpu_cost_per_hour: Some(c),
                     }) => Some(c * job.total_gpus() as f64),
@@ -250,6 +269,14 @@ impl<'a> Cycle<'a> {
             waiting.push(w);
         }
         self.note_quiet(&lanes);
+        // The lists and lanes go back to the scratch, emptied.
+        for lane in lanes.drain(..) {
+            let mut list = lane.jobs;
+            list.clear();
+            per_queue[lane.queue] = list;
+        }
+        self.per_queue = per_queue;
+        self.lanes = lanes;
         waiting
     }
 
@@ -257,7 +284,7 @@ impl<'a> Cycle<'a> {
     /// blocked under strict order and never bursting, in a cycle that makes no wait decisions
     /// and has no rules. (A job over its queue's quota goes to the burst pass, which finds the
     /// queue closed and, without wait decisions, decides nothing either.)
-    fn note_quiet(&mut self, lanes: &[Lane<'_>]) {
+    fn note_quiet(&mut self, lanes: &[Lane]) {
         if self.settings.wait_decisions
             || self.settings.order != QueueOrder::Strict
             || !self.policy.is_empty()
@@ -266,7 +293,7 @@ impl<'a> Cycle<'a> {
         }
         let snap = self.snap;
         for lane in lanes {
-            let q = lane.queue;
+            let q = &snap.queues[lane.queue];
             let (true, Some(head)) = (lane.blocked, lane.blocked_by) else {
                 continue;
             };

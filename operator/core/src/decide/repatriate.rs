@@ -105,7 +105,7 @@ impl<'a> Cycle<'a> {
 
     /// The hourly cost of `job` on private pool `pool`, when the pool says what its GPUs cost.
     fn private_rate(&self, pool: &str, job: &Job) -> Option<f64> {
-        match self.pools.get(pool).map(|p| &p.kind) {
+        match self.pools.item(pool).map(|p| &p.kind) {
             Some(PoolKind::Private {
                 gpu_cost_per_hour: Some(c),
             }) => Some(c * f64::from(job.total_gpus())),
@@ -262,7 +262,7 @@ impl<'a> Cycle<'a> {
                 if replicas_on.get(n.as_str()).copied().unwrap_or(0) == own {
                     let idle = self
                         .pools
-                        .get(inst.pool.as_str())
+                        .item(&inst.pool)
                         .map_or(Duration::ZERO, |p| p.idle_timeout);
                     idle_tail += inst.hourly_price * idle.as_secs_f64() / 3600.0;
                 }

@@ -1,0 +1,64 @@
+//! The buffers of a cycle, kept by the caller from one cycle to the next.
+//!
+//! A cycle builds about thirty small tables (queues and pools by name, per-job queue indexes,
+//! free GPUs per node, the queues' candidates, the waiting jobs); on a cluster of a few dozen
+//! GPUs building and dropping them was a third of a cycle's instructions, most of it the
+//! allocator's. A [`Scratch`] keeps their allocations: each cycle clears and refills them.
+//! What a cycle returns (the plan) is still its own.
+
+use super::private::{Lane, OrderKey};
+use super::{Reservation, Waiting};
+use crate::policy::QueueState;
+use crate::{GpuModel, Time};
+
+/// Buffers for [`super::decide_with`], reused from one call to the next. Holds no result: a
+/// cycle given a used scratch plans exactly what one given a new scratch plans.
+#[derive(Default)]
+pub struct Scratch {
+    pub(super) private: Vec<bool>,
+    pub(super) free: Vec<u32>,
+    pub(super) cloud_free: Vec<u32>,
+    pub(super) cloud_claimed: Vec<bool>,
+    pub(super) cloud_nodes: Vec<usize>,
+    pub(super) job_queue: Vec<Option<usize>>,
+    pub(super) queue_state: Vec<QueueState>,
+    pub(super) unplaced: Vec<usize>,
+    pub(super) suspended: Vec<usize>,
+    pub(super) releases: Vec<(Time, usize, u32)>,
+    pub(super) reservations: Vec<Reservation>,
+    pub(super) capacity_slots: Vec<((u32, Vec<GpuModel>), u32)>,
+    /// Each queue's candidates; empty lists whose allocations are kept.
+    pub(super) per_queue: Vec<Vec<OrderKey>>,
+    pub(super) lanes: Vec<Lane>,
+    pub(super) waiting: Vec<Waiting>,
+    pub(super) queue_slots: Vec<(u64, u32)>,
+    pub(super) pool_slots: Vec<(u64, u32)>,
+    pub(super) node_slots: Vec<(u64, u32)>,
+}
+
+impl Scratch {
+    /// A scratch with nothing kept yet (the first cycle allocates what it needs).
+    pub fn new() -> Scratch {
+        Scratch::default()
+    }
+}
+
+/// A copy holds buffers, not results: it starts empty.
+impl Clone for Scratch {
+    fn clone(&self) -> Scratch {
+        Scratch::default()
+    }
+}
+
+impl std::fmt::Debug for Scratch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scratch").finish_non_exhaustive()
+    }
+}
+
+/// The buffer in `slot`, emptied, leaving an empty one behind.
+pub(super) fn take<T>(slot: &mut Vec<T>) -> Vec<T> {
+    let mut v = std::mem::take(slot);
+    v.clear();
+    v
+}

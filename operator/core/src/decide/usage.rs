@@ -1,0 +1,89 @@
+//! Step 1 of a cycle: usage per queue and pool, releases of private work, needs in flight.
+
+use super::*;
+
+impl<'a> Cycle<'a> {
+    /// Step 1: usage per queue and pool, releases of private work, needs in flight.
+    pub(super) fn index_usage(&mut self) {
+        let snap = self.snap;
+        // Into the buffers of the caller's scratch (emptied).
+        self.queue_state
+            .extend(snap.queues.iter().map(|q| QueueState {
+                spent_this_month_usd: q.spent_this_month_usd,
+                ..Default::default()
+            }));
+        let mut last = None;
+        let queues = &self.queues;
+        self.job_queue.extend(
+            snap.jobs
+                .iter()
+                .map(|job| queue_index(queues, &mut last, &job.queue)),
+        );
+        for (i, job) in snap.jobs.iter().enumerate() {
+            match &job.state {
+                JobState::Running { cloud: true, .. } => {
+                    self.movable_in_cloud |=
+                        job.restartable && job.placement != Placement::CloudOnly;
+                }
+                JobState::Running { .. } => {}
+                JobState::Suspended { .. } => {
+                    self.suspended.push(i);
+                    self.unplaced.push(i);
+                }
+                _ => self.unplaced.push(i),
+            }
+            let Some(q) = self.job_queue[i] else {
+                continue;
+            };
+            let state = &mut self.queue_state[q];
+            match &job.state {
+                JobState::Pending => state.pending_jobs += 1,
+                JobState::Provisioning { .. } => state.pending_jobs += 1,
+                JobState::Suspended { .. } => {
+                    state.running_jobs += 1;
+                    state.private_gpus_in_use += job.total_gpus();
+                }
+                JobState::Running {
+                    nodes,
+                    started_at,
+                    cloud,
+                } => {
+                    state.running_jobs += 1;
+                    if *cloud {
+                        state.cloud_gpus_in_use += job.total_gpus();
+                    } else {
+                        state.private_gpus_in_use += job.total_gpus();
+                        if let Some((end, stable)) = expected_end(job, *started_at, self.now) {
+                            self.stable_until(stable);
+                            for n in nodes {
+                                if let Some(i) = self.node_at(n) {
+                                    self.releases.push((end, i, job.gpus_per_replica));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // Instances of one launch come together: their need and queue are looked up again
+        // only when they differ from the last instance's.
+        let mut last_need = None;
+        let mut last_queue = None;
+        for inst in &snap.instances {
+            if last_need != Some(inst.need.as_str()) {
+                self.needs_in_flight.insert(inst.need.as_str());
+                last_need = Some(inst.need.as_str());
+            }
+            if let Some(q) = queue_index(&self.queues, &mut last_queue, &inst.queue) {
+                self.queue_state[q].hourly_usd += inst.hourly_price;
+            }
+            let usage = self
+                .pool_usage
+                .entry(inst.pool.as_str())
+                .or_insert((0, 0, 0.0));
+            usage.0 += 1;
+            usage.1 += inst.gpus;
+            usage.2 += inst.hourly_price;
+        }
+    }
+}
