@@ -185,6 +185,8 @@ struct Cycle<'a> {
     gpu_hour: FastMap<&'a str, f64>,
     /// Free private GPUs over time, built at the first job planned (conservative order).
     profile: Option<Profile>,
+    /// An earlier cycle's profile, whose buffers `profile` is built in (from the scratch).
+    spare_profile: Option<Profile>,
     /// Jobs holding a planned slot in `profile`.
     planned: u32,
     /// Gang shapes (GPUs per replica, models, replicas, runtime; None: unknown) that found no
@@ -263,6 +265,7 @@ impl<'a> Cycle<'a> {
             cloud_claimed,
             releases: scratch::take(&mut scratch.releases),
             profile: None,
+            spare_profile: scratch.profile.take(),
             planned: 0,
             now_failures: Vec::new(),
             unplaced: scratch::take(&mut scratch.unplaced),
@@ -318,6 +321,7 @@ impl<'a> Cycle<'a> {
             queue_slots: self.queues.into_slots(),
             pool_slots: self.pools.into_slots(),
             node_slots,
+            profile: self.profile.or(self.spare_profile),
         };
         self.plan
     }

@@ -80,6 +80,11 @@ pub(crate) struct Profile {
     capacity: Vec<u32>,
     packing: Packing,
     work: u64,
+    /// The releases grouped by node while building: buffers kept for the next build.
+    ends: Vec<usize>,
+    grouped: Vec<(i64, u32)>,
+    /// Empty step lists left from the profile this one was built in, for the next build.
+    lists: Vec<Vec<(i64, u32)>>,
 }
 
 /// Where and when a gang fits.
@@ -93,6 +98,7 @@ impl Profile {
     /// `free(i)` GPUs free now on node `i` if `private[i]`; `releases` are (time, node, GPUs)
     /// of running work expected to end. Work expected to have ended already is expected to end
     /// a second from now (it is overdue, not gone).
+    #[cfg(test)]
     pub fn new(
         now: Time,
         nodes: &[Node],
@@ -101,15 +107,39 @@ impl Profile {
         releases: &[(Time, usize, u32)],
         packing: Packing,
     ) -> Profile {
+        Profile::new_in(None, now, nodes, private, free, releases, packing)
+    }
+
+    /// [`Profile::new`], built in the buffers of `spare` (an earlier cycle's profile, whose
+    /// contents are dropped): the same profile, without allocating what `spare` already holds.
+    pub fn new_in(
+        spare: Option<Profile>,
+        now: Time,
+        nodes: &[Node],
+        private: &[bool],
+        free: impl Fn(usize) -> u32,
+        releases: &[(Time, usize, u32)],
+        packing: Packing,
+    ) -> Profile {
         let now = now.as_millis();
-        let capacity: Vec<u32> = nodes.iter().map(|n| n.gpus).collect();
+        let (mut capacity, mut steps_of, mut ends, mut grouped, mut lists) = match spare {
+            Some(p) => (p.capacity, p.nodes, p.ends, p.grouped, p.lists),
+            None => Default::default(),
+        };
+        // The step lists of the spare's nodes, emptied, for this profile's nodes.
+        lists.extend(steps_of.drain(..).flatten().map(|Steps(mut v)| {
+            v.clear();
+            v
+        }));
+        capacity.clear();
+        capacity.extend(nodes.iter().map(|n| n.gpus));
+        ends.clear();
+        grouped.clear();
         // The releases grouped by node (a counting sort: after it, node `i`'s are
         // `grouped[ends[i - 1]..ends[i]]`), each node's then put in time order. A node's free
         // GPUs from a moment on are its GPUs free now plus all it gets back by then, at most
         // its capacity: adding one release at a time with the cap applied each time gives the
         // same (the cap only cuts what is above it), so each step is a running sum.
-        let mut ends = Vec::new();
-        let mut grouped = Vec::new();
         if !releases.is_empty() {
             // Filled rather than zero-allocated: `calloc` costs more than writing a few zeros.
             ends.resize(nodes.len(), 0usize);
@@ -126,38 +156,40 @@ impl Profile {
                 ends[n] += 1;
             }
         }
-        let nodes = (0..nodes.len())
-            .map(|i| {
-                private[i].then(|| {
-                    // Without releases `ends` is empty and every node gets none.
-                    let start = if i == 0 {
-                        0
-                    } else {
-                        ends.get(i - 1).copied().unwrap_or(0)
-                    };
-                    let end = ends.get(i).copied().unwrap_or(0);
-                    let mine = &mut grouped[start..end];
-                    mine.sort_unstable_by_key(|&(t, _)| t);
-                    let mut steps = Vec::with_capacity(mine.len() + 1);
-                    let mut gpus = free(i);
-                    steps.push((now, gpus));
-                    for &(t, back) in mine.iter() {
-                        gpus = (gpus + back).min(capacity[i]);
-                        match steps.last_mut() {
-                            Some(last) if last.0 == t => last.1 = gpus,
-                            _ => steps.push((t, gpus)),
-                        }
+        steps_of.extend((0..nodes.len()).map(|i| {
+            private[i].then(|| {
+                // Without releases `ends` is empty and every node gets none.
+                let start = if i == 0 {
+                    0
+                } else {
+                    ends.get(i - 1).copied().unwrap_or(0)
+                };
+                let end = ends.get(i).copied().unwrap_or(0);
+                let mine = &mut grouped[start..end];
+                mine.sort_unstable_by_key(|&(t, _)| t);
+                let mut steps = lists.pop().unwrap_or_default();
+                steps.reserve(mine.len() + 1);
+                let mut gpus = free(i);
+                steps.push((now, gpus));
+                for &(t, back) in mine.iter() {
+                    gpus = (gpus + back).min(capacity[i]);
+                    match steps.last_mut() {
+                        Some(last) if last.0 == t => last.1 = gpus,
+                        _ => steps.push((t, gpus)),
                     }
-                    Steps(steps)
-                })
+                }
+                Steps(steps)
             })
-            .collect();
+        }));
         Profile {
             now,
-            nodes,
+            nodes: steps_of,
             capacity,
             packing,
             work: 0,
+            ends,
+            grouped,
+            lists,
         }
     }
 
@@ -299,6 +331,13 @@ impl Profile {
     /// Whether `nodes` (one per replica) keep room for `job` from now for `runtime`.
     pub fn holds_now(&mut self, job: &Job, nodes: &[usize], runtime: Option<Duration>) -> bool {
         let to = runtime.map(|d| self.now.saturating_add((d.as_millis() as i64).max(1)));
+        if let &[n] = nodes {
+            // One replica (most gangs): no list to sort.
+            self.work += 1;
+            return self.nodes[n]
+                .as_ref()
+                .is_some_and(|s| s.min_free(self.now, to) >= job.gpus_per_replica);
+        }
         let mut sorted = nodes.to_vec();
         sorted.sort_unstable();
         sorted.chunk_by(|a, b| a == b).all(|same| {
@@ -642,12 +681,15 @@ mod tests {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
 
         /// Built at once from the releases grouped by node, the profile is the one built a
-        /// release at a time (same times, one step per distinct moment, same free GPUs).
+        /// release at a time (same times, one step per distinct moment, same free GPUs), also
+        /// when built in the buffers of another profile.
         #[test]
         fn the_profile_built_at_once_is_the_one_built_release_by_release(
             caps in proptest::collection::vec((0u32..=8, 0u32..=8), 1..6),
             releases in proptest::collection::vec((0usize..6, -3i64..20, 0u32..=8), 0..24),
             now in -2i64..3,
+            spare_from in 0usize..6,
+            spare_private in proptest::collection::vec(proptest::prelude::any::<bool>(), 6),
         ) {
             let nodes: Vec<Node> = caps.iter().enumerate().map(|(i, &(c, _))| node(&format!("n{i}"), c)).collect();
             let cap: Vec<u32> = caps.iter().map(|&(c, _)| c).collect();
@@ -661,7 +703,15 @@ mod tests {
             let now = Time::from_millis(now * 1000);
             let p = Profile::new(now, &nodes, &private, |i| free[i], &releases, Packing::BestFit);
             let got: Vec<Vec<(i64, u32)>> = p.nodes.iter().map(|s| s.as_ref().unwrap().0.clone()).collect();
-            proptest::prop_assert_eq!(got, release_by_release(now.as_millis(), &cap, &free, &releases));
+            proptest::prop_assert_eq!(&got, &release_by_release(now.as_millis(), &cap, &free, &releases));
+            // Built again in the buffers of a profile of other nodes (some not private, so
+            // with fewer or more step lists), the profile is the same.
+            let others = &nodes[spare_from % nodes.len()..];
+            let spare = Profile::new(now, others, &spare_private[..others.len()], |i| free[i], &[], Packing::BestFit);
+            let q = Profile::new_in(Some(spare), now, &nodes, &private, |i| free[i], &releases, Packing::BestFit);
+            let again: Vec<Vec<(i64, u32)>> = q.nodes.iter().map(|s| s.as_ref().unwrap().0.clone()).collect();
+            proptest::prop_assert_eq!(again, got);
+            proptest::prop_assert_eq!(&q.capacity, &cap);
         }
 
         /// Passing over the moments where no node's free GPUs rise finds the same slots, and

@@ -23,7 +23,8 @@ impl<'a> Cycle<'a> {
         if self.profile.is_none() {
             // GPUs held for a reclaiming job are not free to plan with.
             let private = &self.private;
-            self.profile = Some(Profile::new(
+            self.profile = Some(Profile::new_in(
+                self.spare_profile.take(),
                 self.now,
                 nodes,
                 &private.private,

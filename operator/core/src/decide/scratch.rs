@@ -9,6 +9,7 @@
 use super::private::{Lane, OrderKey};
 use super::{Reservation, Waiting};
 use crate::policy::QueueState;
+use crate::profile::Profile;
 use crate::{GpuModel, Time};
 
 /// Buffers for [`super::decide_with`], reused from one call to the next. Holds no result: a
@@ -34,6 +35,8 @@ pub struct Scratch {
     pub(super) queue_slots: Vec<(u64, u32)>,
     pub(super) pool_slots: Vec<(u64, u32)>,
     pub(super) node_slots: Vec<(u64, u32)>,
+    /// The last profile of free private GPUs built, for its buffers.
+    pub(super) profile: Option<Profile>,
 }
 
 impl Scratch {
