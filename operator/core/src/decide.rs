@@ -110,17 +110,17 @@ pub fn decide_in_full(snapshot: &Snapshot, policy: &dyn Policy, now: Time) -> Pl
     Cycle::new(snapshot, policy, now, &mut scratch).run(&mut scratch)
 }
 
-/// The index of the queue named `name`, looked up again only when the name differs from the
-/// last one (`last`): the jobs or instances of one queue mostly come one after another.
-fn queue_index<'a>(
-    queues: &names::Names<'_, Queue>,
+/// The index of the queue or pool named `name`, looked up again only when the name differs
+/// from the last one (`last`): the jobs or instances of one queue mostly come one after another.
+fn index_in<'a, T: names::Named>(
+    table: &names::Names<'_, T>,
     last: &mut Option<(&'a str, Option<usize>)>,
     name: &'a str,
 ) -> Option<usize> {
     match *last {
         Some((n, q)) if n == name => q,
         _ => {
-            let q = queues.get(name);
+            let q = table.get(name);
             *last = Some((name, q));
             q
         }
@@ -165,9 +165,10 @@ struct Cycle<'a> {
     reservations: Vec<Reservation>,
     /// Per queue (as `snapshot.queues`): jobs, GPUs in use and spend, kept current by the cycle.
     queue_state: Vec<QueueState>,
-    /// Per cloud pool: instances, GPUs, USD/h (running and launching).
-    pool_usage: FastMap<&'a str, (u32, u32, f64)>,
-    needs_in_flight: BTreeSet<&'a str>,
+    /// Per pool (as `snapshot.pools`): instances, GPUs, USD/h (running and launching).
+    pool_usage: Vec<(u32, u32, f64)>,
+    /// The needs of the instances, listed at the first provisioning job.
+    needs_in_flight: std::cell::OnceCell<BTreeSet<&'a str>>,
     /// Replica slots per (GPUs per replica, models) on empty private nodes.
     capacity_slots: Vec<((u32, Vec<crate::GpuModel>), u32)>,
     /// Shapes (GPUs per replica, models, may use reserved GPUs) that did not fit this cycle,
@@ -277,8 +278,8 @@ impl<'a> Cycle<'a> {
             reservations: scratch::take(&mut scratch.reservations),
             queue_state: scratch::take(&mut scratch.queue_state),
             job_queue: scratch::take(&mut scratch.job_queue),
-            pool_usage: FastMap::default(),
-            needs_in_flight: BTreeSet::new(),
+            pool_usage: scratch::take(&mut scratch.pool_usage),
+            needs_in_flight: std::cell::OnceCell::new(),
             capacity_slots: scratch::take(&mut scratch.capacity_slots),
             fit_failures: Vec::new(),
             cloud_nodes,
@@ -321,9 +322,18 @@ impl<'a> Cycle<'a> {
             queue_slots: self.queues.into_slots(),
             pool_slots: self.pools.into_slots(),
             node_slots,
+            pool_usage: self.pool_usage,
             profile: self.profile.or(self.spare_profile),
         };
         self.plan
+    }
+
+    /// Whether some instance was launched for `need`.
+    fn need_in_flight(&self, need: &str) -> bool {
+        let snap = self.snap;
+        self.needs_in_flight
+            .get_or_init(|| snap.instances.iter().map(|i| i.need.as_str()).collect())
+            .contains(need)
     }
 
     /// The index of the node named `name` in `snapshot.nodes`.
@@ -350,7 +360,7 @@ impl<'a> Cycle<'a> {
             let plan_it = match &job.state {
                 JobState::Pending => true,
                 JobState::Provisioning { need, pool } => {
-                    if self.needs_in_flight.contains(need.as_str()) {
+                    if self.need_in_flight(need) {
                         self.provisioning(job, need, pool);
                         false
                     } else {

@@ -340,15 +340,12 @@ impl<'a> Cycle<'a> {
                         choice.expected_total
                     )
                 });
-                let usage = self
-                    .pool_usage
-                    .entry(
-                        snap.pools
-                            .iter()
-                            .find(|p| p.name == offering.pool)
-                            .map_or("", |p| p.name.as_str()),
-                    )
-                    .or_insert((0, 0, 0.0));
+                // (An offering of no known pool is never priced.)
+                let mut none = (0, 0, 0.0);
+                let usage = match self.pools.get(&offering.pool) {
+                    Some(p) => &mut self.pool_usage[p],
+                    None => &mut none,
+                };
                 usage.0 += count;
                 usage.1 += count * offering.gpus_per_instance;
                 usage.2 += choice.hourly;
@@ -568,10 +565,9 @@ impl<'a> Cycle<'a> {
                 continue;
             }
             let (nodes, gpus, pool_hourly) = self
-                .pool_usage
-                .get(o.pool.as_str())
-                .copied()
-                .unwrap_or((0, 0, 0.0));
+                .pools
+                .get(&o.pool)
+                .map_or((0, 0, 0.0), |p| self.pool_usage[p]);
             if pool.max_nodes.is_some_and(|m| nodes + count > m)
                 || pool.max_gpus.is_some_and(|m| gpus + count * o.gpus > m)
                 || pool

@@ -23,6 +23,7 @@ pub struct Scratch {
     pub(super) cloud_nodes: Vec<usize>,
     pub(super) job_queue: Vec<Option<usize>>,
     pub(super) queue_state: Vec<QueueState>,
+    pub(super) pool_usage: Vec<(u32, u32, f64)>,
     pub(super) unplaced: Vec<usize>,
     pub(super) suspended: Vec<usize>,
     pub(super) releases: Vec<(Time, usize, u32)>,

@@ -17,7 +17,7 @@ impl<'a> Cycle<'a> {
         self.job_queue.extend(
             snap.jobs
                 .iter()
-                .map(|job| queue_index(queues, &mut last, &job.queue)),
+                .map(|job| index_in(queues, &mut last, &job.queue)),
         );
         for (i, job) in snap.jobs.iter().enumerate() {
             match &job.state {
@@ -65,25 +65,22 @@ impl<'a> Cycle<'a> {
                 }
             }
         }
-        // Instances of one launch come together: their need and queue are looked up again
-        // only when they differ from the last instance's.
-        let mut last_need = None;
+        // Instances of one launch come together: their queue and pool are looked up again
+        // only when they differ from the last instance's. (Their needs are listed only when a
+        // provisioning job asks: `need_in_flight`.)
+        self.pool_usage.resize(snap.pools.len(), (0, 0, 0.0));
         let mut last_queue = None;
+        let mut last_pool = None;
         for inst in &snap.instances {
-            if last_need != Some(inst.need.as_str()) {
-                self.needs_in_flight.insert(inst.need.as_str());
-                last_need = Some(inst.need.as_str());
-            }
-            if let Some(q) = queue_index(&self.queues, &mut last_queue, &inst.queue) {
+            if let Some(q) = index_in(&self.queues, &mut last_queue, &inst.queue) {
                 self.queue_state[q].hourly_usd += inst.hourly_price;
             }
-            let usage = self
-                .pool_usage
-                .entry(inst.pool.as_str())
-                .or_insert((0, 0, 0.0));
-            usage.0 += 1;
-            usage.1 += inst.gpus;
-            usage.2 += inst.hourly_price;
+            if let Some(p) = index_in(&self.pools, &mut last_pool, &inst.pool) {
+                let usage = &mut self.pool_usage[p];
+                usage.0 += 1;
+                usage.1 += inst.gpus;
+                usage.2 += inst.hourly_price;
+            }
         }
     }
 }
