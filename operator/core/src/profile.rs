@@ -109,20 +109,10 @@ impl Profile {
     /// `free(i)` GPUs free now on node `i` if `private[i]`; `releases` are (time, node, GPUs)
     /// of running work expected to end. Work expected to have ended already is expected to end
     /// a second from now (it is overdue, not gone).
-    #[cfg(test)]
-    pub fn new(
-        now: Time,
-        nodes: &[Node],
-        private: &[bool],
-        free: impl Fn(usize) -> u32,
-        releases: &[(Time, usize, u32)],
-        packing: Packing,
-    ) -> Profile {
-        Profile::new_in(None, now, nodes, private, free, releases, packing)
-    }
-
-    /// [`Profile::new`], built in the buffers of `spare` (an earlier cycle's profile, whose
-    /// contents are dropped): the same profile, without allocating what `spare` already holds.
+    ///
+    /// Built in the buffers of `spare` (an earlier cycle's profile, whose contents are
+    /// dropped; `None`: new ones): the same profile either way, without allocating what
+    /// `spare` already holds.
     pub fn new_in(
         spare: Option<Profile>,
         now: Time,

@@ -34,7 +34,8 @@ fn plans_in_order_without_delaying_earlier_plans() {
         (Time::from_millis(100_000), 0, 4),
         (Time::from_millis(50_000), 1, 8),
     ];
-    let mut p = Profile::new(
+    let mut p = Profile::new_in(
+        None,
         Time::from_millis(0),
         &nodes,
         &[true, true],
@@ -82,7 +83,8 @@ fn plans_in_order_without_delaying_earlier_plans() {
 #[test]
 fn a_job_longer_than_a_gap_waits_for_a_gap_long_enough() {
     let nodes = [node("n0", 8)];
-    let mut p = Profile::new(
+    let mut p = Profile::new_in(
+        None,
         Time::from_millis(0),
         &nodes,
         &[true],
@@ -120,7 +122,8 @@ fn a_job_longer_than_a_gap_waits_for_a_gap_long_enough() {
 fn overdue_work_is_expected_a_second_from_now() {
     let nodes = [node("n0", 8)];
     let releases = [(Time::from_millis(-5_000), 0, 8)];
-    let mut p = Profile::new(
+    let mut p = Profile::new_in(
+        None,
         Time::from_millis(0),
         &nodes,
         &[true],
@@ -230,13 +233,13 @@ proptest::proptest! {
             .collect();
         let private = vec![true; nodes.len()];
         let now = Time::from_millis(now * 1000);
-        let p = Profile::new(now, &nodes, &private, |i| free[i], &releases, Packing::BestFit);
+        let p = Profile::new_in(None, now, &nodes, &private, |i| free[i], &releases, Packing::BestFit);
         let got: Vec<Vec<(i64, u32)>> = p.nodes.iter().map(|s| s.as_ref().unwrap().0.clone()).collect();
         proptest::prop_assert_eq!(&got, &release_by_release(now.as_millis(), &cap, &free, &releases));
         // Built again in the buffers of a profile of other nodes (some not private, so
         // with fewer or more step lists), the profile is the same.
         let others = &nodes[spare_from % nodes.len()..];
-        let spare = Profile::new(now, others, &spare_private[..others.len()], |i| free[i], &[], Packing::BestFit);
+        let spare = Profile::new_in(None, now, others, &spare_private[..others.len()], |i| free[i], &[], Packing::BestFit);
         let q = Profile::new_in(Some(spare), now, &nodes, &private, |i| free[i], &releases, Packing::BestFit);
         let again: Vec<Vec<(i64, u32)>> = q.nodes.iter().map(|s| s.as_ref().unwrap().0.clone()).collect();
         proptest::prop_assert_eq!(again, got);
@@ -263,7 +266,7 @@ proptest::proptest! {
             .collect();
         let private = vec![true; nodes.len()];
         let packing = if first_fit { Packing::FirstFit } else { Packing::BestFit };
-        let mut p = Profile::new(Time::from_millis(0), &nodes, &private, |i| free[i], &releases, packing);
+        let mut p = Profile::new_in(None, Time::from_millis(0), &nodes, &private, |i| free[i], &releases, packing);
         // Some nodes do not take some jobs (their GPU model): the odd-sized gangs here.
         let refused = &refused;
         let accepts = |g: u32| move |i: usize| g.is_multiple_of(2) || !refused[i];
