@@ -96,6 +96,16 @@ fn bench_decide(c: &mut Criterion) {
             &s,
             |b, s| b.iter(|| decide(s, &NoPolicy, now)),
         );
+        // The same cycle in buffers kept from the last (the simulator's and the scheduler's
+        // way since December 1, late).
+        if matches!((pending, nodes), (1_000, 1_000) | (100_000, 10_000)) {
+            let mut scratch = Scratch::new();
+            group.bench_with_input(
+                BenchmarkId::new("pending_x_nodes_kept_scratch", format!("{pending}x{nodes}")),
+                &s,
+                |b, s| b.iter(|| decide_with(s, &NoPolicy, now, &mut scratch)),
+            );
+        }
     }
     // A burst storm: jobs queued over the last 2 hours, most past maxWait, each priced against
     // 500 offerings until the queues' budgets run out.
