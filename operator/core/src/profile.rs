@@ -71,7 +71,7 @@ impl Steps {
 }
 
 /// The profile of the private nodes of one cycle.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub(crate) struct Profile {
     now: i64,
     /// Per node (index into the snapshot's nodes); `None` for nodes that are not private and
@@ -123,10 +123,15 @@ impl Profile {
         packing: Packing,
     ) -> Profile {
         let now = now.as_millis();
-        let (mut capacity, mut steps_of, mut ends, mut grouped, mut lists, bufs) = match spare {
-            Some(p) => (p.capacity, p.nodes, p.ends, p.grouped, p.lists, p.bufs),
-            None => Default::default(),
-        };
+        let Profile {
+            mut capacity,
+            nodes: mut steps_of,
+            mut ends,
+            mut grouped,
+            mut lists,
+            bufs,
+            ..
+        } = spare.unwrap_or_default();
         // The step lists of the spare's nodes, emptied, for this profile's nodes.
         lists.extend(steps_of.drain(..).flatten().map(|Steps(mut v)| {
             v.clear();

@@ -341,14 +341,12 @@ impl<'a> Cycle<'a> {
                     )
                 });
                 // (An offering of no known pool is never priced.)
-                let mut none = (0, 0, 0.0);
-                let usage = match self.pools.get(&offering.pool) {
-                    Some(p) => &mut self.pool_usage[p],
-                    None => &mut none,
-                };
-                usage.0 += count;
-                usage.1 += count * offering.gpus_per_instance;
-                usage.2 += choice.hourly;
+                if let Some(p) = self.pools.get(&offering.pool) {
+                    let usage = &mut self.pool_usage[p];
+                    usage.0 += count;
+                    usage.1 += count * offering.gpus_per_instance;
+                    usage.2 += choice.hourly;
+                }
                 if let Some(state) = self.state_mut(&job.queue) {
                     state.hourly_usd += choice.hourly;
                     state.spent_this_month_usd += choice.expected_total;
