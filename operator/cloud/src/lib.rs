@@ -165,6 +165,14 @@ impl CloudError {
         }
     }
 
+    /// Whether the request may have acted though it failed: EC2's answer was not one that says
+    /// it did nothing (the connection dropped or the call timed out with the request sent, a
+    /// server error, a code not known here). Capacity errors, throttling and refusals are EC2
+    /// saying it did nothing.
+    pub fn may_have_acted(&self) -> bool {
+        matches!(self, CloudError::Other(_))
+    }
+
     /// A short, bounded name of the error's kind (metrics, conditions): `capacity`,
     /// `throttled`, `refused`, `other`.
     pub fn kind(&self) -> &'static str {

@@ -178,6 +178,11 @@ struct State {
     /// Needs being launched, so a need is never launched twice at once and what a launch
     /// under way will cost counts against budgets and pool limits before EC2 answers.
     launching: HashMap<String, core::Launch>,
+    /// Launches that failed in a way that leaves open whether EC2 acted (the response was
+    /// lost, the call timed out, a server error), by need, with their region and when they
+    /// failed. They count as launching until a listing says what EC2 did: one that shows the
+    /// need's instances, or one asked for [`UNSETTLED_LAG`] after the failure.
+    unsettled: HashMap<String, (String, core::Launch, Time)>,
     cooldowns: HashMap<OfferingKey, Time>,
     terminating: HashSet<String>,
     facts: HashMap<String, Facts>,
@@ -187,6 +192,11 @@ struct State {
 
 /// How long an instance a launch returned is kept in the view while listings do not show it.
 const LISTING_LAG: core::Duration = core::Duration::from_secs(60);
+
+/// How long after a launch of unknown outcome a listing that does not show the need's
+/// instances is taken to mean none were launched (EC2's describe calls are eventually
+/// consistent: a listing asked for at once may miss an instance just launched).
+pub const UNSETTLED_LAG: core::Duration = core::Duration::from_secs(5);
 
 /// How long a launch error counts towards a pool's `LaunchHealthy` condition.
 pub const LAUNCH_ERROR_MEMORY: core::Duration = core::Duration::from_secs(900);
@@ -339,6 +349,15 @@ impl Cloud {
                     st.launched.retain(|id, t| {
                         now.since(*t) < LISTING_LAG && !listed.contains_key(id.as_str())
                     });
+                    // A launch of unknown outcome is settled by a listing that shows the
+                    // need's instances (they count from now on as instances) or by one asked
+                    // for long enough after it failed that it would show them (none then).
+                    let shown: HashSet<&str> = list.iter().map(|i| i.need.as_str()).collect();
+                    st.unsettled.retain(|need, (r, _, failed)| {
+                        *r != region
+                            || !(shown.contains(need.as_str())
+                                || now.since(*failed) >= UNSETTLED_LAG)
+                    });
                     st.instances.retain(|_, (r, _)| *r != region);
                     st.instances.extend(kept);
                     for i in list {
@@ -412,7 +431,12 @@ impl Cloud {
                 .filter(|(_, i)| !i.state.is_gone())
                 .map(|(_, i)| i.clone())
                 .collect(),
-            launching: st.launching.clone(),
+            launching: st
+                .launching
+                .iter()
+                .chain(st.unsettled.iter().map(|(need, (_, l, _))| (need, l)))
+                .map(|(need, l)| (need.clone(), l.clone()))
+                .collect(),
             cooldowns: st.cooldowns.clone(),
             complete: regions.iter().all(|r| st.refreshed.contains_key(r)),
             listed_at: st.refreshed.clone(),
@@ -548,6 +572,19 @@ impl Cloud {
                 }
             }
             match &result {
+                Err(e) if e.may_have_acted() => {
+                    tracing::warn!(need = %launch.need, error = %e, "launch outcome unknown; counted as launching until a listing shows what EC2 did");
+                    st.unsettled.insert(
+                        launch.need.clone(),
+                        (aws.region.clone(), launch.clone(), now),
+                    );
+                }
+                Err(_) => {}
+                Ok(_) => {
+                    st.unsettled.remove(&launch.need);
+                }
+            }
+            match &result {
                 Ok(instances) => {
                     for i in instances {
                         st.instances
@@ -576,10 +613,11 @@ impl Cloud {
         result
     }
 
-    /// Marks a need as launching; false if it already is.
+    /// Marks a need as launching; false if it already is, or if its last launch's outcome is
+    /// not known yet (a listing will tell).
     pub fn start_launch(&self, launch: &core::Launch) -> bool {
         let mut st = self.state();
-        if st.launching.contains_key(&launch.need) {
+        if st.launching.contains_key(&launch.need) || st.unsettled.contains_key(&launch.need) {
             return false;
         }
         st.launching.insert(launch.need.clone(), launch.clone());

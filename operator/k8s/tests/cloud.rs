@@ -371,3 +371,81 @@ async fn a_listing_that_misses_a_fresh_launch_does_not_make_it_vanish() {
     c.refresh(&pools).await;
     assert!(c.view(&regions).instances.is_empty());
 }
+
+/// A launch whose outcome is unknown (the response lost, the call timed out) may have made
+/// instances: until a listing says what EC2 did, the need counts as launching (its cost
+/// against the budget, no second launch), then it is an instance like any other. Found by the
+/// chaos suite's EC2 storm, where a launch whose response was lost was forgotten and the
+/// budget spent again before a listing showed the instance.
+#[tokio::test]
+async fn a_launch_of_unknown_outcome_counts_until_a_listing_shows_its_instances() {
+    let fake = Arc::new(Fake {
+        fail_with: Some(CloudError::Other(
+            "connection closed before a response".into(),
+        )),
+        ..Fake::default()
+    });
+    let c = cloud(fake.clone());
+    let pools = vec![pool("on-demand")];
+    let regions = ["us-east-1".to_string()].into_iter().collect();
+    c.refresh(&pools).await;
+    assert!(c.start_launch(&launch("ns/j#0")));
+    let err = c
+        .launch(&pools[0], &launch("ns/j#0"), None, &Notify::new())
+        .await
+        .unwrap_err();
+    assert!(err.may_have_acted());
+    assert!(c.view(&regions).launching.contains_key("ns/j#0"));
+    assert!(
+        !c.start_launch(&launch("ns/j#0")),
+        "no second launch while the first one's outcome is unknown"
+    );
+    // A listing asked for at once that does not show it settles nothing (EC2 may lag).
+    c.refresh(&pools).await;
+    assert!(c.view(&regions).launching.contains_key("ns/j#0"));
+    // EC2 did act: the next listing shows the instance, which takes the launch's place.
+    fake.existing
+        .lock()
+        .unwrap()
+        .push(instance("i-acted", "ns/j#0"));
+    c.refresh(&pools).await;
+    let view = c.view(&regions);
+    assert!(view.launching.is_empty(), "{:?}", view.launching);
+    assert_eq!(view.instances.len(), 1);
+    assert!(c.start_launch(&launch("ns/j#1")));
+}
+
+/// A launch of unknown outcome that did nothing is settled by the first listing asked for
+/// [`spillway_k8s::cloud::UNSETTLED_LAG`] after it failed; a refusal is settled at once.
+#[tokio::test]
+async fn a_launch_of_unknown_outcome_that_did_nothing_is_settled_by_a_later_listing() {
+    let fake = Arc::new(Fake {
+        fail_with: Some(CloudError::Other("RunInstances timed out after 30s".into())),
+        ..Fake::default()
+    });
+    let c = cloud(fake.clone());
+    let pools = vec![pool("on-demand")];
+    let regions = ["us-east-1".to_string()].into_iter().collect();
+    c.launch(&pools[0], &launch("ns/j#0"), None, &Notify::new())
+        .await
+        .unwrap_err();
+    c.refresh(&pools).await;
+    assert!(c.view(&regions).launching.contains_key("ns/j#0"));
+    let lag = spillway_k8s::cloud::UNSETTLED_LAG.as_millis();
+    tokio::time::sleep(Duration::from_millis(lag + 50)).await;
+    c.refresh(&pools).await;
+    assert!(c.view(&regions).launching.is_empty());
+    assert!(c.start_launch(&launch("ns/j#0")), "planned again");
+
+    let refused = Arc::new(Fake {
+        fail_with: Some(CloudError::from_code("InvalidAMIID.Malformed", "bad ami")),
+        ..Fake::default()
+    });
+    let c = cloud(refused);
+    let err = c
+        .launch(&pools[0], &launch("ns/j#0"), None, &Notify::new())
+        .await
+        .unwrap_err();
+    assert!(!err.may_have_acted());
+    assert!(c.view(&regions).launching.is_empty());
+}
