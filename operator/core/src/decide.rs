@@ -422,15 +422,18 @@ impl<'a> Cycle<'a> {
         let snap = self.snap;
         let instances: Vec<&crate::Instance> =
             snap.instances.iter().filter(|i| i.need == need).collect();
-        let joined: Vec<usize> = instances
+        let mut joined: Vec<usize> = instances
             .iter()
             .filter_map(|i| i.node.as_deref())
             .filter_map(|n| self.node_at(n))
-            .filter(|&n| snap.nodes[n].schedulable)
             .collect();
+        // Every node of the need is the job's, ready or not: one that joined but is not
+        // schedulable yet (not Ready) is not idle capacity to scale down under the job
+        // waiting for it.
         for &n in &joined {
             self.cloud_claimed[n] = true;
         }
+        joined.retain(|&n| snap.nodes[n].schedulable);
         if joined.len() == instances.len()
             && let Some(nodes) = self.fit_cloud(job, &joined)
         {
