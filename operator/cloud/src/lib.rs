@@ -68,20 +68,35 @@ pub struct LaunchRequest {
     pub tags: BTreeMap<String, String>,
     /// Rendered user data (plain text; base64-encoded by the provider).
     pub user_data: Option<String>,
+    /// How many times this need's token was spent on instances that are gone since (0 for a
+    /// need's first launch); part of the idempotency token.
+    pub token_generation: u32,
 }
 
 impl LaunchRequest {
     /// The idempotency token for this need: stable across retries and restarts, at most 64
     /// characters as EC2 requires.
     pub fn client_token(&self) -> String {
-        client_token(&self.cluster, &self.need)
+        client_token_of(&self.cluster, &self.need, self.token_generation)
     }
 }
 
-/// `spillway-` and an FNV-1a hash of cluster and need, hex: 25 characters.
+/// `spillway-` and an FNV-1a hash of cluster and need, hex: 25 characters. The token of a
+/// need's first launch (generation 0).
 pub fn client_token(cluster: &str, need: &str) -> String {
+    client_token_of(cluster, need, 0)
+}
+
+/// The token of a need's launch of `generation` (0: the first; a later one is asked for only
+/// when EC2 answered an earlier token with instances that are gone).
+pub fn client_token_of(cluster: &str, need: &str, generation: u32) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in cluster.bytes().chain([0u8]).chain(need.bytes()) {
+    let generation = generation.to_string();
+    let tail = (generation != "0").then_some(generation.as_bytes());
+    for b in cluster.bytes().chain([0u8]).chain(need.bytes()).chain(
+        tail.into_iter()
+            .flat_map(|g| [0u8].into_iter().chain(g.iter().copied())),
+    ) {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
@@ -349,6 +364,16 @@ mod tests {
     #[test]
     fn client_tokens_are_stable_short_and_distinct() {
         let a = client_token("prod", "ns/job#0");
+        assert_eq!(
+            a,
+            client_token_of("prod", "ns/job#0", 0),
+            "generation 0 is the first"
+        );
+        assert_ne!(a, client_token_of("prod", "ns/job#0", 1));
+        assert_ne!(
+            client_token_of("prod", "ns/job#0", 1),
+            client_token_of("prod", "ns/job#0", 2)
+        );
         assert_eq!(a, client_token("prod", "ns/job#0"));
         assert_ne!(a, client_token("prod", "ns/job#1"));
         assert_ne!(a, client_token("staging", "ns/job#0"));

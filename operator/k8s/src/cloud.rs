@@ -181,8 +181,14 @@ struct State {
     /// Launches that failed in a way that leaves open whether EC2 acted (the response was
     /// lost, the call timed out, a server error), by need, with their region and when they
     /// failed. They count as launching until a listing says what EC2 did: one that shows the
-    /// need's instances, or one asked for [`UNSETTLED_LAG`] after the failure.
+    /// need's instances, or one asked for [`UNSETTLED_LAG`] after the failure (or, with no
+    /// listing answered, for [`LISTING_LAG`]).
     unsettled: HashMap<String, (String, core::Launch, Time)>,
+    /// Instances Spillway terminated, and when (kept an hour): EC2 answering a launch with
+    /// one of them means the launch's token was spent.
+    retired: HashMap<String, Time>,
+    /// Per need whose token was spent: the generation of its next token.
+    token_generation: HashMap<String, u32>,
     cooldowns: HashMap<OfferingKey, Time>,
     terminating: HashSet<String>,
     facts: HashMap<String, Facts>,
@@ -306,7 +312,18 @@ impl Cloud {
     /// (interruptions), which are also remembered per offering.
     pub async fn refresh(&self, pools: &[Arc<ComputePool>]) -> Vec<CloudInstance> {
         let mut interrupted = Vec::new();
-        for (region, types) in self.wanted_types(pools) {
+        let wanted = self.wanted_types(pools);
+        {
+            // A launch of unknown outcome in a region no pool uses any more, or that no
+            // listing settled in a minute (EC2 answering no listing meanwhile), stops holding
+            // its job back: the need is planned again (a launch looks its instances up by
+            // tag first, and the collector takes any that nothing wants).
+            let now = crate::controller::now();
+            self.state().unsettled.retain(|_, (r, _, failed)| {
+                wanted.contains_key(r.as_str()) && now.since(*failed) < LISTING_LAG
+            });
+        }
+        for (region, types) in wanted {
             let provider = self.provider(&region).await;
             let now = crate::controller::now();
             match provider.instances(&self.config.cluster).await {
@@ -346,6 +363,25 @@ impl Cloud {
                         .filter(|(id, (r, _))| *r == region && unlisted_launch(id, &st))
                         .map(|(id, v)| (id.clone(), v.clone()))
                         .collect();
+                    // A launch's instance no listing showed in a minute is gone: should EC2
+                    // answer its token with it again, the token is spent (a restarted operator
+                    // has not terminated it itself).
+                    let never_listed: Vec<String> = st
+                        .launched
+                        .iter()
+                        .filter(|(id, t)| {
+                            now.since(**t) >= LISTING_LAG
+                                && !listed.contains_key(id.as_str())
+                                && st
+                                    .instances
+                                    .get(id.as_str())
+                                    .is_some_and(|(r, _)| *r == region)
+                        })
+                        .map(|(id, _)| id.clone())
+                        .collect();
+                    for id in never_listed {
+                        st.retired.insert(id, now);
+                    }
                     st.launched.retain(|id, t| {
                         now.since(*t) < LISTING_LAG && !listed.contains_key(id.as_str())
                     });
@@ -358,6 +394,12 @@ impl Cloud {
                             || !(shown.contains(need.as_str())
                                 || now.since(*failed) >= UNSETTLED_LAG)
                     });
+                    tracing::debug!(
+                        region = %region,
+                        listed = ?listed.keys().collect::<Vec<_>>(),
+                        kept = ?kept.iter().map(|(id, _)| id).collect::<Vec<_>>(),
+                        "instances listed"
+                    );
                     st.instances.retain(|_, (r, _)| *r != region);
                     st.instances.extend(kept);
                     for i in list {
@@ -537,11 +579,36 @@ impl Cloud {
                 iam_instance_profile: aws.iam_instance_profile.clone(),
                 tags: aws.tags.clone(),
                 user_data,
+                token_generation: self.state().token_generation.get(&launch.need).copied().unwrap_or(0),
             };
             provider.launch(&request).await
         }
         .await;
         let now = crate::controller::now();
+        // EC2 answers a token it has seen with that launch's instances, even once they are
+        // gone: a need launched again after its instances were terminated (by the collector,
+        // or idle) would get them back, dead, and wait for them. Such an answer spends the
+        // token; the need's next launch asks under a new one.
+        let spent = match &result {
+            Ok(list) => {
+                let st = self.state();
+                list.iter()
+                    .any(|i| i.state.is_gone() || st.retired.contains_key(&i.id))
+            }
+            Err(_) => false,
+        };
+        let result = if spent {
+            let mut st = self.state();
+            let generation = st.token_generation.entry(launch.need.clone()).or_insert(0);
+            *generation += 1;
+            tracing::warn!(need = %launch.need, generation = *generation, "EC2 answered the launch with instances that are gone (its idempotency token was used before); launching under a new token next");
+            Err(CloudError::Other(format!(
+                "the launch's idempotency token was used by instances that are gone since; need {} is launched again under a new token",
+                launch.need
+            )))
+        } else {
+            result
+        };
         {
             let mut st = self.state();
             st.launching.remove(&launch.need);
@@ -552,6 +619,8 @@ impl Cloud {
                 .retain(|e| now.since(e.at) < LAUNCH_ERROR_MEMORY);
             match &result {
                 Ok(_) => health.last_success = Some(now),
+                // Not the pool's failure.
+                Err(_) if spent => {}
                 Err(e) => {
                     let o = &launch.offering;
                     health.errors.push(LaunchError {
@@ -572,6 +641,8 @@ impl Cloud {
                 }
             }
             match &result {
+                // A spent token: EC2 did nothing new, and the offering is fine.
+                Err(_) if spent => {}
                 Err(e) if e.may_have_acted() => {
                     tracing::warn!(need = %launch.need, error = %e, "launch outcome unknown; counted as launching until a listing shows what EC2 did");
                     st.unsettled.insert(
@@ -592,6 +663,7 @@ impl Cloud {
                         st.launched.insert(i.id.clone(), now);
                     }
                 }
+                Err(_) if spent => {}
                 // Any failure cools the offering down, so a refused request (bad AMI, missing
                 // permission) is not repeated every cycle; the next cycle picks another one.
                 Err(_) => {
@@ -646,8 +718,12 @@ impl Cloud {
         let mut st = self.state();
         match &r {
             Ok(()) => {
+                let now = crate::controller::now();
+                st.retired
+                    .retain(|_, t| now.since(*t) < core::Duration::from_secs(3600));
                 for id in ids {
                     st.instances.remove(id);
+                    st.retired.insert(id.clone(), now);
                 }
             }
             Err(_) => {

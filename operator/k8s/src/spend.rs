@@ -153,7 +153,10 @@ impl Ledger {
                 p.usd += cost(s, from(p), now);
             }
             if !live.contains_key(id) {
+                tracing::debug!(instance = %id, pool = %s.pool, launched_at = %s.launched_at.as_millis(), "instance billed to its end");
                 self.gone.insert(id.clone(), now);
+            } else if since.is_some() {
+                tracing::debug!(instance = %id, pool = %s.pool, launched_at = %s.launched_at.as_millis(), "instance billed for the first time");
             }
         }
         for a in self.queues.values_mut().chain(self.pools.values_mut()) {

@@ -24,6 +24,8 @@ struct Fake {
     /// What `spot_prices` answers instead (a missing permission, say).
     spot_error: Option<CloudError>,
     fact_calls: AtomicU32,
+    /// Each token's answer, given again when the token comes back (as EC2 does).
+    tokens: Mutex<std::collections::HashMap<String, Vec<CloudInstance>>>,
 }
 
 fn instance(id: &str, need: &str) -> CloudInstance {
@@ -70,10 +72,19 @@ impl CloudProvider for Fake {
     ) -> BoxFuture<'a, Result<Vec<CloudInstance>, CloudError>> {
         Box::pin(async move {
             self.launches.lock().unwrap().push(r.clone());
-            match &self.fail_with {
-                Some(e) => Err(e.clone()),
-                None => Ok(vec![instance("i-new", &r.need)]),
+            if let Some(e) = &self.fail_with {
+                return Err(e.clone());
             }
+            let mut tokens = self.tokens.lock().unwrap();
+            let made = tokens.len();
+            let answer = tokens.entry(r.client_token()).or_insert_with(|| {
+                let id = match made {
+                    0 => "i-new".to_string(),
+                    n => format!("i-new-{n}"),
+                };
+                vec![instance(&id, &r.need)]
+            });
+            Ok(answer.clone())
         })
     }
     fn terminate<'a>(&'a self, _: &'a [String]) -> BoxFuture<'a, Result<(), CloudError>> {
@@ -448,4 +459,49 @@ async fn a_launch_of_unknown_outcome_that_did_nothing_is_settled_by_a_later_list
         .unwrap_err();
     assert!(!err.may_have_acted());
     assert!(c.view(&regions).launching.is_empty());
+}
+
+/// EC2 answers a token it has seen with that launch's instances, even once they are gone. A
+/// need launched again after Spillway terminated its instances (the collector took them, or
+/// they idled) must not take them back for live: found by the chaos suite's EC2 storm, where
+/// the dead instance stayed in the view for a minute, billed, while its job waited for it.
+#[tokio::test]
+async fn a_need_launched_again_after_its_instances_were_terminated_asks_under_a_new_token() {
+    let fake = Arc::new(Fake::default());
+    let c = cloud(fake.clone());
+    let pools = vec![pool("on-demand")];
+    let regions = ["us-east-1".to_string()].into_iter().collect();
+    c.refresh(&pools).await;
+    let first = c
+        .launch(&pools[0], &launch("ns/j#0"), None, &Notify::new())
+        .await
+        .unwrap();
+    assert_eq!(first[0].id, "i-new");
+    c.terminate("us-east-1", &["i-new".to_string()])
+        .await
+        .unwrap();
+    let err = c
+        .launch(&pools[0], &launch("ns/j#0"), None, &Notify::new())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("new token"), "{err}");
+    let view = c.view(&regions);
+    assert!(view.instances.is_empty(), "{:?}", view.instances);
+    assert!(view.launching.is_empty(), "EC2 did nothing new");
+    assert!(view.cooldowns.is_empty(), "the offering is not to blame");
+    let again = c
+        .launch(&pools[0], &launch("ns/j#0"), None, &Notify::new())
+        .await
+        .unwrap();
+    assert_eq!(again[0].id, "i-new-1");
+    let tokens: Vec<String> = fake
+        .launches
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.client_token())
+        .collect();
+    assert_eq!(tokens[0], tokens[1], "the same need, the same token");
+    assert_ne!(tokens[1], tokens[2], "a new token once the first was spent");
+    assert_eq!(c.view(&regions).instances.len(), 1);
 }

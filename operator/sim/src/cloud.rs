@@ -312,6 +312,7 @@ mod tests {
             iam_instance_profile: None,
             tags: Default::default(),
             user_data: None,
+            token_generation: 0,
         }
     }
 

@@ -641,6 +641,7 @@ impl<'a> Engine<'a> {
                 iam_instance_profile: None,
                 tags: Default::default(),
                 user_data: None,
+                token_generation: 0,
             };
             let launched: Vec<CloudInstance> = match now_or_error(self.cloud.launch(&request)) {
                 Ok(l) => l,

@@ -94,7 +94,11 @@ fn start_env(kubeconfig: &str, extra: &[&str], env: &[(&str, &str)]) -> Operator
             )
             .args(extra)
             .envs(env.iter().copied())
-            .env("RUST_LOG", "warn")
+            // Warnings only, unless a run being looked into asks for more.
+            .env(
+                "RUST_LOG",
+                std::env::var("SPILLWAY_CHAOS_OPERATOR_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .spawn()
             .expect("the operator starts"),
     )
