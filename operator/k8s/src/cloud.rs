@@ -182,7 +182,7 @@ struct State {
     /// lost, the call timed out, a server error), by need, with their region and when they
     /// failed. They count as launching until a listing says what EC2 did: one that shows the
     /// need's instances, or one asked for [`UNSETTLED_LAG`] after the failure (or, with no
-    /// listing answered, for [`LISTING_LAG`]).
+    /// listing answered, for [`UNSETTLED_AT_MOST`]).
     unsettled: HashMap<String, (String, core::Launch, Time)>,
     /// Instances Spillway terminated, and when (kept an hour): EC2 answering a launch with
     /// one of them means the launch's token was spent.
@@ -203,6 +203,9 @@ const LISTING_LAG: core::Duration = core::Duration::from_secs(60);
 /// instances is taken to mean none were launched (EC2's describe calls are eventually
 /// consistent: a listing asked for at once may miss an instance just launched).
 pub const UNSETTLED_LAG: core::Duration = core::Duration::from_secs(5);
+
+/// How long a launch of unknown outcome holds its job back when no listing settles it.
+const UNSETTLED_AT_MOST: core::Duration = core::Duration::from_secs(60);
 
 /// How long a launch error counts towards a pool's `LaunchHealthy` condition.
 pub const LAUNCH_ERROR_MEMORY: core::Duration = core::Duration::from_secs(900);
@@ -320,7 +323,7 @@ impl Cloud {
             // tag first, and the collector takes any that nothing wants).
             let now = crate::controller::now();
             self.state().unsettled.retain(|_, (r, _, failed)| {
-                wanted.contains_key(r.as_str()) && now.since(*failed) < LISTING_LAG
+                wanted.contains_key(r.as_str()) && now.since(*failed) < UNSETTLED_AT_MOST
             });
         }
         for (region, types) in wanted {
