@@ -25,6 +25,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::model::{JobState, QueueOrder, Settings, WaitMode};
 use crate::profile::Profile;
+use crate::tracked::JobRefs;
 use index::PrivateIndex;
 use private::OrderKey;
 pub use scratch::Scratch;
@@ -100,14 +101,28 @@ pub fn decide_with(
     scratch: &mut Scratch,
 ) -> Plan {
     settled::decide(snapshot, policy, now)
-        .unwrap_or_else(|| Cycle::new(snapshot, policy, now, scratch).run(scratch))
+        .unwrap_or_else(|| Cycle::new(snapshot, None, policy, now, scratch).run(scratch))
+}
+
+/// [`decide_with`] given each job's queue and nodes already found (`refs`, as
+/// `snapshot.jobs`; [`crate::Tracked`] keeps them): the same plan, without looking them up by
+/// name.
+pub(crate) fn decide_resolved(
+    snapshot: &Snapshot,
+    refs: &[JobRefs],
+    policy: &dyn Policy,
+    now: Time,
+    scratch: &mut Scratch,
+) -> Plan {
+    settled::decide(snapshot, policy, now)
+        .unwrap_or_else(|| Cycle::new(snapshot, Some(refs), policy, now, scratch).run(scratch))
 }
 
 /// [`decide`] without its short path for worlds with nothing to place: every step of the
 /// cycle, whatever the snapshot. The reference the short path is tested against.
 pub fn decide_in_full(snapshot: &Snapshot, policy: &dyn Policy, now: Time) -> Plan {
     let mut scratch = Scratch::new();
-    Cycle::new(snapshot, policy, now, &mut scratch).run(&mut scratch)
+    Cycle::new(snapshot, None, policy, now, &mut scratch).run(&mut scratch)
 }
 
 /// The index of the queue or pool named `name`, looked up again only when the name differs
@@ -136,6 +151,8 @@ pub(super) struct Reservation {
 /// Working state of one cycle.
 struct Cycle<'a> {
     snap: &'a Snapshot,
+    /// Each job's queue and nodes, when the caller found them ([`decide_resolved`]).
+    refs: Option<&'a [JobRefs]>,
     policy: &'a dyn Policy,
     now: Time,
     settings: &'a Settings,
@@ -210,6 +227,7 @@ struct Cycle<'a> {
 impl<'a> Cycle<'a> {
     fn new(
         snap: &'a Snapshot,
+        refs: Option<&'a [JobRefs]>,
         policy: &'a dyn Policy,
         now: Time,
         scratch: &mut Scratch,
@@ -245,6 +263,7 @@ impl<'a> Cycle<'a> {
         cloud_nodes.extend((0..snap.nodes.len()).filter(|&n| cloud_free[n] > 0));
         let mut cycle = Cycle {
             snap,
+            refs,
             policy,
             now,
             settings: &snap.settings,

@@ -27,6 +27,7 @@ pub mod quiet;
 pub mod scheduler;
 pub mod spot;
 pub mod time;
+pub mod tracked;
 pub mod types;
 
 pub use decide::{FastMap, Fnv, Scratch, decide, decide_with};
@@ -44,4 +45,5 @@ pub use policy::{Effects, NoPolicy, Policy, PolicyContext, QueueState, Repatriat
 pub use quiet::Quiet;
 pub use scheduler::{Change, Config, Scheduler, SchedulerStats};
 pub use time::Time;
+pub use tracked::{NodeMut, Tracked};
 pub use types::{CapacityType, Classification, Environment, Placement};

@@ -21,7 +21,7 @@ use spillway_cloud::{CloudInstance, CloudProvider, Image, InstanceState, LaunchR
 use spillway_core::spot::SpotHistory;
 use spillway_core::{
     Duration, FastMap, GpuModel, Instance, Job, JobState, Node, Offering, Plan, Policy, Snapshot,
-    Time,
+    Time, Tracked,
 };
 
 mod stops;
@@ -139,12 +139,12 @@ struct Engine<'a> {
     world: &'a World,
     trace: &'a [TraceJob],
     policy: &'a dyn Policy,
-    snap: Snapshot,
-    /// Position of each trace job in `snap.jobs`, if it is there.
+    /// The world `decide` sees, changed in place (jobs' queues and nodes found once).
+    snap: Tracked,
+    /// Position of each trace job in the snapshot's jobs, if it is there.
     pos: Positions,
-    /// Trace index of each entry of `snap.jobs`.
+    /// Trace index of each entry of the snapshot's jobs.
     trace_of: Vec<usize>,
-    node_pos: FastMap<String, usize>,
     /// Remaining work of each trace job, seconds.
     remaining: Vec<f64>,
     attempt: Vec<u32>,
@@ -176,27 +176,20 @@ struct Engine<'a> {
 
 impl<'a> Engine<'a> {
     fn new(world: &'a World, trace: &'a [TraceJob], policy: &'a dyn Policy) -> Engine<'a> {
-        let snap = world.snapshot.clone();
+        let snap = &world.snapshot;
         let private_gpus = snap
             .nodes
             .iter()
             .filter(|n| snap.pools.iter().any(|p| p.name == n.pool && !p.is_cloud()))
             .map(|n| n.gpus)
             .sum();
-        let node_pos = snap
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.name.clone(), i))
-            .collect();
         Engine {
             world,
             trace,
             policy,
-            snap,
+            snap: Tracked::new(snap.clone()),
             pos: Positions(vec![Positions::NONE; trace.len()]),
             trace_of: Vec::new(),
-            node_pos,
             remaining: trace.iter().map(|j| j.runtime_s).collect(),
             attempt: vec![0; trace.len()],
             instances: Vec::new(),
@@ -271,7 +264,7 @@ impl<'a> Engine<'a> {
             let mut only_wakes = true;
             // Whether only jobs arrived, and from which position of `snap.jobs` on.
             let mut only_arrivals = true;
-            let arrived_from = self.snap.jobs.len();
+            let arrived_from = self.snap.snapshot().jobs.len();
             for need in self.cloud.advance_to(Time::from_millis(t)) {
                 only_wakes = false;
                 only_arrivals = false;
@@ -305,7 +298,7 @@ impl<'a> Engine<'a> {
             if self.out.spot_interruptions > 0 {
                 self.spot.forget(Time::from_millis(t));
                 self.spot
-                    .apply(&mut self.snap.offerings, Time::from_millis(t));
+                    .apply(self.snap.offerings_mut(), Time::from_millis(t));
             }
             if only_arrivals && self.unchanged_by_arrivals(arrived_from, t) {
                 // Deciding again would give the last plan, which asked for nothing.
@@ -314,19 +307,16 @@ impl<'a> Engine<'a> {
                 self.sample(t);
                 continue;
             }
-            let plan = spillway_core::decide_with(
-                &self.snap,
-                self.policy,
-                Time::from_millis(t),
-                &mut self.scratch,
-            );
+            let plan = self
+                .snap
+                .decide(self.policy, Time::from_millis(t), &mut self.scratch);
             self.out.decide_calls += 1;
             self.quiet = (!self.world.decide_every_event
                 && !plan.quiet.is_empty()
                 && plan.is_empty()
                 && self.out.spot_interruptions == 0)
                 .then(|| {
-                    let until = plan.holds_until(&self.snap, Time::from_millis(t));
+                    let until = plan.holds_until(self.snap.snapshot(), Time::from_millis(t));
                     (plan.quiet.clone(), until.map(Time::as_millis))
                 });
             let launched_before = self.out.instances_launched;
@@ -369,11 +359,10 @@ impl<'a> Engine<'a> {
         let Some((quiet, until)) = &self.quiet else {
             return false;
         };
-        from < self.snap.jobs.len()
+        let snap = self.snap.snapshot();
+        from < snap.jobs.len()
             && until.is_none_or(|u| t < u)
-            && self.snap.jobs[from..]
-                .iter()
-                .all(|j| quiet.absorbs(&self.snap, j))
+            && snap.jobs[from..].iter().all(|j| quiet.absorbs(snap, j))
     }
 
     /// Moves the clock, accruing busy GPU time.
@@ -387,6 +376,7 @@ impl<'a> Engine<'a> {
         let tj = &self.trace[i];
         let queue = tj.queue.clone().unwrap_or_else(|| {
             self.snap
+                .snapshot()
                 .queues
                 .first()
                 .map(|q| q.name.clone())
@@ -408,15 +398,15 @@ impl<'a> Engine<'a> {
         job.datasets = tj.datasets.clone();
         let estimate = self.world.estimates.of(tj, i, self.world.seed);
         job.estimated_runtime = estimate.map(|s| Duration::from_millis((s * 1000.0) as u64));
-        self.pos.set(i, self.snap.jobs.len());
+        self.pos.set(i, self.snap.snapshot().jobs.len());
         self.trace_of.push(i);
-        self.snap.jobs.push(job);
+        self.snap.push_job(job);
     }
 
     fn remove_job(&mut self, i: usize) {
         let Some(p) = self.pos.remove(i) else { return };
         // Keep arrival order (decide sorts by arrival; sorted input sorts in linear time).
-        self.snap.jobs.remove(p);
+        self.snap.remove_job(p);
         self.trace_of.remove(p);
         for (q, &i) in self.trace_of.iter().enumerate().skip(p) {
             self.pos.set(i, q);
@@ -431,10 +421,11 @@ impl<'a> Engine<'a> {
                     return;
                 }
                 let Some(p) = self.pos.get(job) else { return };
-                if let JobState::Running { nodes, .. } = &mut self.snap.jobs[p].state {
+                let j = self.snap.job_mut(p);
+                if let JobState::Running { nodes, .. } = &mut j.state {
                     // The job leaves the snapshot: its node list is taken, not copied.
                     let nodes = std::mem::take(nodes);
-                    let g = self.snap.jobs[p].gpus_per_replica;
+                    let g = j.gpus_per_replica;
                     self.release(&nodes, g, t);
                     self.out.jobs[job].finish_s = Some(t as f64 / 1000.0);
                     self.running -= 1;
@@ -490,12 +481,11 @@ impl<'a> Engine<'a> {
             instance_id: Some(inst.id.clone()),
             idle_since: Some(Time::from_millis(t)),
         };
-        self.node_pos.insert(name.clone(), self.snap.nodes.len());
-        self.snap.nodes.push(node);
+        self.snap.push_node(node);
         self.instances[instance].core.node = Some(name.clone());
         if let Some(si) = self
             .snap
-            .instances
+            .instances_mut()
             .iter_mut()
             .find(|i| i.id == self.instances[instance].core.id)
         {
@@ -506,10 +496,10 @@ impl<'a> Engine<'a> {
     /// Gives a finished or stopped job's GPUs back.
     fn release(&mut self, nodes: &[String], g: u32, t: i64) {
         for n in nodes {
-            let Some(&i) = self.node_pos.get(n) else {
+            let Some(i) = self.snap.node_position(n) else {
                 continue;
             };
-            let node = &mut self.snap.nodes[i];
+            let mut node = self.snap.node_mut(i);
             node.free_gpus = (node.free_gpus + g).min(node.gpus);
             let cloud = node.instance_id.is_some();
             if cloud {
@@ -546,16 +536,12 @@ impl<'a> Engine<'a> {
         self.out.cloud_cost_usd += inst.core.hourly_price * secs / 3600.0;
         self.out.cloud_gpu_seconds += inst.core.gpus as f64 * secs;
         let id = inst.core.id.clone();
-        if let Some(node) = inst.core.node.clone()
-            && let Some(p) = self.node_pos.remove(&node)
+        if let Some(node) = inst.core.node.as_deref()
+            && let Some(p) = self.snap.node_position(node)
         {
-            self.snap.nodes.swap_remove(p);
-            if p < self.snap.nodes.len() {
-                let moved = self.snap.nodes[p].name.clone();
-                self.node_pos.insert(moved, p);
-            }
+            self.snap.swap_remove_node(p);
         }
-        self.snap.instances.retain(|x| x.id != id);
+        self.snap.instances_mut().retain(|x| x.id != id);
     }
 
     fn apply_plan(&mut self, plan: Plan, t: i64) {
@@ -586,11 +572,11 @@ impl<'a> Engine<'a> {
                 continue;
             };
             let Some(p) = self.pos.get(i) else { continue };
-            let g = self.snap.jobs[p].gpus_per_replica;
+            let g = self.snap.snapshot().jobs[p].gpus_per_replica;
             let cloud = start.environment == spillway_core::Environment::Cloud;
             for n in &start.nodes {
-                if let Some(&ni) = self.node_pos.get(n) {
-                    let node = &mut self.snap.nodes[ni];
+                if let Some(ni) = self.snap.node_position(n) {
+                    let mut node = self.snap.node_mut(ni);
                     node.free_gpus = node.free_gpus.saturating_sub(g);
                     node.idle_since = None;
                 }
@@ -600,7 +586,7 @@ impl<'a> Engine<'a> {
                     self.private_busy += g;
                 }
             }
-            self.snap.jobs[p].state = JobState::Running {
+            self.snap.job_mut(p).state = JobState::Running {
                 nodes: start.nodes,
                 started_at: Time::from_millis(t),
                 cloud,
@@ -652,7 +638,7 @@ impl<'a> Engine<'a> {
                     let until = Time::from_millis(t) + self.world.capacity_cooldown;
                     for off in self
                         .snap
-                        .offerings
+                        .offerings_mut()
                         .iter_mut()
                         .filter(|x| same_offering(x, o))
                     {
@@ -665,6 +651,7 @@ impl<'a> Engine<'a> {
             };
             let gpu_model = self
                 .snap
+                .snapshot()
                 .offerings
                 .iter()
                 .find(|x| same_offering(x, o))
@@ -685,7 +672,7 @@ impl<'a> Engine<'a> {
                     node: None,
                     launched_at: ci.launched_at,
                 };
-                self.snap.instances.push(core.clone());
+                self.snap.instances_mut().push(core.clone());
                 self.instance_by_id.insert(ci.id, idx);
                 self.instances_of_need
                     .entry(launch.need.clone())
@@ -698,7 +685,7 @@ impl<'a> Engine<'a> {
                 });
                 self.out.instances_launched += 1;
             }
-            self.snap.jobs[p].state = JobState::Provisioning {
+            self.snap.job_mut(p).state = JobState::Provisioning {
                 need: launch.need.clone(),
                 pool: o.pool.clone(),
             };
@@ -723,7 +710,8 @@ impl<'a> Engine<'a> {
     }
 
     fn sample(&mut self, t: i64) {
-        let queued = self.snap.jobs.len() as u32 - self.running.min(self.snap.jobs.len() as u32);
+        let jobs = self.snap.snapshot().jobs.len() as u32;
+        let queued = jobs - self.running.min(jobs);
         let s = Sample {
             t_s: t as f64 / 1000.0,
             queued,
@@ -740,6 +728,7 @@ impl<'a> Engine<'a> {
     fn accrued_live(&self, t: i64) -> f64 {
         // The snapshot holds exactly the live instances.
         self.snap
+            .snapshot()
             .instances
             .iter()
             .map(|i| {

@@ -12,13 +12,18 @@ impl<'a> Cycle<'a> {
                 spent_this_month_usd: q.spent_this_month_usd,
                 ..Default::default()
             }));
-        let mut last = None;
-        let queues = &self.queues;
-        self.job_queue.extend(
-            snap.jobs
-                .iter()
-                .map(|job| index_in(queues, &mut last, &job.queue)),
-        );
+        match self.refs {
+            Some(refs) => self.job_queue.extend(refs.iter().map(JobRefs::queue)),
+            None => {
+                let mut last = None;
+                let queues = &self.queues;
+                self.job_queue.extend(
+                    snap.jobs
+                        .iter()
+                        .map(|job| index_in(queues, &mut last, &job.queue)),
+                );
+            }
+        }
         for (i, job) in snap.jobs.iter().enumerate() {
             match &job.state {
                 JobState::Running { cloud: true, .. } => {
@@ -55,9 +60,13 @@ impl<'a> Cycle<'a> {
                         state.private_gpus_in_use += job.total_gpus();
                         if let Some((end, stable)) = expected_end(job, *started_at, self.now) {
                             self.stable_until(stable);
-                            for n in nodes {
-                                if let Some(i) = self.node_at(n) {
-                                    self.releases.push((end, i, job.gpus_per_replica));
+                            for (k, n) in nodes.iter().enumerate() {
+                                let at = match self.refs {
+                                    Some(refs) => refs[i].node(k),
+                                    None => self.node_at(n),
+                                };
+                                if let Some(at) = at {
+                                    self.releases.push((end, at, job.gpus_per_replica));
                                 }
                             }
                         }

@@ -19,6 +19,7 @@ impl Engine<'_> {
         if let Some(node) = core.node.clone() {
             let victims: Vec<usize> = self
                 .snap
+                .snapshot()
                 .jobs
                 .iter()
                 .enumerate()
@@ -39,7 +40,7 @@ impl Engine<'_> {
         let Some(p) = self.pos.get(job) else {
             return 0.0;
         };
-        let j = &self.snap.jobs[p];
+        let j = &self.snap.snapshot().jobs[p];
         let mut lost = 0.0;
         if let JobState::Running {
             nodes, started_at, ..
@@ -62,7 +63,7 @@ impl Engine<'_> {
             self.running -= 1;
             self.attempt[job] += 1;
             self.out.jobs[job].interruptions += 1;
-            let j = &mut self.snap.jobs[p];
+            let j = self.snap.job_mut(p);
             j.attempt += 1;
             j.state = JobState::Pending;
         }
@@ -75,7 +76,7 @@ impl Engine<'_> {
     /// same instant, starts it there.
     pub(super) fn move_home(&mut self, job: usize, m: &spillway_core::Move, t: i64) {
         let Some(p) = self.pos.get(job) else { return };
-        let j = &self.snap.jobs[p];
+        let j = &self.snap.snapshot().jobs[p];
         let JobState::Running {
             nodes, started_at, ..
         } = j.state.clone()
@@ -89,7 +90,7 @@ impl Engine<'_> {
                 .as_secs_f64(),
             None => 0.0,
         };
-        let overhead = self.snap.settings.restart_overhead.as_secs_f64();
+        let overhead = self.snap.snapshot().settings.restart_overhead.as_secs_f64();
         self.remaining[job] = (self.remaining[job] - (done - lost)).max(1.0) + overhead;
         self.out.repatriations += 1;
         self.out.repatriated_gpu_seconds_lost += lost * f64::from(j.total_gpus());
@@ -98,7 +99,7 @@ impl Engine<'_> {
         self.running -= 1;
         self.attempt[job] += 1;
         self.out.jobs[job].moves += 1;
-        let j = &mut self.snap.jobs[p];
+        let j = self.snap.job_mut(p);
         j.attempt += 1;
         j.state = JobState::Suspended {
             nodes: m.nodes.clone(),

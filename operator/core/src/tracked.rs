@@ -1,0 +1,245 @@
+//! [`Tracked`]: a snapshot its owner changes in place, with each job's queue and nodes
+//! resolved to indexes once, not at every cycle.
+//!
+//! [`decide`](crate::decide) looks every job's queue up by name, and every node of every running
+//! private job (their expected ends are the profile's releases), at every cycle. A caller that
+//! decides cycle after cycle on a world that changes a little between them (the simulator)
+//! pays for those lookups again and again: on the synthetic replays they were a fifth of the
+//! time. A `Tracked` keeps, beside each job, its queue's index and its nodes' indexes, found
+//! when the job arrives or is changed ([`Tracked::job_mut`]) and found again for every job
+//! when the nodes or queues change in a way that can move an index (a node added, removed or
+//! renamed; the snapshot changed whole through [`Tracked::change_whole`]).
+//!
+//! [`Tracked::decide`] plans exactly what `decide_with` plans on the same snapshot: the
+//! indexes are the ones the cycle would have found by name (`tests/tracked.rs` applies random
+//! histories to both and compares every plan).
+
+use std::ops::{Deref, DerefMut};
+
+use crate::decide::{FastMap, Scratch};
+use crate::{Instance, Job, JobState, Node, Offering, Plan, Policy, Snapshot, Time};
+
+/// "Not found": a queue or node name the snapshot does not hold.
+const NONE: u32 = u32::MAX;
+
+/// One job's queue and nodes as indexes into the snapshot.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct JobRefs {
+    /// The [`Tracked::epoch`] they were found in; another one: to be found again.
+    epoch: u64,
+    queue: u32,
+    /// The first node of a running job (most have one); the others after it in `more`.
+    first: u32,
+    more: Vec<u32>,
+}
+
+impl JobRefs {
+    /// The job's queue (index into the snapshot's queues).
+    pub(crate) fn queue(&self) -> Option<usize> {
+        (self.queue != NONE).then_some(self.queue as usize)
+    }
+
+    /// Node `k` of the running job (index into the snapshot's nodes).
+    pub(crate) fn node(&self, k: usize) -> Option<usize> {
+        let n = match k {
+            0 => self.first,
+            _ => self.more.get(k - 1).copied().unwrap_or(NONE),
+        };
+        (n != NONE).then_some(n as usize)
+    }
+}
+
+/// A snapshot changed in place, with its jobs' queues and nodes resolved once; see the module
+/// documentation.
+#[derive(Clone, Debug)]
+pub struct Tracked {
+    snap: Snapshot,
+    /// Per job, as `snap.jobs`.
+    refs: Vec<JobRefs>,
+    /// Bumped whenever node or queue indexes may have moved: every job's are found again.
+    epoch: u64,
+    /// Some job's refs are not of the current epoch.
+    stale: bool,
+    /// Node name -> index, as a map built by inserting the nodes in order (a name given twice
+    /// keeps its last node, as the cycle's own table does).
+    node_pos: FastMap<String, u32>,
+    queue_pos: FastMap<String, u32>,
+}
+
+impl Tracked {
+    /// Tracks `snapshot`.
+    pub fn new(snapshot: Snapshot) -> Tracked {
+        let mut t = Tracked {
+            refs: vec![JobRefs::default(); snapshot.jobs.len()],
+            snap: snapshot,
+            epoch: 1,
+            stale: true,
+            node_pos: FastMap::default(),
+            queue_pos: FastMap::default(),
+        };
+        t.index_names();
+        t
+    }
+
+    /// The snapshot as it is now.
+    pub fn snapshot(&self) -> &Snapshot {
+        &self.snap
+    }
+
+    /// Changes the snapshot whole with `f`, for what the other methods do not cover (queues,
+    /// pools, settings, datasets; jobs or nodes reordered): every job's queue and nodes are
+    /// found again at the next cycle.
+    pub fn change_whole(&mut self, f: impl FnOnce(&mut Snapshot)) {
+        f(&mut self.snap);
+        self.refs.clear();
+        self.refs
+            .resize_with(self.snap.jobs.len(), JobRefs::default);
+        self.index_names();
+        self.invalidate();
+    }
+
+    /// Adds a job at the end of the job list.
+    pub fn push_job(&mut self, job: Job) {
+        self.snap.jobs.push(job);
+        self.refs.push(JobRefs::default());
+        self.stale = true;
+    }
+
+    /// Removes the job at `pos`, keeping the others' order.
+    pub fn remove_job(&mut self, pos: usize) -> Job {
+        self.refs.remove(pos);
+        self.snap.jobs.remove(pos)
+    }
+
+    /// The job at `pos`, to change: its queue and nodes are found again at the next cycle.
+    pub fn job_mut(&mut self, pos: usize) -> &mut Job {
+        self.refs[pos].epoch = 0;
+        self.stale = true;
+        &mut self.snap.jobs[pos]
+    }
+
+    /// The index of the node named `name`.
+    pub fn node_position(&self, name: &str) -> Option<usize> {
+        self.node_pos.get(name).map(|&i| i as usize)
+    }
+
+    /// Adds a node at the end of the node list.
+    pub fn push_node(&mut self, node: Node) {
+        self.node_pos
+            .insert(node.name.clone(), self.snap.nodes.len() as u32);
+        self.snap.nodes.push(node);
+        // A running job's node of that name is found now.
+        self.invalidate();
+    }
+
+    /// Removes the node at `pos`; the last node takes its place.
+    pub fn swap_remove_node(&mut self, pos: usize) -> Node {
+        let node = self.snap.nodes.swap_remove(pos);
+        self.index_nodes();
+        self.invalidate();
+        node
+    }
+
+    /// The node at `pos`, to change. Renaming it is noticed when the guard is dropped.
+    pub fn node_mut(&mut self, pos: usize) -> NodeMut<'_> {
+        NodeMut { tracked: self, pos }
+    }
+
+    /// The instances, to change (the cycle looks theirs up by name every time).
+    pub fn instances_mut(&mut self) -> &mut Vec<Instance> {
+        &mut self.snap.instances
+    }
+
+    /// The offerings, to change.
+    pub fn offerings_mut(&mut self) -> &mut Vec<Offering> {
+        &mut self.snap.offerings
+    }
+
+    /// One cycle on the snapshot as it is now: the plan
+    /// [`decide_with`](crate::decide_with) gives on [`Tracked::snapshot`].
+    pub fn decide(&mut self, policy: &dyn Policy, now: Time, scratch: &mut Scratch) -> Plan {
+        self.refresh();
+        crate::decide::decide_resolved(&self.snap, &self.refs, policy, now, scratch)
+    }
+
+    /// Every job's queue and nodes to be found again.
+    fn invalidate(&mut self) {
+        self.epoch += 1;
+        self.stale = true;
+    }
+
+    fn index_nodes(&mut self) {
+        self.node_pos.clear();
+        for (i, n) in self.snap.nodes.iter().enumerate() {
+            self.node_pos.insert(n.name.clone(), i as u32);
+        }
+    }
+
+    fn index_names(&mut self) {
+        self.index_nodes();
+        self.queue_pos.clear();
+        for (i, q) in self.snap.queues.iter().enumerate() {
+            self.queue_pos.insert(q.name.clone(), i as u32);
+        }
+    }
+
+    /// Finds the queue and nodes of every job whose refs are stale.
+    fn refresh(&mut self) {
+        if !self.stale {
+            return;
+        }
+        let epoch = self.epoch;
+        for (job, refs) in self.snap.jobs.iter().zip(&mut self.refs) {
+            if refs.epoch == epoch {
+                continue;
+            }
+            refs.epoch = epoch;
+            refs.queue = self
+                .queue_pos
+                .get(job.queue.as_str())
+                .copied()
+                .unwrap_or(NONE);
+            refs.more.clear();
+            refs.first = NONE;
+            if let JobState::Running { nodes, .. } = &job.state {
+                let mut found = nodes
+                    .iter()
+                    .map(|n| self.node_pos.get(n.as_str()).copied().unwrap_or(NONE));
+                refs.first = found.next().unwrap_or(NONE);
+                refs.more.extend(found);
+            }
+        }
+        self.stale = false;
+    }
+}
+
+/// A node being changed in place ([`Tracked::node_mut`]); a new name is noticed on drop.
+pub struct NodeMut<'a> {
+    tracked: &'a mut Tracked,
+    pos: usize,
+}
+
+impl Deref for NodeMut<'_> {
+    type Target = Node;
+
+    fn deref(&self) -> &Node {
+        &self.tracked.snap.nodes[self.pos]
+    }
+}
+
+impl DerefMut for NodeMut<'_> {
+    fn deref_mut(&mut self) -> &mut Node {
+        &mut self.tracked.snap.nodes[self.pos]
+    }
+}
+
+impl Drop for NodeMut<'_> {
+    fn drop(&mut self) {
+        let t = &mut *self.tracked;
+        let name = t.snap.nodes[self.pos].name.as_str();
+        if t.node_pos.get(name) != Some(&(self.pos as u32)) {
+            t.index_nodes();
+            t.invalidate();
+        }
+    }
+}
