@@ -118,11 +118,15 @@ pub(crate) fn decide_resolved(
         .unwrap_or_else(|| Cycle::new(snapshot, Some(refs), policy, now, scratch).run(scratch))
 }
 
-/// [`decide`] without its short path for worlds with nothing to place: every step of the
-/// cycle, whatever the snapshot. The reference the short path is tested against.
+/// [`decide`] without its shortcuts: every step of the cycle, whatever the snapshot (no short
+/// path for worlds with nothing to place), and the profile of free private GPUs built at the
+/// first job planned (not put off while every job starts now). The reference the shortcuts
+/// are tested against.
 pub fn decide_in_full(snapshot: &Snapshot, policy: &dyn Policy, now: Time) -> Plan {
     let mut scratch = Scratch::new();
-    Cycle::new(snapshot, None, policy, now, &mut scratch).run(&mut scratch)
+    let mut cycle = Cycle::new(snapshot, None, policy, now, &mut scratch);
+    cycle.put_off_profile = false;
+    cycle.run(&mut scratch)
 }
 
 /// The index of the queue or pool named `name`, looked up again only when the name differs
@@ -205,6 +209,11 @@ struct Cycle<'a> {
     profile: Option<Profile>,
     /// An earlier cycle's profile, whose buffers `profile` is built in (from the scratch).
     spare_profile: Option<Profile>,
+    /// The profile begun but not built yet (`decide/conservative.rs`), and buffers for one.
+    deferred: Option<conservative::Deferred>,
+    spare_deferred: Option<conservative::Deferred>,
+    /// Whether the profile may be put off (always, but in [`decide_in_full`]).
+    put_off_profile: bool,
     /// Jobs holding a planned slot in `profile`.
     planned: u32,
     /// Gang shapes (GPUs per replica, models, replicas, runtime; None: unknown) that found no
@@ -286,6 +295,9 @@ impl<'a> Cycle<'a> {
             releases: scratch::take(&mut scratch.releases),
             profile: None,
             spare_profile: scratch.profile.take(),
+            deferred: None,
+            spare_deferred: scratch.deferred.take(),
+            put_off_profile: true,
             planned: 0,
             now_failures: Vec::new(),
             unplaced: scratch::take(&mut scratch.unplaced),
@@ -343,6 +355,7 @@ impl<'a> Cycle<'a> {
             node_slots,
             pool_usage: self.pool_usage,
             profile: self.profile.or(self.spare_profile),
+            deferred: self.deferred.or(self.spare_deferred),
         };
         self.plan
     }

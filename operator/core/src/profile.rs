@@ -388,13 +388,23 @@ impl Profile {
 
     /// Takes the slot's GPUs from `slot.at` for `runtime` (None: forever).
     pub fn take(&mut self, job: &Job, slot: &Slot, runtime: Option<Duration>) {
-        let from = slot.at.as_millis();
+        self.take_at(slot.at, &slot.nodes, job.gpus_per_replica, runtime);
+    }
+
+    /// Takes `gpus` of each of `nodes` (one per replica) from `at` for `runtime`.
+    pub fn take_at(&mut self, at: Time, nodes: &[usize], gpus: u32, runtime: Option<Duration>) {
+        let from = at.as_millis();
         let to = runtime.map(|d| from.saturating_add((d.as_millis() as i64).max(1)));
-        for &i in &slot.nodes {
+        for &i in nodes {
             if let Some(steps) = self.nodes[i].as_mut() {
-                steps.sub(from, to, job.gpus_per_replica);
+                steps.sub(from, to, gpus);
             }
         }
+    }
+
+    /// Counts `work` against the planning budget (checks made before the profile was built).
+    pub fn add_work(&mut self, work: u64) {
+        self.work += work;
     }
 }
 

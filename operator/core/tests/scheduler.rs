@@ -2,7 +2,8 @@
 //! carried out, instances joining, jobs finishing, nodes changing, cooldowns, and above all
 //! the clock moving with nothing else happening) fed to both, the same actions and the same
 //! decision changes required at every step; and `decide` itself against the whole cycle
-//! (`decide_in_full`, without its short path for worlds with nothing to place).
+//! (`decide_in_full`, without its shortcuts: the short path for worlds with nothing to place,
+//! and the profile of free private GPUs put off while every job planned starts now).
 
 mod support;
 

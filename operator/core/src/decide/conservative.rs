@@ -20,20 +20,13 @@ impl<'a> Cycle<'a> {
         hold_forever: bool,
     ) -> Option<Vec<usize>> {
         let nodes = &self.snap.nodes;
-        if self.profile.is_none() {
-            // GPUs held for a reclaiming job are not free to plan with.
-            let private = &self.private;
-            self.profile = Some(Profile::new_in(
-                self.spare_profile.take(),
-                self.now,
-                nodes,
-                &private.private,
-                |i| private.effective(i),
-                &self.releases,
-                self.settings.packing,
-            ));
+        let now = self.now;
+        if self.profile.is_none() && self.deferred.is_none() {
+            self.defer_profile();
+            if !self.put_off_profile {
+                self.built_profile();
+            }
         }
-        let profile = self.profile.as_mut()?;
         w.private_estimate = None;
         let runtime = job.planning_runtime();
         let accepts = |i: usize| job.accepts_model(nodes[i].gpu_model.as_ref());
@@ -57,11 +50,19 @@ impl<'a> Cycle<'a> {
                 self.private
                     .fit(&self.snap.nodes, job, true, self.settings.packing)
             {
-                let slot = if profile.holds_now(job, &nodes, runtime) {
-                    Some(Slot {
-                        at: self.now,
-                        nodes,
-                    })
+                let holds = match self.deferred.as_mut() {
+                    Some(d) => {
+                        if d.holds_now(job, &nodes, &self.private.private) {
+                            d.take(&nodes, job.gpus_per_replica, runtime);
+                            return Some(nodes);
+                        }
+                        false
+                    }
+                    None => self.profile.as_mut()?.holds_now(job, &nodes, runtime),
+                };
+                let profile = self.built_profile()?;
+                let slot = if holds {
+                    Some(Slot { at: now, nodes })
                 } else {
                     profile.now_slot(job, runtime, accepts)
                 };
@@ -77,11 +78,12 @@ impl<'a> Cycle<'a> {
                 runtime,
             ));
         }
+        let profile = self.built_profile()?;
         if !profile.budget_left() {
             return None;
         }
         let slot = profile.earliest(job, runtime, accepts)?;
-        if slot.at == self.now {
+        if slot.at == now {
             profile.take(job, &slot, runtime);
             return Some(slot.nodes);
         }
@@ -98,5 +100,99 @@ impl<'a> Cycle<'a> {
         }
         w.private_estimate = Some(slot.at);
         None
+    }
+}
+
+impl<'a> Cycle<'a> {
+    /// Puts off building the profile: while every job planned starts now, the profile is
+    /// only asked whether GPUs free now stay free for the job's runtime, which they do (see
+    /// [`Deferred`]).
+    fn defer_profile(&mut self) {
+        // In the buffers an earlier deferral left.
+        let mut d = self.spare_deferred.take().unwrap_or_default();
+        d.base.clear();
+        d.base
+            .extend((0..self.snap.nodes.len()).map(|i| self.private.effective(i)));
+        d.free.clone_from(&d.base);
+        d.releases = self.releases.len();
+        d.takes.clear();
+        d.taken_nodes.clear();
+        d.work = 0;
+        self.deferred = Some(d);
+    }
+
+    /// The profile, built now if it was put off (as it would have been at the first job
+    /// planned, with the starts planned since taken from it); `None` if none was begun.
+    pub(super) fn built_profile(&mut self) -> Option<&mut Profile> {
+        if let Some(d) = self.deferred.take() {
+            let private = &self.private;
+            let mut profile = Profile::new_in(
+                self.spare_profile.take(),
+                self.now,
+                &self.snap.nodes,
+                &private.private,
+                |i| d.base[i],
+                &self.releases[..d.releases],
+                self.settings.packing,
+            );
+            for &(from, to, gpus, runtime) in &d.takes {
+                profile.take_at(self.now, &d.taken_nodes[from..to], gpus, runtime);
+            }
+            profile.add_work(d.work);
+            self.profile = Some(profile);
+            self.spare_deferred = Some(d);
+        }
+        self.profile.as_mut()
+    }
+}
+
+/// The profile of a cycle not built yet: the private nodes' GPUs free when it was begun, how
+/// many releases there were then, and the starts (all of them now) planned since.
+///
+/// The profile it stands for is, per node, the GPUs free then, rising at each release (capped
+/// at the node's GPUs, which they never exceed), less each start from now for its runtime.
+/// Every start was checked to fit when it was taken, so nothing was cut at zero, and a start
+/// taken from now lowers the later steps no more than the first: each node's free GPUs never
+/// fall below what is free now. So "do these GPUs stay free from now for the runtime" is "are
+/// they free now", answered here without the profile, and the profile is built only when a
+/// job has to be planned later (or another pass asks for it).
+#[derive(Default)]
+pub(super) struct Deferred {
+    /// Per node: GPUs free when the profile was begun, and now (less the starts since).
+    base: Vec<u32>,
+    free: Vec<u32>,
+    releases: usize,
+    /// (start, end into `taken_nodes`, GPUs per replica, runtime) per start.
+    takes: Vec<(usize, usize, u32, Option<Duration>)>,
+    taken_nodes: Vec<usize>,
+    /// What the profile's own checks would have counted against its planning budget.
+    work: u64,
+}
+
+impl Deferred {
+    /// [`Profile::holds_now`] on the profile this stands for.
+    fn holds_now(&mut self, job: &Job, nodes: &[usize], private: &[bool]) -> bool {
+        let g = job.gpus_per_replica;
+        if let &[n] = nodes {
+            self.work += 1;
+            return private[n] && self.free[n] >= g;
+        }
+        let mut sorted = nodes.to_vec();
+        sorted.sort_unstable();
+        sorted.chunk_by(|a, b| a == b).all(|same| {
+            self.work += 1;
+            private[same[0]] && self.free[same[0]] >= g * same.len() as u32
+        })
+    }
+
+    /// [`Profile::take_at`] from now.
+    fn take(&mut self, nodes: &[usize], gpus: u32, runtime: Option<Duration>) {
+        let from = self.taken_nodes.len();
+        self.taken_nodes.extend_from_slice(nodes);
+        self.takes
+            .push((from, self.taken_nodes.len(), gpus, runtime));
+        for &n in nodes {
+            self.free[n] = self.free[n].saturating_sub(gpus);
+        }
     }
 }

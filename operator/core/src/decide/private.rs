@@ -350,6 +350,9 @@ impl<'a> Cycle<'a> {
     }
 
     pub(super) fn sort_releases(&mut self) {
+        // A profile put off is built from the releases as they were (only the orders that
+        // plan no profile sort them today: this keeps it so if that changes).
+        self.built_profile();
         if !self.releases_sorted {
             self.releases.sort_by_key(|&(t, n, g)| (t, n, g));
             self.releases_sorted = true;

@@ -92,7 +92,7 @@ impl<'a> Cycle<'a> {
             let hold = (k * g).min(self.private.effective(i));
             if hold > 0 {
                 self.private.reserve(i, hold);
-                if let Some(profile) = self.profile.as_mut() {
+                if let Some(profile) = self.built_profile() {
                     profile.hold(i, hold);
                 }
                 held = true;

@@ -15,7 +15,6 @@ use super::*;
 use crate::Instance;
 use crate::plan::Move;
 use crate::policy::Repatriate;
-use crate::profile::Slot;
 
 /// A cloud job that could move home.
 struct Candidate<'a> {
@@ -136,7 +135,7 @@ impl<'a> Cycle<'a> {
             };
             let lost = job.work_at_risk(c.started_at, self.now);
             let busy = c.remaining + lost + self.settings.restart_overhead;
-            if let Some(profile) = self.profile.as_mut()
+            if let Some(profile) = self.built_profile()
                 && !profile.holds_now(job, &nodes, Some(busy))
             {
                 continue;
@@ -165,12 +164,9 @@ impl<'a> Cycle<'a> {
             for &n in &nodes {
                 self.private.take(n, job.gpus_per_replica);
             }
-            if let Some(profile) = self.profile.as_mut() {
-                let slot = Slot {
-                    at: self.now,
-                    nodes: nodes.clone(),
-                };
-                profile.take(job, &slot, Some(busy));
+            let now = self.now;
+            if let Some(profile) = self.built_profile() {
+                profile.take_at(now, &nodes, job.gpus_per_replica, Some(busy));
             }
             let lost_gpu_seconds = lost.as_secs_f64() * f64::from(job.total_gpus());
             let message = self.say(|| {

@@ -38,6 +38,8 @@ pub struct Scratch {
     pub(super) node_slots: Vec<(u64, u32)>,
     /// The last profile of free private GPUs built, for its buffers.
     pub(super) profile: Option<Profile>,
+    /// The last profile put off, for its buffers.
+    pub(super) deferred: Option<super::conservative::Deferred>,
 }
 
 impl Scratch {
