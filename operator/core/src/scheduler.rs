@@ -26,7 +26,8 @@ use std::collections::BTreeMap;
 
 use crate::decide::FastMap as HashMap;
 
-use crate::decide::{Scratch, decide_with};
+use crate::Tracked;
+use crate::decide::Scratch;
 use crate::model::{Dataset, Instance, Node, Offering, Pool, Queue, Settings};
 use crate::{Decision, Job, OfferingChoice, Outcome, Plan, Policy, Reason, Snapshot, Time};
 
@@ -77,7 +78,8 @@ struct Last {
 /// The decision core kept across cycles; see the module documentation.
 #[derive(Clone, Debug, Default)]
 pub struct Scheduler {
-    snap: Snapshot,
+    /// The world, with its jobs' queues and nodes found once ([`Tracked`]).
+    snap: Tracked,
     jobs: HashMap<String, usize>,
     nodes: HashMap<String, usize>,
     instances: HashMap<String, usize>,
@@ -104,7 +106,7 @@ impl Scheduler {
     /// A scheduler starting from `snapshot` (job ids, node names and instance ids unique).
     pub fn new(snapshot: Snapshot) -> Scheduler {
         let mut s = Scheduler {
-            snap: snapshot,
+            snap: Tracked::new(snapshot),
             changed: true,
             ..Scheduler::default()
         };
@@ -113,14 +115,15 @@ impl Scheduler {
     }
 
     fn reindex(&mut self) {
-        self.jobs = position(&self.snap.jobs, |j| &j.id);
-        self.nodes = position(&self.snap.nodes, |n| &n.name);
-        self.instances = position(&self.snap.instances, |i| &i.id);
+        let snap = self.snap.snapshot();
+        self.jobs = position(&snap.jobs, |j| &j.id);
+        self.nodes = position(&snap.nodes, |n| &n.name);
+        self.instances = position(&snap.instances, |i| &i.id);
     }
 
     /// The world as the scheduler sees it.
     pub fn snapshot(&self) -> &Snapshot {
-        &self.snap
+        self.snap.snapshot()
     }
 
     /// The job's current outcome, reason and rule: those of the last decision that changed
@@ -144,24 +147,62 @@ impl Scheduler {
     /// their number), an addition or a change does not.
     pub fn apply(&mut self, change: Change) {
         let changed = match change {
-            Change::Job(job) => upsert(&mut self.snap.jobs, &mut self.jobs, job, |j| &j.id),
+            Change::Job(job) => match self.jobs.get(&job.id) {
+                Some(&i) if self.snap.snapshot().jobs[i] == job => false,
+                Some(&i) => {
+                    *self.snap.job_mut(i) = job;
+                    true
+                }
+                None => {
+                    self.jobs
+                        .insert(job.id.clone(), self.snap.snapshot().jobs.len());
+                    self.snap.push_job(job);
+                    true
+                }
+            },
             Change::JobGone(id) => {
                 self.current.remove(&id);
-                remove(&mut self.snap.jobs, &mut self.jobs, &id, |j| &j.id)
+                match self.jobs.remove(&id) {
+                    Some(i) => {
+                        self.snap.remove_job(i);
+                        shift_after(&mut self.jobs, &self.snap.snapshot().jobs[i..], |j| &j.id);
+                        true
+                    }
+                    None => false,
+                }
             }
-            Change::Node(node) => upsert(&mut self.snap.nodes, &mut self.nodes, node, |n| &n.name),
-            Change::NodeGone(name) => {
-                remove(&mut self.snap.nodes, &mut self.nodes, &name, |n| &n.name)
-            }
+            Change::Node(node) => match self.nodes.get(&node.name) {
+                Some(&i) if self.snap.snapshot().nodes[i] == node => false,
+                Some(&i) => {
+                    *self.snap.node_mut(i) = node;
+                    true
+                }
+                None => {
+                    self.nodes
+                        .insert(node.name.clone(), self.snap.snapshot().nodes.len());
+                    self.snap.push_node(node);
+                    true
+                }
+            },
+            Change::NodeGone(name) => match self.nodes.remove(&name) {
+                Some(i) => {
+                    self.snap.remove_node(i);
+                    shift_after(&mut self.nodes, &self.snap.snapshot().nodes[i..], |n| {
+                        &n.name
+                    });
+                    true
+                }
+                None => false,
+            },
             Change::Instance(i) => {
-                upsert(&mut self.snap.instances, &mut self.instances, i, |i| &i.id)
+                upsert(self.snap.instances_mut(), &mut self.instances, i, |i| &i.id)
             }
             Change::InstanceGone(id) => {
-                remove(&mut self.snap.instances, &mut self.instances, &id, |i| {
+                remove(self.snap.instances_mut(), &mut self.instances, &id, |i| {
                     &i.id
                 })
             }
-            Change::Offerings(o) => replace(&mut self.snap.offerings, o),
+            Change::Offerings(o) => replace(self.snap.offerings_mut(), o),
             Change::Config(c) => {
                 let Config {
                     settings,
@@ -171,17 +212,24 @@ impl Scheduler {
                     invalid_queues,
                     invalid_datasets,
                 } = *c;
-                let s = &mut self.snap;
-                // Every one of them, not the first that differs.
-                [
-                    replace(&mut s.settings, settings),
-                    replace(&mut s.queues, queues),
-                    replace(&mut s.pools, pools),
-                    replace(&mut s.datasets, datasets),
-                    replace(&mut s.invalid_queues, invalid_queues),
-                    replace(&mut s.invalid_datasets, invalid_datasets),
-                ]
-                .contains(&true)
+                let held = self.snap.snapshot();
+                let differs = held.settings != settings
+                    || held.queues != queues
+                    || held.pools != pools
+                    || held.datasets != datasets
+                    || held.invalid_queues != invalid_queues
+                    || held.invalid_datasets != invalid_datasets;
+                if differs {
+                    self.snap.change_whole(|s| {
+                        s.settings = settings;
+                        s.queues = queues;
+                        s.pools = pools;
+                        s.datasets = datasets;
+                        s.invalid_queues = invalid_queues;
+                        s.invalid_datasets = invalid_datasets;
+                    });
+                }
+                differs
             }
         };
         self.changed |= changed;
@@ -214,26 +262,59 @@ impl Scheduler {
             invalid_datasets,
         } = snapshot;
         let mut changed = sync_jobs(self, jobs);
-        changed += sync_ordered(&mut self.snap.nodes, &mut self.nodes, nodes, |n| &n.name);
-        changed += sync_ordered(
-            &mut self.snap.instances,
-            &mut self.instances,
-            instances,
-            |i| &i.id,
-        );
-        let s = &mut self.snap;
-        changed += [
-            copy_if_changed(&mut s.settings, settings),
-            copy_if_changed(&mut s.queues, queues),
-            copy_if_changed(&mut s.pools, pools),
-            copy_if_changed(&mut s.offerings, offerings),
-            copy_if_changed(&mut s.datasets, datasets),
-            copy_if_changed(&mut s.invalid_queues, invalid_queues),
-            copy_if_changed(&mut s.invalid_datasets, invalid_datasets),
+        changed += match diff_ordered(&self.snap.snapshot().nodes, &self.nodes, nodes, |n| &n.name)
+        {
+            Diff::InPlace(at) => {
+                for &i in &at {
+                    self.snap.node_mut(i).clone_from(&nodes[i]);
+                }
+                at.len()
+            }
+            Diff::Whole(count) => {
+                self.snap.change_whole(|s| s.nodes = nodes.clone());
+                self.nodes = position(nodes, |n| &n.name);
+                count
+            }
+        };
+        let held = self.snap.instances_mut();
+        changed += match diff_ordered(held, &self.instances, instances, |i| &i.id) {
+            Diff::InPlace(at) => {
+                for &i in &at {
+                    held[i].clone_from(&instances[i]);
+                }
+                at.len()
+            }
+            Diff::Whole(count) => {
+                held.clone_from(instances);
+                self.instances = position(instances, |i| &i.id);
+                count
+            }
+        };
+        changed += usize::from(copy_if_changed(self.snap.offerings_mut(), offerings));
+        let held = self.snap.snapshot();
+        let config = [
+            held.settings != *settings,
+            held.queues != *queues,
+            held.pools != *pools,
+            held.datasets != *datasets,
+            held.invalid_queues != *invalid_queues,
+            held.invalid_datasets != *invalid_datasets,
         ]
         .into_iter()
         .filter(|&c| c)
         .count();
+        if config > 0 {
+            // Queues' indexes may move: the jobs' are found again (rare: a policy edit).
+            self.snap.change_whole(|s| {
+                s.settings.clone_from(settings);
+                s.queues.clone_from(queues);
+                s.pools.clone_from(pools);
+                s.datasets.clone_from(datasets);
+                s.invalid_queues.clone_from(invalid_queues);
+                s.invalid_datasets.clone_from(invalid_datasets);
+            });
+        }
+        changed += config;
         self.changed |= changed > 0;
         changed
     }
@@ -267,7 +348,7 @@ impl Scheduler {
                 ..Plan::default()
             };
         }
-        let mut plan = decide_with(&self.snap, policy, now, &mut self.scratch);
+        let mut plan = self.snap.decide(policy, now, &mut self.scratch);
         self.last = Some(Last {
             at: now,
             acted: !(plan.starts.is_empty()
@@ -275,7 +356,7 @@ impl Scheduler {
                 && plan.terminations.is_empty()
                 && plan.preemptions.is_empty()
                 && plan.moves.is_empty()),
-            until: plan.holds_until(&self.snap, now),
+            until: plan.holds_until(self.snap.snapshot(), now),
             next_wake: plan.next_wake,
         });
         self.changed = false;
@@ -346,36 +427,42 @@ fn sync_jobs(s: &mut Scheduler, jobs: &[Job]) -> usize {
     let mut changed = 0;
     let mut matched = 0;
     for (at, job) in jobs.iter().enumerate() {
+        let held_jobs = &s.snap.snapshot().jobs;
         // The caller's order mostly stays the scheduler's from one call to the next: the job
         // at the same place is tried before the index.
-        let held = match s.snap.jobs.get(at) {
+        let held = match held_jobs.get(at) {
             Some(h) if h.id == job.id => Some(at),
             _ => s.jobs.get(&job.id).copied(),
         };
         match held {
-            Some(k) if s.snap.jobs[k] == *job => matched += 1,
+            Some(k) if held_jobs[k] == *job => matched += 1,
             Some(k) => {
                 matched += 1;
                 changed += 1;
-                s.snap.jobs[k].clone_from(job);
+                s.snap.job_mut(k).clone_from(job);
             }
             None => {
                 changed += 1;
-                s.jobs.insert(job.id.clone(), s.snap.jobs.len());
-                s.snap.jobs.push(job.clone());
+                s.jobs.insert(job.id.clone(), held_jobs.len());
+                s.snap.push_job(job.clone());
             }
         }
     }
     // Held jobs the caller no longer has: every held one not matched above (ids are unique;
     // were one given twice, its second copy would count as matched).
     let arrived = jobs.len() - matched;
-    let gone = s.snap.jobs.len().saturating_sub(arrived + matched);
+    let gone = s
+        .snap
+        .snapshot()
+        .jobs
+        .len()
+        .saturating_sub(arrived + matched);
     if gone > 0 {
         let keep: std::collections::HashSet<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
-        s.snap.jobs.retain(|j| keep.contains(j.id.as_str()));
+        s.snap.retain_jobs(|j| keep.contains(j.id.as_str()));
         s.jobs.retain(|id, _| keep.contains(id.as_str()));
         s.current.retain(|id, _| keep.contains(id.as_str()));
-        for (i, j) in s.snap.jobs.iter().enumerate() {
+        for (i, j) in s.snap.snapshot().jobs.iter().enumerate() {
             if let Some(p) = s.jobs.get_mut(&j.id) {
                 *p = i;
             }
@@ -385,24 +472,28 @@ fn sync_jobs(s: &mut Scheduler, jobs: &[Job]) -> usize {
     changed
 }
 
-/// [`Scheduler::sync`] for nodes and instances: changed objects copied in place while the
-/// names are the same in the same order; otherwise the caller's list taken whole. Returns how
-/// many objects changed, arrived or are gone (at least 1 when only their order changed).
-fn sync_ordered<T: Clone + PartialEq>(
-    held: &mut Vec<T>,
-    index: &mut HashMap<String, usize>,
+/// How a list of nodes or instances handed to [`Scheduler::sync`] differs from the one held.
+enum Diff {
+    /// The same names in the same order: the positions whose objects changed.
+    InPlace(Vec<usize>),
+    /// Other names or another order: take the given list whole; how many objects changed,
+    /// arrived or are gone (at least 1 when only their order changed: first fit follows it).
+    Whole(usize),
+}
+
+fn diff_ordered<T: PartialEq>(
+    held: &[T],
+    index: &HashMap<String, usize>,
     given: &[T],
     key: impl Fn(&T) -> &String,
-) -> usize {
+) -> Diff {
     if held.len() == given.len() && held.iter().zip(given).all(|(a, b)| key(a) == key(b)) {
-        let mut changed = 0;
-        for (a, b) in held.iter_mut().zip(given) {
-            if a != b {
-                a.clone_from(b);
-                changed += 1;
-            }
-        }
-        return changed;
+        return Diff::InPlace(
+            (held.iter().zip(given).enumerate())
+                .filter(|(_, (a, b))| a != b)
+                .map(|(i, _)| i)
+                .collect(),
+        );
     }
     let mut matched = 0;
     let mut changed = 0;
@@ -417,11 +508,7 @@ fn sync_ordered<T: Clone + PartialEq>(
         }
     }
     changed += held.len().saturating_sub(matched);
-    *held = given.to_vec();
-    // The same objects in another order still change the world (first fit follows it).
-    let changed = changed.max(1);
-    *index = position(held, key);
-    changed
+    Diff::Whole(changed.max(1))
 }
 
 fn copy_if_changed<T: Clone + PartialEq>(held: &mut T, given: &T) -> bool {
@@ -430,6 +517,15 @@ fn copy_if_changed<T: Clone + PartialEq>(held: &mut T, given: &T) -> bool {
     } else {
         held.clone_from(given);
         true
+    }
+}
+
+/// After a removal: the positions of the objects that came after it (`after`) move up one.
+fn shift_after<T>(index: &mut HashMap<String, usize>, after: &[T], key: impl Fn(&T) -> &String) {
+    for x in after {
+        if let Some(p) = index.get_mut(key(x)) {
+            *p -= 1;
+        }
     }
 }
 
@@ -444,10 +540,6 @@ fn remove<T>(
         return false;
     };
     items.remove(i);
-    for x in &items[i..] {
-        if let Some(p) = index.get_mut(key(x)) {
-            *p -= 1;
-        }
-    }
+    shift_after(index, &items[i..], key);
     true
 }

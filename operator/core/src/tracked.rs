@@ -111,6 +111,17 @@ impl Tracked {
         self.snap.jobs.remove(pos)
     }
 
+    /// Keeps only the jobs `keep` says yes to, in their order.
+    pub fn retain_jobs(&mut self, keep: impl FnMut(&Job) -> bool) {
+        let kept: Vec<bool> = self.snap.jobs.iter().map(keep).collect();
+        let mut flags = kept.iter();
+        self.refs.retain(|_| flags.next().copied().unwrap_or(true));
+        let mut flags = kept.iter();
+        self.snap
+            .jobs
+            .retain(|_| flags.next().copied().unwrap_or(true));
+    }
+
     /// The job at `pos`, to change: its queue and nodes are found again at the next cycle.
     pub fn job_mut(&mut self, pos: usize) -> &mut Job {
         self.refs[pos].epoch = 0;
@@ -135,6 +146,14 @@ impl Tracked {
     /// Removes the node at `pos`; the last node takes its place.
     pub fn swap_remove_node(&mut self, pos: usize) -> Node {
         let node = self.snap.nodes.swap_remove(pos);
+        self.index_nodes();
+        self.invalidate();
+        node
+    }
+
+    /// Removes the node at `pos`, keeping the others' order.
+    pub fn remove_node(&mut self, pos: usize) -> Node {
+        let node = self.snap.nodes.remove(pos);
         self.index_nodes();
         self.invalidate();
         node
@@ -210,6 +229,13 @@ impl Tracked {
             }
         }
         self.stale = false;
+    }
+}
+
+/// An empty snapshot.
+impl Default for Tracked {
+    fn default() -> Tracked {
+        Tracked::new(Snapshot::default())
     }
 }
 
