@@ -100,7 +100,7 @@ pub fn decide_with(
     now: Time,
     scratch: &mut Scratch,
 ) -> Plan {
-    settled::decide(snapshot, policy, now)
+    settled::decide(snapshot, None, policy, now)
         .unwrap_or_else(|| Cycle::new(snapshot, None, policy, now, scratch).run(scratch))
 }
 
@@ -114,7 +114,7 @@ pub(crate) fn decide_resolved(
     now: Time,
     scratch: &mut Scratch,
 ) -> Plan {
-    settled::decide(snapshot, policy, now)
+    settled::decide(snapshot, Some(refs), policy, now)
         .unwrap_or_else(|| Cycle::new(snapshot, Some(refs), policy, now, scratch).run(scratch))
 }
 

@@ -3,12 +3,13 @@
 //!
 //! [`decide`](crate::decide) looks every job's queue up by name, and every node of every running
 //! private job (their expected ends are the profile's releases), at every cycle. A caller that
-//! decides cycle after cycle on a world that changes a little between them (the simulator)
-//! pays for those lookups again and again: on the synthetic replays they were a fifth of the
-//! time. A `Tracked` keeps, beside each job, its queue's index and its nodes' indexes, found
-//! when the job arrives or is changed ([`Tracked::job_mut`]) and found again for every job
-//! when the nodes or queues change in a way that can move an index (a node added, removed or
-//! renamed; the snapshot changed whole through [`Tracked::change_whole`]).
+//! decides cycle after cycle on a world that changes a little between them (the simulator's
+//! engine, the operator's [`crate::Scheduler`]) pays for those lookups again and again: on the
+//! synthetic replays they were a fifth of the time. A `Tracked` keeps, beside each job, its
+//! queue's index and its nodes' indexes, found at the next cycle for the jobs added or changed
+//! since the last one ([`Tracked::push_job`], [`Tracked::job_mut`]) and for every job when the
+//! nodes or queues change in a way that can move an index (a node added, removed or renamed;
+//! the snapshot changed whole through [`Tracked::change_whole`]).
 //!
 //! [`Tracked::decide`] plans exactly what `decide_with` plans on the same snapshot: the
 //! indexes are the ones the cycle would have found by name (`tests/tracked.rs` applies random
@@ -58,8 +59,10 @@ pub struct Tracked {
     refs: Vec<JobRefs>,
     /// Bumped whenever node or queue indexes may have moved: every job's are found again.
     epoch: u64,
-    /// Some job's refs are not of the current epoch.
-    stale: bool,
+    /// Every job's refs are to be found again (the epoch moved), not only `dirty`'s.
+    all: bool,
+    /// Positions of the jobs added or changed since the last cycle.
+    dirty: Vec<usize>,
     /// Node name -> index, as a map built by inserting the nodes in order (a name given twice
     /// keeps its last node, as the cycle's own table does).
     node_pos: FastMap<String, u32>,
@@ -73,7 +76,8 @@ impl Tracked {
             refs: vec![JobRefs::default(); snapshot.jobs.len()],
             snap: snapshot,
             epoch: 1,
-            stale: true,
+            all: true,
+            dirty: Vec::new(),
             node_pos: FastMap::default(),
             queue_pos: FastMap::default(),
         };
@@ -100,14 +104,23 @@ impl Tracked {
 
     /// Adds a job at the end of the job list.
     pub fn push_job(&mut self, job: Job) {
+        self.dirty.push(self.snap.jobs.len());
         self.snap.jobs.push(job);
         self.refs.push(JobRefs::default());
-        self.stale = true;
     }
 
     /// Removes the job at `pos`, keeping the others' order.
     pub fn remove_job(&mut self, pos: usize) -> Job {
         self.refs.remove(pos);
+        // The jobs after it move up one.
+        self.dirty.retain_mut(|p| match (*p).cmp(&pos) {
+            std::cmp::Ordering::Equal => false,
+            std::cmp::Ordering::Greater => {
+                *p -= 1;
+                true
+            }
+            std::cmp::Ordering::Less => true,
+        });
         self.snap.jobs.remove(pos)
     }
 
@@ -120,12 +133,17 @@ impl Tracked {
         self.snap
             .jobs
             .retain(|_| flags.next().copied().unwrap_or(true));
+        // Positions moved: the changed ones are found in a pass over all.
+        self.all = true;
+        self.dirty.clear();
     }
 
     /// The job at `pos`, to change: its queue and nodes are found again at the next cycle.
     pub fn job_mut(&mut self, pos: usize) -> &mut Job {
-        self.refs[pos].epoch = 0;
-        self.stale = true;
+        if self.refs[pos].epoch != 0 {
+            self.refs[pos].epoch = 0;
+            self.dirty.push(pos);
+        }
         &mut self.snap.jobs[pos]
     }
 
@@ -184,7 +202,8 @@ impl Tracked {
     /// Every job's queue and nodes to be found again.
     fn invalidate(&mut self) {
         self.epoch += 1;
-        self.stale = true;
+        self.all = true;
+        self.dirty.clear();
     }
 
     fn index_nodes(&mut self) {
@@ -202,33 +221,44 @@ impl Tracked {
         }
     }
 
-    /// Finds the queue and nodes of every job whose refs are stale.
+    /// Finds the queue and nodes of every job whose refs are stale: the ones added or changed
+    /// since the last cycle, or all of them when an index may have moved.
     fn refresh(&mut self) {
-        if !self.stale {
-            return;
-        }
         let epoch = self.epoch;
-        for (job, refs) in self.snap.jobs.iter().zip(&mut self.refs) {
-            if refs.epoch == epoch {
-                continue;
+        if self.all {
+            for p in 0..self.refs.len() {
+                if self.refs[p].epoch != epoch {
+                    self.resolve(p);
+                }
             }
-            refs.epoch = epoch;
-            refs.queue = self
-                .queue_pos
-                .get(job.queue.as_str())
-                .copied()
-                .unwrap_or(NONE);
-            refs.more.clear();
-            refs.first = NONE;
-            if let JobState::Running { nodes, .. } = &job.state {
-                let mut found = nodes
-                    .iter()
-                    .map(|n| self.node_pos.get(n.as_str()).copied().unwrap_or(NONE));
-                refs.first = found.next().unwrap_or(NONE);
-                refs.more.extend(found);
+            self.all = false;
+        } else {
+            for k in 0..self.dirty.len() {
+                self.resolve(self.dirty[k]);
             }
         }
-        self.stale = false;
+        self.dirty.clear();
+    }
+
+    /// Finds job `p`'s queue and nodes.
+    fn resolve(&mut self, p: usize) {
+        let job = &self.snap.jobs[p];
+        let refs = &mut self.refs[p];
+        refs.epoch = self.epoch;
+        refs.queue = self
+            .queue_pos
+            .get(job.queue.as_str())
+            .copied()
+            .unwrap_or(NONE);
+        refs.more.clear();
+        refs.first = NONE;
+        if let JobState::Running { nodes, .. } = &job.state {
+            let mut found = nodes
+                .iter()
+                .map(|n| self.node_pos.get(n.as_str()).copied().unwrap_or(NONE));
+            refs.first = found.next().unwrap_or(NONE);
+            refs.more.extend(found);
+        }
     }
 }
 

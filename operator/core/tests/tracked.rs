@@ -208,11 +208,11 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
     /// Every step leaves both sides the same snapshot, and `Tracked::decide` plans what
-    /// `decide` plans on it.
+    /// `decide` plans on it, whether or not cycles come between the steps.
     #[test]
     fn tracked_plans_what_decide_plans(
         start in start(),
-        steps in prop::collection::vec(step(), 1..60),
+        steps in prop::collection::vec((step(), any::<bool>()), 1..60),
     ) {
         let mut both = Both {
             tracked: Tracked::new(start.clone()),
@@ -222,9 +222,14 @@ proptest! {
             arrived: 0,
             scratch: Scratch::new(),
         };
-        for (i, step) in steps.iter().enumerate() {
+        for (i, (step, decide_now)) in steps.iter().enumerate() {
             both.step(step);
             prop_assert_eq!(both.tracked.snapshot(), &both.plain, "step {}: {:?}", i, step);
+            // Some steps are taken together, with no cycle between them (as the simulator
+            // takes an instant's arrivals and finishes).
+            if !decide_now && i + 1 < steps.len() {
+                continue;
+            }
             let plan = both.tracked.decide(&NoPolicy, both.now, &mut both.scratch);
             let reference = decide(&both.plain, &NoPolicy, both.now);
             prop_assert_eq!(&plan, &reference, "step {}: {:?}", i, step);

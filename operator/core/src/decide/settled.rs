@@ -11,7 +11,13 @@ use super::cloud::{scale_down, stable_until};
 use super::*;
 
 /// The plan of a world with nothing to place; `None` for any other world.
-pub(super) fn decide(snap: &Snapshot, policy: &dyn Policy, now: Time) -> Option<Plan> {
+/// `refs`: each job's queue already found (as [`super::decide_resolved`] takes them).
+pub(super) fn decide(
+    snap: &Snapshot,
+    refs: Option<&[JobRefs]>,
+    policy: &dyn Policy,
+    now: Time,
+) -> Option<Plan> {
     let settled = snap.jobs.iter().all(|job| match &job.state {
         JobState::Running { cloud: true, .. } => {
             !job.restartable || job.placement == Placement::CloudOnly
@@ -29,7 +35,7 @@ pub(super) fn decide(snap: &Snapshot, policy: &dyn Policy, now: Time) -> Option<
     // As step 1: a private job's expected end, for jobs of a known queue.
     let mut queues: Option<FastMap<&str, ()>> = None;
     let mut last: Option<(&str, bool)> = None;
-    for job in &snap.jobs {
+    for (i, job) in snap.jobs.iter().enumerate() {
         let JobState::Running {
             started_at,
             cloud: false,
@@ -41,8 +47,9 @@ pub(super) fn decide(snap: &Snapshot, policy: &dyn Policy, now: Time) -> Option<
         let Some((_, stable)) = expected_end(job, *started_at, now) else {
             continue;
         };
-        let known = match last {
-            Some((name, known)) if name == job.queue => known,
+        let known = match (refs, last) {
+            (Some(refs), _) => refs[i].queue().is_some(),
+            (None, Some((name, known))) if name == job.queue => known,
             _ => {
                 let known = queues
                     .get_or_insert_with(|| {
