@@ -20,18 +20,19 @@
 //!    left free when finishing there is cheaper, lost work and restart included.
 //! 5. Scale-down: cloud nodes idle past their pool's `idleTimeout` are terminated.
 
-use std::collections::{BTreeSet, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::BTreeSet;
 
 use crate::model::{JobState, QueueOrder, Settings, WaitMode};
 use crate::profile::Profile;
 use crate::tracked::JobRefs;
+pub use fast_map::{FastMap, Fnv};
 use index::PrivateIndex;
 use private::OrderKey;
 pub use scratch::Scratch;
 
 mod cloud;
 mod conservative;
+mod fast_map;
 mod index;
 mod invalid;
 mod names;
@@ -47,34 +48,6 @@ use crate::{
     CapacityType, Classification, Duration, Environment, Job, Placement, PoolKind, Queue, Snapshot,
     Time,
 };
-
-/// FNV-1a: the cycle hashes many short names; SipHash's protection against hash flooding is
-/// not needed for names the cycle itself puts in.
-#[derive(Default)]
-pub struct Fnv(u64);
-
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 {
-            0xcbf2_9ce4_8422_2325
-        } else {
-            self.0
-        };
-        for b in bytes {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        self.0 = h;
-    }
-}
-
-/// A hash map with [`Fnv`] hashing, for maps keyed by short names of the world (jobs, nodes,
-/// instances) that the program itself puts in.
-pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
 
 /// GPUs per replica and acceptable models.
 type ReplicaShape = (u32, Vec<crate::GpuModel>);

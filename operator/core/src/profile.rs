@@ -359,21 +359,13 @@ impl Profile {
     /// Whether `nodes` (one per replica) keep room for `job` from now for `runtime`.
     pub fn holds_now(&mut self, job: &Job, nodes: &[usize], runtime: Option<Duration>) -> bool {
         let to = runtime.map(|d| self.now.saturating_add((d.as_millis() as i64).max(1)));
-        if let &[n] = nodes {
-            // One replica (most gangs): no list to sort.
-            self.work += 1;
-            return self.nodes[n]
+        let (now, steps) = (self.now, &self.nodes);
+        let work = &mut self.work;
+        each_node_holds(nodes, job.gpus_per_replica, |n, need| {
+            *work += 1;
+            steps[n]
                 .as_ref()
-                .is_some_and(|s| s.min_free(self.now, to) >= job.gpus_per_replica);
-        }
-        let mut sorted = nodes.to_vec();
-        sorted.sort_unstable();
-        sorted.chunk_by(|a, b| a == b).all(|same| {
-            self.work += 1;
-            let need = job.gpus_per_replica * same.len() as u32;
-            self.nodes[same[0]]
-                .as_ref()
-                .is_some_and(|s| s.min_free(self.now, to) >= need)
+                .is_some_and(|s| s.min_free(now, to) >= need)
         })
     }
 
@@ -406,6 +398,25 @@ impl Profile {
     pub fn add_work(&mut self, work: u64) {
         self.work += work;
     }
+}
+
+/// Whether `holds(node, GPUs)` says yes for every distinct node of a gang placed on `nodes`
+/// (one per replica, `gpus` each), asked once per node with what all its replicas need,
+/// stopping at the first no.
+pub(crate) fn each_node_holds(
+    nodes: &[usize],
+    gpus: u32,
+    mut holds: impl FnMut(usize, u32) -> bool,
+) -> bool {
+    if let &[n] = nodes {
+        // One replica (most gangs): no list to sort.
+        return holds(n, gpus);
+    }
+    let mut sorted = nodes.to_vec();
+    sorted.sort_unstable();
+    sorted
+        .chunk_by(|a, b| a == b)
+        .all(|same| holds(same[0], gpus * same.len() as u32))
 }
 
 /// One eligible node during a search: the step in force at the candidate, and the least free

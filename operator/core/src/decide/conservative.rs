@@ -3,7 +3,7 @@
 //! than its wait allows.
 
 use super::{Cycle, Waiting};
-use crate::profile::{Profile, Slot};
+use crate::profile::{Profile, Slot, each_node_holds};
 use crate::{Duration, Job};
 
 impl<'a> Cycle<'a> {
@@ -101,14 +101,13 @@ impl<'a> Cycle<'a> {
         w.private_estimate = Some(slot.at);
         None
     }
-}
 
-impl<'a> Cycle<'a> {
     /// Puts off building the profile: while every job planned starts now, the profile is
     /// only asked whether GPUs free now stay free for the job's runtime, which they do (see
     /// [`Deferred`]).
     fn defer_profile(&mut self) {
-        // In the buffers an earlier deferral left.
+        // In the buffers an earlier deferral left. GPUs held for a reclaiming job are not free
+        // to plan with.
         let mut d = self.spare_deferred.take().unwrap_or_default();
         d.base.clear();
         d.base
@@ -172,16 +171,10 @@ pub(super) struct Deferred {
 impl Deferred {
     /// [`Profile::holds_now`] on the profile this stands for.
     fn holds_now(&mut self, job: &Job, nodes: &[usize], private: &[bool]) -> bool {
-        let g = job.gpus_per_replica;
-        if let &[n] = nodes {
-            self.work += 1;
-            return private[n] && self.free[n] >= g;
-        }
-        let mut sorted = nodes.to_vec();
-        sorted.sort_unstable();
-        sorted.chunk_by(|a, b| a == b).all(|same| {
-            self.work += 1;
-            private[same[0]] && self.free[same[0]] >= g * same.len() as u32
+        let (free, work) = (&self.free, &mut self.work);
+        each_node_holds(nodes, job.gpus_per_replica, |n, need| {
+            *work += 1;
+            private[n] && free[n] >= need
         })
     }
 
