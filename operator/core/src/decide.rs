@@ -364,14 +364,10 @@ impl<'a> Cycle<'a> {
             let job = &snap.jobs[i];
             let plan_it = match &job.state {
                 JobState::Pending => true,
+                // Its launch failed or its instances are gone, or those left can no longer
+                // hold it: plan it again.
                 JobState::Provisioning { need, pool } => {
-                    if self.need_in_flight(need) {
-                        self.provisioning(job, need, pool);
-                        false
-                    } else {
-                        // Its launch failed or its instances are gone: plan it again.
-                        true
-                    }
+                    !(self.need_in_flight(need) && self.provisioning(job, need, pool))
                 }
                 // Its private nodes are gone: plan it again.
                 JobState::Suspended { nodes, pool, ready } => {
@@ -423,10 +419,18 @@ impl<'a> Cycle<'a> {
             .push(Decision::new(&job.id, outcome, reason, message, rule));
     }
 
-    fn provisioning(&mut self, job: &'a Job, need: &str, pool: &str) {
+    /// Starts a provisioning job whose instances have all joined, or decides that it waits
+    /// for them. `false` when they cannot hold it even once all have joined (a gang's need lost
+    /// one of its instances before the job started: interrupted, terminated by hand, or never
+    /// joined): nothing is claimed or decided, and the job is planned again like a pending one
+    /// (the instances left are idle cloud capacity to place it or others on, or to scale down).
+    fn provisioning(&mut self, job: &'a Job, need: &str, pool: &str) -> bool {
         let snap = self.snap;
         let instances: Vec<&crate::Instance> =
             snap.instances.iter().filter(|i| i.need == need).collect();
+        if !job.fits_in_instances(instances.iter().map(|i| i.gpus)) {
+            return false;
+        }
         let mut joined: Vec<usize> = instances
             .iter()
             .filter_map(|i| i.node.as_deref())
@@ -459,7 +463,7 @@ impl<'a> Cycle<'a> {
                 None,
                 Some(hourly),
             );
-            return;
+            return true;
         }
         let message = self.say(|| {
             format!(
@@ -469,6 +473,7 @@ impl<'a> Cycle<'a> {
             )
         });
         self.decide_job(job, Outcome::Wait, Reason::Provisioning, message, None);
+        true
     }
 
     /// Places a gang on the given cloud nodes (best fit), taking their GPUs.

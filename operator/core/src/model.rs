@@ -293,6 +293,14 @@ impl Job {
         format!("{}#{}", self.id, self.attempt)
     }
 
+    /// Whether instances (or nodes) with these GPUs can hold every replica at once, each
+    /// replica on one of them.
+    pub fn fits_in_instances(&self, gpus: impl IntoIterator<Item = u32>) -> bool {
+        let g = self.gpus_per_replica;
+        g == 0
+            || gpus.into_iter().map(|n| u64::from(n / g)).sum::<u64>() >= u64::from(self.replicas)
+    }
+
     pub fn accepts_model(&self, model: Option<&GpuModel>) -> bool {
         self.gpu_models.is_empty() || model.is_some_and(|m| self.gpu_models.contains(m))
     }

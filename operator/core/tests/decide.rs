@@ -378,19 +378,7 @@ fn provisioning_jobs_start_on_their_instances_and_are_not_launched_twice() {
         need: j.need_key(),
         pool: "aws".into(),
     };
-    let inst = Instance {
-        id: "i-1".into(),
-        pool: "aws".into(),
-        instance_type: "g5.12xlarge".into(),
-        capacity_type: CapacityType::OnDemand,
-        zone: "us-east-1a".into(),
-        gpus: 4,
-        hourly_price: 5.672,
-        need: j.need_key(),
-        queue: "research".into(),
-        node: None,
-        launched_at: at_min(20),
-    };
+    let inst = need_instance(&j, "i-1", None);
     s.jobs = vec![j];
     s.instances = vec![inst];
     let plan = run(&s, 21);
@@ -398,17 +386,7 @@ fn provisioning_jobs_start_on_their_instances_and_are_not_launched_twice() {
     assert!(plan.launches.is_empty(), "never launch twice for one need");
 
     s.instances[0].node = Some("ip-10-0-0-1".into());
-    s.nodes.push(Node {
-        name: "ip-10-0-0-1".into(),
-        pool: "aws".into(),
-        gpu_model: Some(GpuModel::normalize("A10G")),
-        gpus: 4,
-        free_gpus: 4,
-        schedulable: true,
-        releasing_gpus: 0,
-        instance_id: Some("i-1".into()),
-        idle_since: Some(at_min(23)),
-    });
+    s.nodes.push(cloud_node("ip-10-0-0-1", "i-1", 23));
     // Joined but not Ready yet, past the pool's idle timeout: the job waits for it, and it is
     // not scaled down under the job (found by the chaos suite's EC2 storm on a loaded machine:
     // one of a gang's two nodes was terminated while the other was still coming up).
@@ -432,20 +410,118 @@ fn provisioning_jobs_start_on_their_instances_and_are_not_launched_twice() {
     assert_eq!(plan.launches.len(), 1);
 }
 
-#[test]
-fn idle_cloud_nodes_are_reused_then_terminated() {
-    let mut s = base();
-    s.nodes.push(Node {
-        name: "cloud-1".into(),
+/// A cloud instance of a gang's need, joined as `node` when given.
+fn need_instance(j: &Job, id: &str, node: Option<&str>) -> Instance {
+    Instance {
+        id: id.into(),
+        pool: "aws".into(),
+        instance_type: "g5.12xlarge".into(),
+        capacity_type: CapacityType::OnDemand,
+        zone: "us-east-1a".into(),
+        gpus: 4,
+        hourly_price: 5.672,
+        need: j.need_key(),
+        queue: "research".into(),
+        node: node.map(Into::into),
+        launched_at: at_min(20),
+    }
+}
+
+fn cloud_node(name: &str, instance: &str, idle_since_min: i64) -> Node {
+    Node {
+        name: name.into(),
         pool: "aws".into(),
         gpu_model: Some(GpuModel::normalize("A10G")),
         gpus: 4,
         free_gpus: 4,
         schedulable: true,
         releasing_gpus: 0,
-        instance_id: Some("i-9".into()),
-        idle_since: Some(at_min(0)),
-    });
+        instance_id: Some(instance.into()),
+        idle_since: Some(at_min(idle_since_min)),
+    }
+}
+
+#[test]
+fn a_gang_whose_need_lost_an_instance_before_it_started_is_planned_again() {
+    // Two replicas of 4 GPUs on two 4-GPU instances; one of them was interrupted (or
+    // terminated by hand) before the job started. The one left can never hold the gang.
+    let mut s = base();
+    let mut j = job("gang", 4, 0);
+    j.replicas = 2;
+    j.state = JobState::Provisioning {
+        need: j.need_key(),
+        pool: "aws".into(),
+    };
+    let need = j.need_key();
+    s.instances = vec![need_instance(&j, "i-1", Some("ip-1"))];
+    s.nodes = vec![cloud_node("ip-1", "i-1", 22)];
+    s.jobs = vec![j.clone()];
+
+    // Not waiting for it forever: launched again for the same need, in full (the node left
+    // cannot take one replica while the other waits for a new instance: a gang starts whole).
+    let plan = run(&s, 25);
+    assert_decision(
+        &plan,
+        "gang",
+        Outcome::StartCloud,
+        Reason::NoPrivateCapacity,
+    );
+    assert_eq!(plan.launches.len(), 1, "{:#?}", plan.launches);
+    assert_eq!(plan.launches[0].need, need);
+    let placed: u32 = plan.launches[0].count * plan.launches[0].offering.gpus_per_instance;
+    assert!(
+        placed >= 8,
+        "the launch holds the whole gang: {:?}",
+        plan.launches[0]
+    );
+
+    // Once the new instances are there the need holds again: the job waits for them, and
+    // the node left is the job's (not scaled down under it) ...
+    let launch = plan.launches[0].clone();
+    for k in 0..launch.count {
+        let mut i = need_instance(&j, &format!("i-new-{k}"), None);
+        i.instance_type = launch.offering.instance_type.clone();
+        i.gpus = launch.offering.gpus_per_instance;
+        s.instances.push(i);
+    }
+    let plan = run(&s, 40);
+    assert_decision(&plan, "gang", Outcome::Wait, Reason::Provisioning);
+    assert!(plan.launches.is_empty() && plan.terminations.is_empty());
+
+    // ... then starts on them once all have joined.
+    for k in 0..launch.count {
+        let name = format!("ip-new-{k}");
+        s.instances[1 + k as usize].node = Some(name.clone());
+        let mut n = cloud_node(&name, &format!("i-new-{k}"), 41);
+        n.gpus = launch.offering.gpus_per_instance;
+        n.free_gpus = n.gpus;
+        s.nodes.push(n);
+    }
+    let plan = run(&s, 41);
+    assert_decision(&plan, "gang", Outcome::StartCloud, Reason::InstancesReady);
+    assert_eq!(plan.starts[0].nodes.len(), 2);
+
+    // Private GPUs freed meanwhile: a need that cannot hold its gang any more is no reason
+    // to keep waiting for the cloud; the job starts at home, and the node left is idle
+    // capacity, scaled down after the pool's idle timeout.
+    s.instances.truncate(1);
+    s.nodes.truncate(1);
+    s.nodes.push(private_node("home", 8, 8, "A100"));
+    let plan = run(&s, 30);
+    assert_decision(&plan, "gang", Outcome::StartPrivate, Reason::FitsPrivate);
+    assert!(plan.launches.is_empty());
+    assert_eq!(plan.terminations.len(), 0);
+    assert_eq!(plan.next_wake, Some(at_min(32)));
+    let plan = run(&s, 32);
+    assert_decision(&plan, "gang", Outcome::StartPrivate, Reason::FitsPrivate);
+    assert_eq!(plan.terminations.len(), 1);
+    assert_eq!(plan.terminations[0].instance_id.as_deref(), Some("i-1"));
+}
+
+#[test]
+fn idle_cloud_nodes_are_reused_then_terminated() {
+    let mut s = base();
+    s.nodes.push(cloud_node("cloud-1", "i-9", 0));
     let plan = run(&s, 5);
     assert!(plan.terminations.is_empty());
     assert_eq!(plan.next_wake, Some(at_min(10)));

@@ -197,7 +197,7 @@ struct State {
 }
 
 /// How long an instance a launch returned is kept in the view while listings do not show it.
-const LISTING_LAG: core::Duration = core::Duration::from_secs(60);
+pub const LISTING_LAG: core::Duration = core::Duration::from_secs(60);
 
 /// How long after a launch of unknown outcome a listing that does not show the need's
 /// instances is taken to mean none were launched (EC2's describe calls are eventually

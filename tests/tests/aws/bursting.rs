@@ -331,31 +331,8 @@ async fn a_capacity_error_on_the_cheapest_offering_launches_the_next_one() {
         failed >= 3 && calls == failed + 1,
         "{calls} RunInstances, {failed} failed"
     );
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(w.client.clone(), &w.ns);
-    eventually(WAIT, "a LaunchFailed Warning Event", || async {
-        let list = events
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        let found = list.items.iter().any(|e| {
-            e.reason.as_deref() == Some("LaunchFailed")
-                && e.note
-                    .as_deref()
-                    .is_some_and(|n| n.contains("InsufficientInstanceCapacity"))
-        });
-        if found {
-            Ok(())
-        } else {
-            Err(format!(
-                "{:?}",
-                list.items
-                    .iter()
-                    .map(|e| e.reason.clone())
-                    .collect::<Vec<_>>()
-            ))
-        }
-    })
-    .await;
+    w.wait_warning("LaunchFailed", "InsufficientInstanceCapacity")
+        .await;
     op.stop().await.expect("clean stop");
 }
 

@@ -259,3 +259,87 @@ async fn an_instance_that_never_joins_is_replaced() {
     assert_eq!(st.phase, Some(JobPhase::Provisioning), "{st:?}");
     op.stop().await.expect("clean stop");
 }
+
+/// A gang's need loses one of its two instances before the job starts (terminated behind the
+/// operator's back while both were still booting). The one left can never hold the job: it is
+/// launched again under its next attempt's need (a minute after the first launch, as long as a
+/// listing may show part of a launch), runs there, and the instance left idles out. Before,
+/// the job waited for the lost instance forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_that_lost_an_instance_before_starting_launches_again() {
+    let _turn = serial().await;
+    let w = World::new("aws-gang", json!({})).await;
+    // A join timeout well past the minute a launch's instance is kept unlisted: the instance
+    // lost is not taken for one that never joined (which would replace it too, another way).
+    let op = w
+        .operator_with(CloudConfig {
+            join_timeout: Duration::from_secs(600),
+            ..w.cloud()
+        })
+        .await;
+    w.fill_private_gpu().await;
+    w.submit("pair", json!({"replicas": 2}), None).await;
+    let need0 = format!("{}/pair#0", w.ns);
+    let first = eventually(WAIT, "the gang's two instances", || async {
+        let list = w.instances().await;
+        let ids: Vec<String> = list
+            .iter()
+            .filter(|i| i.3 == need0)
+            .map(|i| i.0.clone())
+            .collect();
+        if ids.len() == 2 {
+            Ok(ids)
+        } else {
+            Err(format!("{list:?}"))
+        }
+    })
+    .await;
+    w.ec2
+        .terminate_instances()
+        .instance_ids(first[0].clone())
+        .send()
+        .await
+        .expect("terminate behind the operator's back");
+    // Machines boot from now on: the instance left joins, and is not enough.
+    let _machines = w.boot_machines(Some(Duration::from_secs(1)));
+    let need1 = format!("{}/pair#1", w.ns);
+    let running = eventually(
+        Duration::from_secs(150),
+        "the gang running on its next need's instances",
+        || async {
+            let j = w.jobs().get("pair").await.map_err(|e| e.to_string())?;
+            let st = j.status.clone().unwrap_or_default();
+            if st.phase == Some(JobPhase::Running) {
+                Ok(st)
+            } else {
+                Err(format!("{st:?} {:?}", w.instances().await))
+            }
+        },
+    )
+    .await;
+    assert_eq!(running.restarts, Some(1), "{running:?}");
+    let list = w.instances().await;
+    let fresh: Vec<&String> = list.iter().filter(|i| i.3 == need1).map(|i| &i.0).collect();
+    assert_eq!(
+        fresh.len(),
+        2,
+        "one launch of two for the new need: {list:?}"
+    );
+    let mut on: Vec<&String> = running.nodes.iter().collect();
+    on.sort();
+    let mut fresh_sorted = fresh.clone();
+    fresh_sorted.sort();
+    assert_eq!(on, fresh_sorted, "on the new need's instances: {list:?}");
+    // The instance left runs nothing and idles out (idle timeout 3 s).
+    eventually(WAIT, "the instance left terminated", || async {
+        let list = w.instances().await;
+        let left = list.iter().find(|i| i.0 == first[1]);
+        match left {
+            Some(i) if i.2 == "terminated" || i.2 == "shutting-down" => Ok(()),
+            _ => Err(format!("{list:?}")),
+        }
+    })
+    .await;
+    w.wait_warning("NeedReplanned", &need1).await;
+    op.stop().await.expect("clean stop");
+}

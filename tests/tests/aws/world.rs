@@ -209,6 +209,31 @@ impl World {
         workload::wait_phase(&self.jobs(), name, phase).await
     }
 
+    /// Waits for a Warning Event with `reason` in the test's namespace whose note contains
+    /// `note`.
+    pub async fn wait_warning(&self, reason: &str, note: &str) {
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(self.client.clone(), &self.ns);
+        eventually(WAIT, &format!("a {reason} Warning Event"), || async {
+            let list = events
+                .list(&kube::api::ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let found = list.items.iter().any(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.note.as_deref().is_some_and(|n| n.contains(note))
+            });
+            if found {
+                Ok(())
+            } else {
+                let seen: Vec<_> = list.items.iter().map(|e| (&e.reason, &e.note)).collect();
+                Err(format!("{seen:?}"))
+            }
+        })
+        .await;
+    }
+
     /// (id, type, state, need) of the instances tagged for this test's cluster.
     pub async fn instances(&self) -> Vec<(String, String, String, String)> {
         cluster_instances(&self.ec2, &self.cluster_tag)

@@ -4,7 +4,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 use spillway_api::ComputePool;
 use spillway_core::{self as core, Time};
 
@@ -170,6 +170,7 @@ impl State {
         pools: &HashMap<String, Arc<ComputePool>>,
         built: &world::Built,
         cloud: CloudInputs<'_>,
+        now: Time,
     ) {
         // Until every region has been listed, what runs there is unknown: a restarted operator
         // would launch past budgets and pool limits, counting none of the instances its
@@ -187,11 +188,49 @@ impl State {
             };
             // A launch under way answers for itself (the core plans a need with no instance
             // again, to recover one whose launch failed).
-            if cloud.view.launching.contains_key(&l.need) {
+            if cloud.view.launching.contains_key(&l.need) || self.moved_on(view) {
                 continue;
             }
+            let mut launch = l.clone();
+            // The core plans a need that has instances again only when they cannot hold its
+            // job any more (a gang's need lost one before the job started: interrupted, or
+            // terminated by someone). Under its key the launch would adopt them and nothing
+            // more, so the job moves to its next attempt and launches under the new key; the
+            // instances left are idle capacity (reused, or scaled down after the pool's
+            // idleTimeout) or, not joined yet, collected as orphans.
+            // A listing may show part of a launch for a while (EC2's describe calls are
+            // eventually consistent): only instances older than that count as left.
+            let left: Vec<Time> = cloud
+                .view
+                .instances
+                .iter()
+                .filter(|i| i.need == l.need)
+                .map(|i| i.launched_at)
+                .collect();
+            if left
+                .iter()
+                .any(|t| now.since(*t) < crate::cloud::LISTING_LAG)
+            {
+                continue;
+            }
+            let left = left.len();
+            if left > 0 {
+                let next = self.next_attempt(view);
+                launch.need = format!("{}#{next}", view.id);
+                tracing::warn!(job = %view.id, need = %l.need, left, next = %launch.need, "the instances left of a need cannot hold its job; launching under a new need");
+                self.publish(
+                    view.job.object_ref(&()),
+                    true,
+                    "NeedReplanned",
+                    "Launch",
+                    format!(
+                        "The {left} instance(s) left of need {} cannot hold the job (one was lost before it started); launching {} x {} for need {} instead.",
+                        l.need, l.count, l.offering.instance_type, launch.need
+                    ),
+                );
+            }
             self.emit(Action::Launch(Box::new(LaunchOrder {
-                launch: l.clone(),
+                launch,
                 pool: pool.clone(),
                 job: view.job.clone(),
             })));

@@ -267,7 +267,7 @@ impl State {
         let identity_wake = self.tokens(&built, ring.as_ref(), &queues, &pools, now);
         if let Some(c) = cloud {
             self.forget_retired(&inputs, c);
-            self.launches_and_terminations(&plan, &pools, &built, c);
+            self.launches_and_terminations(&plan, &pools, &built, c, now);
             self.release_deleted_jobs(&built, &inputs, c);
             self.collect_garbage(&built, &inputs, c, metrics, now);
             self.maybe_sweep_tokens(&built, c, now);

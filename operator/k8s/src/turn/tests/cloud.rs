@@ -194,6 +194,53 @@ fn an_idle_cloud_node_is_cordoned_then_terminated_after_its_idle_timeout() {
     assert!(l.state.retiring.is_empty(), "{:?}", l.state.retiring);
 }
 
+/// A gang's need lost one of its two instances before the job started (interrupted, or
+/// terminated by someone): the one left can never hold the job. Found in review: the core kept
+/// the job waiting for it forever; planned again under the same need key, the launch would only
+/// adopt the instance left. The job moves to its next attempt and launches under a new need.
+#[test]
+fn a_gang_whose_need_lost_an_instance_launches_again_under_a_new_need() {
+    let mut i = bursting("0s", None);
+    i.jobs.push(job("train").replicas(2).build());
+    let mut c = cloud();
+    c.instance("i-left", "aws", "team/train#0", "g6.xlarge", noon());
+    let mut l = Loop::new();
+    // Within a minute of the launch a listing may show part of it: nothing yet.
+    let t = l.turn(
+        &i,
+        Some(&c),
+        noon() + minutes(1) - spillway_core::Duration::from_secs(1),
+    );
+    assert!(launches(&t).is_empty(), "{:?}", kinds(&t));
+    let t = l.turn(&i, Some(&c), noon() + minutes(1));
+    let l0 = launches(&t);
+    assert_eq!(l0.len(), 1, "{:?}", kinds(&t));
+    assert_eq!(l0[0].launch.need, "team/train#1");
+    assert_eq!(l0[0].launch.count, 2, "the whole gang: {:?}", l0[0].launch);
+    assert!(
+        events(&t)
+            .iter()
+            .any(|(_, reason, warning)| reason == "NeedReplanned" && *warning),
+        "{:?}",
+        events(&t)
+    );
+
+    // The launch under way: the job waits for it (attempt 1) and asks for nothing more; the
+    // instance left belongs to no need now, and is collected after the grace period.
+    c.view
+        .launching
+        .insert("team/train#1".into(), l0[0].launch.clone());
+    let t = l.turn(&i, Some(&c), noon() + minutes(2));
+    assert!(launches(&t).is_empty(), "{:?}", kinds(&t));
+    let st = status_of(&t, StatusKind::GpuJob, "train").expect("status");
+    assert_eq!(st["phase"], "Provisioning", "{st}");
+    assert_eq!(st["restarts"], 1, "the next attempt: {st}");
+    let t = l.turn(&i, Some(&c), noon() + minutes(4));
+    assert!(t.actions.iter().any(
+        |a| matches!(a, Action::Terminate { instance, node: None, .. } if instance == "i-left")
+    ));
+}
+
 #[test]
 fn an_instance_no_need_wants_is_collected_after_the_grace_period() {
     let i = bursting("0s", None);
