@@ -57,24 +57,33 @@ where
     let stream = watcher(api, config)
         .default_backoff()
         .modify(strip)
-        .reflect(writer)
-        .touched_objects();
+        .reflect(writer);
     tasks.push(tokio::spawn(drain(
         stream,
-        changed,
+        move || changed.notify_one(),
         K::kind(&()).into_owned(),
     )));
     reader
 }
 
-async fn drain<S, K>(stream: S, changed: Arc<Notify>, kind: String)
+/// Tells the loop (`on_change`) after every change the store shows: an object applied or
+/// deleted, or a list done. A list (at start, and again whenever a watch cannot resume, as
+/// after an API-server restart) reaches the store only at its `InitDone`, when the reflector
+/// swaps it in. Waking the loop on its objects (`InitApply`, as `touched_objects` does) and
+/// not on `InitDone` let a turn read the store before the swap and nothing wake the loop
+/// after it: found by the API-server-restart chaos test, where pods that finished while the
+/// server was away stayed Running in the cache until the resync.
+async fn drain<S, K>(stream: S, on_change: impl Fn(), kind: String)
 where
-    S: Stream<Item = Result<K, watcher::Error>>,
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
 {
     let mut stream = std::pin::pin!(stream);
     while let Some(item) = stream.next().await {
         match item {
-            Ok(_) => changed.notify_one(),
+            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => {
+                on_change()
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
             Err(e) => tracing::warn!(kind = %kind, error = %e, "watch error (retrying)"),
         }
     }
@@ -287,5 +296,56 @@ impl Inputs {
             *n.entry(u.kind).or_default() += 1;
         }
         n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use futures::stream;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::runtime::WatchStreamExt;
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Event;
+
+    use super::drain;
+
+    fn pod(phase: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "status": {"phase": phase},
+        }))
+        .expect("pod")
+    }
+
+    /// What the store shows each time the loop is woken, for a list, a watch event, and a
+    /// list again (a watch that could not resume): the last wake-up must see the last list.
+    #[tokio::test]
+    async fn the_loop_is_woken_once_a_list_is_in_the_store() {
+        let (reader, writer) = reflector::store::<Pod>();
+        let events = vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply(pod("Pending"))),
+            Ok(Event::InitDone),
+            Ok(Event::Apply(pod("Running"))),
+            Ok(Event::Init),
+            Ok(Event::InitApply(pod("Succeeded"))),
+            Ok(Event::InitDone),
+        ];
+        let seen: Mutex<Vec<Vec<String>>> = Mutex::default();
+        let look = || {
+            let phases = reader
+                .state()
+                .iter()
+                .filter_map(|p| p.status.as_ref()?.phase.clone())
+                .collect();
+            seen.lock().expect("seen").push(phases);
+        };
+        drain(stream::iter(events).reflect(writer), look, "Pod".into()).await;
+        assert_eq!(
+            seen.into_inner().expect("seen"),
+            [vec!["Pending"], vec!["Running"], vec!["Succeeded"]]
+        );
     }
 }
