@@ -500,7 +500,8 @@ pub fn build(
                 surplus.push(pod);
             }
         }
-        let invalid = match convert::job(job, queued_at) {
+        let converted = convert::job(job, queued_at);
+        let invalid = match &converted {
             Err(e) => Some(e.to_string()),
             Ok(_) => crate::pods::check(job).err().or_else(|| {
                 queues_by_name
@@ -572,7 +573,7 @@ pub fn build(
             }
         }
         if invalid.is_none()
-            && let Ok(mut cj) = convert::job(job, queued_at)
+            && let Ok(mut cj) = converted
         {
             cj.attempt = attempt;
             match &lifecycle {
