@@ -421,9 +421,9 @@ impl<'a> Cycle<'a> {
 
     /// Starts a provisioning job whose instances have all joined, or decides that it waits
     /// for them. `false` when they cannot hold it even once all have joined (a gang's need lost
-    /// one of its instances before the job started: interrupted, terminated by hand, or never
-    /// joined): nothing is claimed or decided, and the job is planned again like a pending one
-    /// (the instances left are idle cloud capacity to place it or others on, or to scale down).
+    /// one of its instances before the job started: interrupted, or terminated by hand):
+    /// nothing is claimed or decided, and the job is planned again like a pending one (the
+    /// instances left are idle cloud capacity to place it or others on, or to scale down).
     fn provisioning(&mut self, job: &'a Job, need: &str, pool: &str) -> bool {
         let snap = self.snap;
         let instances: Vec<&crate::Instance> =

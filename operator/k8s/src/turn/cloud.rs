@@ -191,41 +191,36 @@ impl State {
             if cloud.view.launching.contains_key(&l.need) || self.moved_on(view) {
                 continue;
             }
-            let mut launch = l.clone();
             // The core plans a need that has instances again only when they cannot hold its
             // job any more (a gang's need lost one before the job started: interrupted, or
             // terminated by someone). Under its key the launch would adopt them and nothing
             // more, so the job moves to its next attempt and launches under the new key; the
             // instances left are idle capacity (reused, or scaled down after the pool's
-            // idleTimeout) or, not joined yet, collected as orphans.
-            // A listing may show part of a launch for a while (EC2's describe calls are
-            // eventually consistent): only instances older than that count as left.
-            let left: Vec<Time> = cloud
-                .view
-                .instances
-                .iter()
+            // idleTimeout) or, not joined yet, collected as orphans. A listing may show part
+            // of a launch for a while (EC2's describe calls are eventually consistent), so
+            // this waits until the instances left are older than that.
+            let left: Vec<_> = (cloud.view.instances.iter())
                 .filter(|i| i.need == l.need)
-                .map(|i| i.launched_at)
                 .collect();
             if left
                 .iter()
-                .any(|t| now.since(*t) < crate::cloud::LISTING_LAG)
+                .any(|i| now.since(i.launched_at) < crate::cloud::LISTING_LAG)
             {
                 continue;
             }
-            let left = left.len();
-            if left > 0 {
+            let mut launch = l.clone();
+            if !left.is_empty() {
                 let next = self.next_attempt(view);
                 launch.need = format!("{}#{next}", view.id);
-                tracing::warn!(job = %view.id, need = %l.need, left, next = %launch.need, "the instances left of a need cannot hold its job; launching under a new need");
+                tracing::warn!(job = %view.id, need = %l.need, left = left.len(), next = %launch.need, "the instances left of a need cannot hold its job; launching under a new need");
                 self.publish(
                     view.job.object_ref(&()),
                     true,
                     "NeedReplanned",
                     "Launch",
                     format!(
-                        "The {left} instance(s) left of need {} cannot hold the job (one was lost before it started); launching {} x {} for need {} instead.",
-                        l.need, l.count, l.offering.instance_type, launch.need
+                        "The {} instance(s) left of need {} cannot hold the job (one was lost before it started); launching {} x {} for need {} instead.",
+                        left.len(), l.need, l.count, l.offering.instance_type, launch.need
                     ),
                 );
             }

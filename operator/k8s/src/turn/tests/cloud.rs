@@ -195,9 +195,9 @@ fn an_idle_cloud_node_is_cordoned_then_terminated_after_its_idle_timeout() {
 }
 
 /// A gang's need lost one of its two instances before the job started (interrupted, or
-/// terminated by someone): the one left can never hold the job. Found in review: the core kept
-/// the job waiting for it forever; planned again under the same need key, the launch would only
-/// adopt the instance left. The job moves to its next attempt and launches under a new need.
+/// terminated by someone): the one left can never hold the job. Before, the core kept the job
+/// waiting for it forever; planned again under the same need key, the launch would only adopt
+/// the instance left. The job moves to its next attempt and launches under a new need.
 #[test]
 fn a_gang_whose_need_lost_an_instance_launches_again_under_a_new_need() {
     let mut i = bursting("0s", None);
