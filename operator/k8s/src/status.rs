@@ -146,7 +146,8 @@ pub fn desired(
     now: Time,
 ) -> GpuJobStatus {
     let job = &view.job;
-    let current = base.cloned().unwrap_or_default();
+    let none = GpuJobStatus::default();
+    let current = base.unwrap_or(&none);
     let mut s = current.clone();
     let generation = job.metadata.generation;
     s.observed_generation = generation;
@@ -159,7 +160,7 @@ pub fn desired(
     s.restarts = (view.attempt > 0).then_some(view.attempt as i32);
 
     match &view.lifecycle {
-        Lifecycle::Done | Lifecycle::Broken { .. } => return current,
+        Lifecycle::Done | Lifecycle::Broken { .. } => return current.clone(),
         Lifecycle::Suspended { .. } => {
             // Phase, pool, nodes and the Suspended condition were written when the move began.
             if let Some(d) = decision {

@@ -180,10 +180,21 @@ pub fn pod_active(pod: &Pod) -> bool {
 
 /// The node a pod runs on, or the node Spillway placed it on before the scheduler binds it.
 pub fn pod_node(pod: &Pod) -> Option<String> {
+    pod_node_name(pod).map(str::to_string)
+}
+
+/// [`pod_node`], borrowed from the pod.
+fn pod_node_name(pod: &Pod) -> Option<&str> {
     pod.spec
         .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .or_else(|| pod.annotations().get(labels::NODE_ANNOTATION).cloned())
+        .and_then(|s| s.node_name.as_deref())
+        .or_else(|| {
+            pod.metadata
+                .annotations
+                .as_ref()?
+                .get(labels::NODE_ANNOTATION)
+                .map(String::as_str)
+        })
 }
 
 fn millis(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> Time {
@@ -413,24 +424,22 @@ pub fn build(
     }
 
     // GPUs in use per node: every active pod bound (or placed by us) there.
-    let mut used: HashMap<String, u32> = HashMap::new();
+    let mut used: HashMap<&str, u32> = HashMap::new();
     // Of those, GPUs of pods on their way out (being deleted, or about to be as surplus).
-    let mut releasing: HashMap<String, u32> = HashMap::new();
-    let mut pods_by_job: HashMap<(String, String), Vec<Arc<Pod>>> = HashMap::new();
+    let mut releasing: HashMap<&str, u32> = HashMap::new();
+    let mut pods_by_job: HashMap<(&str, &str), Vec<&Arc<Pod>>> = HashMap::new();
     for pod in &inputs.pods {
         if pod_active(pod)
-            && let Some(node) = pod_node(pod)
+            && let Some(node) = pod_node_name(pod)
         {
             if pod.metadata.deletion_timestamp.is_some() {
-                *releasing.entry(node.clone()).or_default() += pod_gpus(pod);
+                *releasing.entry(node).or_default() += pod_gpus(pod);
             }
             *used.entry(node).or_default() += pod_gpus(pod);
         }
-        if let Some(job) = pod.labels().get(labels::JOB_LABEL) {
-            pods_by_job
-                .entry((pod.namespace().unwrap_or_default(), job.clone()))
-                .or_default()
-                .push(pod.clone());
+        if let Some(job) = (pod.metadata.labels.as_ref()).and_then(|l| l.get(labels::JOB_LABEL)) {
+            let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+            pods_by_job.entry((ns, job)).or_default().push(pod);
         }
     }
 
@@ -467,8 +476,8 @@ pub fn build(
         node.is_some_and(|n| !ready.contains(n))
     };
     for job in &inputs.jobs {
-        let ns = job.namespace().unwrap_or_default();
-        let name = job.name_any();
+        let ns = job.metadata.namespace.as_deref().unwrap_or_default();
+        let name = job.metadata.name.as_deref().unwrap_or_default();
         let id = format!("{ns}/{name}");
         let status = job.status.as_ref();
         let attempt = status.and_then(|s| s.restarts).unwrap_or(0).max(0) as u32;
@@ -478,25 +487,21 @@ pub fn build(
             .or(job.metadata.creation_timestamp.as_ref())
             .map(millis)
             .unwrap_or(now);
-        let mut pods = Vec::new();
-        let mut surplus = Vec::new();
+        let mut pods: Vec<&Arc<Pod>> = Vec::new();
+        let mut surplus: Vec<&Arc<Pod>> = Vec::new();
         // Some pod of it is still stopping.
         let mut stopping = false;
-        for pod in pods_by_job
-            .remove(&(ns.clone(), name.clone()))
-            .into_iter()
-            .flatten()
-        {
-            if !owned_by(&pod, job) {
+        for pod in pods_by_job.remove(&(ns, name)).into_iter().flatten() {
+            if !owned_by(pod, job) {
                 continue;
             }
             if pod.metadata.deletion_timestamp.is_some() {
-                stopping |= pod_active(&pod) && !dead_node(&pod);
+                stopping |= pod_active(pod) && !dead_node(pod);
                 continue;
             }
-            if pod_attempt(&pod) == Some(attempt) {
+            if pod_attempt(pod) == Some(attempt) {
                 pods.push(pod);
-            } else if pod_active(&pod) {
+            } else if pod_active(pod) {
                 surplus.push(pod);
             }
         }
@@ -506,7 +511,7 @@ pub fn build(
             Ok(_) => crate::pods::check(job).err().or_else(|| {
                 queues_by_name
                     .get(&job.spec.queue)
-                    .and_then(|q| admission_problem(q, &ns, &namespaces))
+                    .and_then(|q| admission_problem(q, ns, &namespaces))
             }),
         };
         let replicas = job.spec.replicas.max(1) as u32;
@@ -524,8 +529,8 @@ pub fn build(
             && let Some(gone) = pods
                 .iter()
                 .filter(|p| pod_active(p))
-                .filter_map(|p| pod_node(p))
-                .find(|n| !node_names.contains(n.as_str()))
+                .filter_map(|p| pod_node_name(p))
+                .find(|n| !node_names.contains(n))
         {
             lifecycle = Lifecycle::Broken {
                 message: format!("Node {gone} of one of its replicas is gone."),
@@ -558,7 +563,7 @@ pub fn build(
             | Lifecycle::Suspended { .. } => {}
         }
         for pod in surplus.iter().filter(|p| pod_active(p)) {
-            if let Some(node) = pod_node(pod) {
+            if let Some(node) = pod_node_name(pod) {
                 *releasing.entry(node).or_default() += pod_gpus(pod);
             }
         }
@@ -567,8 +572,7 @@ pub fn build(
             let visible: Vec<u32> = pods.iter().filter_map(|p| pod_replica(p)).collect();
             for (r, node) in a.nodes.iter().enumerate() {
                 if !visible.contains(&(r as u32)) {
-                    *used.entry(node.clone()).or_default() +=
-                        job.spec.gpus_per_replica.max(0) as u32;
+                    *used.entry(node).or_default() += job.spec.gpus_per_replica.max(0) as u32;
                 }
             }
         }
@@ -623,8 +627,8 @@ pub fn build(
                 id,
                 attempt,
                 queued_at,
-                pods,
-                surplus_pods: surplus,
+                pods: pods.into_iter().cloned().collect(),
+                surplus_pods: surplus.into_iter().cloned().collect(),
                 lifecycle,
                 invalid,
             },
@@ -634,17 +638,16 @@ pub fn build(
     // Nodes.
     for n in &inputs.nodes {
         let name = n.name_any();
-        let Some(pool) = valid_pools
-            .iter()
-            .find(|p| node_pool.get(&name) == Some(&p.name_any()))
-        else {
+        let Some(pool) = node_pool.get(&name).and_then(|pool| {
+            (valid_pools.iter()).find(|p| p.metadata.name.as_deref() == Some(pool.as_str()))
+        }) else {
             continue;
         };
         let gpus = node_gpus(n);
         if gpus == 0 {
             continue;
         }
-        let in_use = used.get(&name).copied().unwrap_or(0);
+        let in_use = used.get(name.as_str()).copied().unwrap_or(0);
         snap.nodes.push(core::Node {
             name: name.clone(),
             pool: pool.name_any(),
@@ -652,7 +655,7 @@ pub fn build(
             gpus,
             free_gpus: gpus.saturating_sub(in_use),
             schedulable: node_schedulable(n, pool),
-            releasing_gpus: releasing.get(&name).copied().unwrap_or(0),
+            releasing_gpus: releasing.get(name.as_str()).copied().unwrap_or(0),
             instance_id: node_instance_id(n),
             idle_since: None,
         });

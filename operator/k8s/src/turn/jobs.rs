@@ -117,6 +117,13 @@ impl State {
         let mut wake: Option<Time> = plan.next_wake;
         let decisions: HashMap<&str, &core::Decision> =
             plan.decisions.iter().map(|d| (d.job.as_str(), d)).collect();
+        // The instance behind each cloud node (the first listed, when two claim one node).
+        let mut on_node: HashMap<&str, &core::Instance> = HashMap::new();
+        for i in &built.snapshot.instances {
+            if let Some(n) = i.node.as_deref() {
+                on_node.entry(n).or_insert(i);
+            }
+        }
         for view in built.jobs.values() {
             for pod in &view.surplus_pods {
                 self.delete_pod(pod);
@@ -163,10 +170,10 @@ impl State {
                 })
                 .unwrap_or(0.0);
             let rate = CostRate {
-                hourly_usd: cloud_job_rate(view, built).unwrap_or(0.0) + private_rate,
+                hourly_usd: cloud_job_rate(view, &on_node).unwrap_or(0.0) + private_rate,
             };
             let decision = decisions.get(view.id.as_str()).copied();
-            let launched = launched_for(view, built);
+            let launched = launched_for(view, &on_node);
             let placed = Placed {
                 environment,
                 rate,
@@ -299,20 +306,23 @@ impl State {
             launched,
         } = placed;
         // Build on what was last written, so a write in flight is not repeated.
-        let base_status = self
-            .written
-            .jobs
-            .get(&view.id)
-            .or(view.job.status.as_ref())
-            .cloned();
-        let desired = status::desired(view, base_status.as_ref(), decision, environment, rate, now);
-        if Some(&desired) == base_status.as_ref() {
-            if view.job.status.as_ref() == Some(&desired) {
+        let written = self.written.jobs.get(&view.id);
+        if view.lifecycle == Lifecycle::Done {
+            // Nothing more to write: what was written is forgotten once the cache shows it.
+            if written.is_some() && view.job.status.as_ref() == written {
                 self.written.jobs.remove(&view.id);
             }
             return;
         }
-        let before = base_status.unwrap_or_default();
+        let base_status = written.or(view.job.status.as_ref());
+        let desired = status::desired(view, base_status, decision, environment, rate, now);
+        if Some(&desired) == base_status {
+            if written.is_some() && view.job.status.as_ref() == Some(&desired) {
+                self.written.jobs.remove(&view.id);
+            }
+            return;
+        }
+        let before = base_status.cloned().unwrap_or_default();
         self.events_for(view, &before, &desired, metrics);
         self.spans_for(view, &before, &desired, launched, now);
         if matches!(desired.phase, Some(JobPhase::Running))
@@ -501,21 +511,19 @@ struct Placed {
 }
 
 /// When the first of the instances a running cloud job's replicas sit on was launched.
-fn launched_for(view: &JobView, built: &world::Built) -> Option<Time> {
+fn launched_for(view: &JobView, on_node: &HashMap<&str, &core::Instance>) -> Option<Time> {
     let Lifecycle::Running { nodes, .. } = &view.lifecycle else {
         return None;
     };
-    built
-        .snapshot
-        .instances
+    nodes
         .iter()
-        .filter(|i| i.node.as_ref().is_some_and(|n| nodes.contains(n)))
+        .filter_map(|n| on_node.get(n.as_str()))
         .map(|i| i.launched_at)
         .min()
 }
 
 /// What a cloud job costs per hour: its share of each instance it runs on.
-fn cloud_job_rate(view: &JobView, built: &world::Built) -> Option<f64> {
+fn cloud_job_rate(view: &JobView, on_node: &HashMap<&str, &core::Instance>) -> Option<f64> {
     let Lifecycle::Running { nodes, .. } = &view.lifecycle else {
         return None;
     };
@@ -523,12 +531,7 @@ fn cloud_job_rate(view: &JobView, built: &world::Built) -> Option<f64> {
     let mut total = 0.0;
     let mut any = false;
     for n in nodes {
-        let Some(i) = built
-            .snapshot
-            .instances
-            .iter()
-            .find(|i| i.node.as_deref() == Some(n.as_str()))
-        else {
+        let Some(i) = on_node.get(n.as_str()) else {
             continue;
         };
         any = true;

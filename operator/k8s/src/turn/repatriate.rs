@@ -99,7 +99,8 @@ impl State {
             (written.phase == Some(JobPhase::Suspended) && seen != Some(JobPhase::Suspended))
                 .then(|| written.clone())
         };
-        if !inputs.jobs.iter().any(|j| pending(j).is_some()) {
+        let suspending = (self.written.jobs.values()).any(|s| s.phase == Some(JobPhase::Suspended));
+        if !suspending || !inputs.jobs.iter().any(|j| pending(j).is_some()) {
             return None;
         }
         let mut out = inputs.clone();

@@ -21,7 +21,7 @@ pub(super) fn lifecycle(
     job: &GpuJob,
     attempt: u32,
     replicas: u32,
-    pods: &[Arc<Pod>],
+    pods: &[&Arc<Pod>],
     assumed: Option<&Assumed>,
     pool_of: &dyn Fn(&str) -> Option<String>,
     now: Time,

@@ -241,6 +241,34 @@ fn a_gang_whose_need_lost_an_instance_launches_again_under_a_new_need() {
     ));
 }
 
+/// A running cloud gang costs the share of each instance its replicas sit on, found by the
+/// instance's node (one replica of one GPU per single-GPU instance: both prices, summed).
+#[test]
+fn a_cloud_gang_costs_the_instances_its_replicas_run_on() {
+    let mut i = bursting("0s", None);
+    let train = job("train")
+        .replicas(2)
+        .status(
+            json!({"phase": "Running", "pool": "aws", "nodes": ["c1", "c2"],
+                       "startedAt": "2026-03-10T11:30:00Z"}),
+        )
+        .build();
+    i.nodes.push(cloud_node("c1", "aws", 1, "i-1"));
+    i.nodes.push(cloud_node("c2", "aws", 1, "i-2"));
+    i.pods.push(pod(&train, 0, 0, "c1", "Running"));
+    i.pods.push(pod(&train, 0, 1, "c2", "Running"));
+    i.jobs.push(train);
+    let mut c = cloud();
+    // An instance of another need, on no node, costs the gang nothing.
+    c.instance("i-0", "aws", "team/other#0", "g6e.12xlarge", noon());
+    c.instance("i-1", "aws", "team/train#0", "g6.xlarge", noon());
+    c.instance("i-2", "aws", "team/train#0", "g6.xlarge", noon());
+    let t = Loop::new().turn(&i, Some(&c), noon());
+    let st = status_of(&t, StatusKind::GpuJob, "train").expect("status");
+    let hourly = st["cost"]["hourlyUSD"].as_f64().expect("hourly rate");
+    assert!((hourly - 2.0 * 0.8048).abs() < 1e-9, "{st}");
+}
+
 #[test]
 fn an_instance_no_need_wants_is_collected_after_the_grace_period() {
     let i = bursting("0s", None);
