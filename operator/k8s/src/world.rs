@@ -17,9 +17,12 @@ use spillway_core::{self as core, GpuModel, JobState, Snapshot, Time};
 
 use crate::labels;
 
+mod job;
 mod life;
+mod memo;
 use life::lifecycle;
 pub use life::phase_of;
+pub use memo::Memo;
 
 /// What the caches hold, as the controller passes it in.
 #[derive(Clone, Debug, Default)]
@@ -132,8 +135,8 @@ pub struct JobView {
 #[derive(Clone, Debug, Default)]
 pub struct Built {
     pub snapshot: Snapshot,
-    /// Every GpuJob by id.
-    pub jobs: BTreeMap<String, JobView>,
+    /// Every GpuJob by id (shared with the views kept across builds).
+    pub jobs: BTreeMap<String, Arc<JobView>>,
     /// Pool of each node that belongs to one.
     pub node_pool: HashMap<String, String>,
     /// Problems with queues, pools and datasets (by `Kind/name`), which the core skips.
@@ -308,7 +311,7 @@ pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, Stri
 fn admission_problem(
     queue: &GpuQueue,
     namespace: &str,
-    namespaces: &HashMap<&str, &Namespace>,
+    namespaces: &HashMap<&str, &Arc<Namespace>>,
 ) -> Option<String> {
     let spec = &queue.spec;
     if !spec.namespaces.is_empty() {
@@ -362,6 +365,20 @@ fn pod_replica(pod: &Pod) -> Option<u32> {
 /// `assumed` holds starts being written (by job id); `attempt_floor` the attempts the
 /// controller moved jobs to whose status write may not be visible yet.
 pub fn build(
+    inputs: &Inputs,
+    assumed: &HashMap<String, Assumed>,
+    attempt_floor: &HashMap<String, u32>,
+    settings: core::Settings,
+    now: Time,
+) -> Built {
+    let mut memo = Memo::default();
+    build_kept(&mut memo, inputs, assumed, attempt_floor, settings, now)
+}
+
+/// [`build`], keeping the views in `memo` from one build to the next: a job nothing of which
+/// changed since the last build keeps its view ([`Memo`]).
+pub fn build_kept(
+    memo: &mut Memo,
     inputs: &Inputs,
     assumed: &HashMap<String, Assumed>,
     attempt_floor: &HashMap<String, u32>,
@@ -444,196 +461,58 @@ pub fn build(
     }
 
     // Jobs.
-    let namespaces: HashMap<&str, &Namespace> = inputs
-        .namespaces
-        .iter()
-        .filter_map(|n| Some((n.metadata.name.as_deref()?, n.as_ref())))
-        .collect();
-    let queues_by_name: HashMap<String, &Arc<GpuQueue>> =
-        inputs.queues.iter().map(|q| (q.name_any(), q)).collect();
     let mut node_pool: HashMap<String, String> = HashMap::new();
     for n in &inputs.nodes {
         if let Some(p) = pool_of_node(n, &valid_pools) {
             node_pool.insert(n.name_any(), p.name_any());
         }
     }
-    let pool_of = |node: &str| node_pool.get(node).cloned();
-    let node_names: std::collections::HashSet<&str> = inputs
-        .nodes
-        .iter()
-        .filter_map(|n| n.metadata.name.as_deref())
-        .collect();
-    // A pod being deleted on a node that is gone or not Ready will never be confirmed stopped
-    // (no kubelet answers for it): it is dead with its node, not stopping.
-    let ready: std::collections::HashSet<&str> = inputs
-        .nodes
-        .iter()
-        .filter(|n| node_ready(n))
-        .filter_map(|n| n.metadata.name.as_deref())
-        .collect();
-    let dead_node = |p: &Pod| {
-        let node = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
-        node.is_some_and(|n| !ready.contains(n))
+    let facts = job::Facts {
+        inputs,
+        assumed,
+        attempt_floor,
+        namespaces: (inputs.namespaces.iter())
+            .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
+            .collect(),
+        queues: (inputs.queues.iter())
+            .filter_map(|q| Some((q.metadata.name.as_deref()?, q)))
+            .collect(),
+        node_pool: &node_pool,
+        node_names: (inputs.nodes.iter())
+            .filter_map(|n| n.metadata.name.as_deref())
+            .collect(),
+        // A pod being deleted on a node that is gone or not Ready will never be confirmed
+        // stopped (no kubelet answers for it): it is dead with its node, not stopping.
+        ready: (inputs.nodes.iter())
+            .filter(|n| node_ready(n))
+            .filter_map(|n| n.metadata.name.as_deref())
+            .collect(),
+        pools: &snap.pools,
+        now,
     };
+    // GPUs taken and given back beyond what the pods in the caches count for.
+    let mut used_more: HashMap<String, u32> = HashMap::new();
+    let mut releasing_more: HashMap<String, u32> = HashMap::new();
+    let mut core_jobs = Vec::new();
+    memo.begin(&snap.pools, &inputs.needs);
     for job in &inputs.jobs {
         let ns = job.metadata.namespace.as_deref().unwrap_or_default();
         let name = job.metadata.name.as_deref().unwrap_or_default();
         let id = format!("{ns}/{name}");
-        let status = job.status.as_ref();
-        let attempt = status.and_then(|s| s.restarts).unwrap_or(0).max(0) as u32;
-        let attempt = attempt.max(attempt_floor.get(&id).copied().unwrap_or(0));
-        let queued_at = status
-            .and_then(|s| s.queued_at.as_ref())
-            .or(job.metadata.creation_timestamp.as_ref())
-            .map(millis)
-            .unwrap_or(now);
-        let mut pods: Vec<&Arc<Pod>> = Vec::new();
-        let mut surplus: Vec<&Arc<Pod>> = Vec::new();
-        // Some pod of it is still stopping.
-        let mut stopping = false;
-        for pod in pods_by_job.remove(&(ns, name)).into_iter().flatten() {
-            if !owned_by(pod, job) {
-                continue;
-            }
-            if pod.metadata.deletion_timestamp.is_some() {
-                stopping |= pod_active(pod) && !dead_node(pod);
-                continue;
-            }
-            if pod_attempt(pod) == Some(attempt) {
-                pods.push(pod);
-            } else if pod_active(pod) {
-                surplus.push(pod);
-            }
-        }
-        let converted = convert::job(job, queued_at);
-        let invalid = match &converted {
-            Err(e) => Some(e.to_string()),
-            Ok(_) => crate::pods::check(job).err().or_else(|| {
-                queues_by_name
-                    .get(&job.spec.queue)
-                    .and_then(|q| admission_problem(q, ns, &namespaces))
-            }),
-        };
-        let replicas = job.spec.replicas.max(1) as u32;
-        let mut lifecycle =
-            if inputs.finished.contains(&id) || job.metadata.deletion_timestamp.is_some() {
-                Lifecycle::Done
-            } else {
-                let assumed = assumed.get(&id);
-                lifecycle(job, attempt, replicas, &pods, assumed, &pool_of, now)
-            };
-        // A replica whose node is gone (machine lost, spot instance reclaimed) is lost, even
-        // before the pod garbage collector removes its pod; so is one placed on a node that
-        // went away before the pod was bound (it can never be scheduled).
-        if let Lifecycle::Running { .. } = lifecycle
-            && let Some(gone) = pods
-                .iter()
-                .filter(|p| pod_active(p))
-                .filter_map(|p| pod_node_name(p))
-                .find(|n| !node_names.contains(n))
-        {
-            lifecycle = Lifecycle::Broken {
-                message: format!("Node {gone} of one of its replicas is gone."),
-            };
-        }
-        if lifecycle == Lifecycle::Pending
-            && let Some(pool) = inputs.needs.get(&format!("{id}#{attempt}"))
-        {
-            lifecycle = Lifecycle::Provisioning { pool: pool.clone() };
-        }
-        if lifecycle == Lifecycle::Pending
-            && let Some(st) = status.filter(|s| s.phase == Some(JobPhase::Suspended))
-            && let Some(pool) = st.pool.clone()
-            && !st.nodes.is_empty()
-        {
-            lifecycle = Lifecycle::Suspended {
-                nodes: st.nodes.clone(),
-                pool,
-                ready: !stopping && !surplus.iter().any(|p| pod_active(p)),
-            };
-        }
-        match &lifecycle {
-            Lifecycle::Done | Lifecycle::Failed { .. } | Lifecycle::Broken { .. } => {
-                surplus.extend(pods.iter().filter(|p| pod_active(p)).cloned());
-            }
-            Lifecycle::Succeeded { .. } => {}
-            Lifecycle::Pending
-            | Lifecycle::Provisioning { .. }
-            | Lifecycle::Running { .. }
-            | Lifecycle::Suspended { .. } => {}
-        }
-        for pod in surplus.iter().filter(|p| pod_active(p)) {
-            if let Some(node) = pod_node_name(pod) {
-                *releasing.entry(node).or_default() += pod_gpus(pod);
-            }
-        }
-        // Pods being created by an assumption count against their nodes until visible.
-        if let (Some(a), Lifecycle::Running { .. }) = (assumed.get(&id), &lifecycle) {
-            let visible: Vec<u32> = pods.iter().filter_map(|p| pod_replica(p)).collect();
-            for (r, node) in a.nodes.iter().enumerate() {
-                if !visible.contains(&(r as u32)) {
-                    *used.entry(node).or_default() += job.spec.gpus_per_replica.max(0) as u32;
-                }
-            }
-        }
-        if invalid.is_none()
-            && let Ok(mut cj) = converted
-        {
-            cj.attempt = attempt;
-            match &lifecycle {
-                Lifecycle::Pending => {
-                    cj.state = JobState::Pending;
-                    snap.jobs.push(cj);
-                }
-                Lifecycle::Suspended { nodes, pool, ready } => {
-                    cj.state = JobState::Suspended {
-                        nodes: nodes.clone(),
-                        pool: pool.clone(),
-                        ready: *ready,
-                    };
-                    snap.jobs.push(cj);
-                }
-                Lifecycle::Provisioning { pool } => {
-                    cj.state = JobState::Provisioning {
-                        need: cj.need_key(),
-                        pool: pool.clone(),
-                    };
-                    snap.jobs.push(cj);
-                }
-                Lifecycle::Running {
-                    nodes,
-                    pool,
-                    started_at,
-                    ..
-                } => {
-                    let cloud = pool
-                        .as_ref()
-                        .and_then(|p| snap.pools.iter().find(|c| &c.name == p))
-                        .is_some_and(|p| p.is_cloud());
-                    cj.state = JobState::Running {
-                        nodes: nodes.clone(),
-                        started_at: *started_at,
-                        cloud,
-                    };
-                    snap.jobs.push(cj);
-                }
-                _ => {}
-            }
-        }
-        built.jobs.insert(
-            id.clone(),
-            JobView {
-                job: job.clone(),
-                id,
-                attempt,
-                queued_at,
-                pods: pods.into_iter().cloned().collect(),
-                surplus_pods: surplus.into_iter().cloned().collect(),
-                lifecycle,
-                invalid,
-            },
+        let group = pods_by_job.remove(&(ns, name)).unwrap_or_default();
+        let kept = memo.view(&facts, job, id, &group);
+        job::add_usage(
+            &kept.view,
+            assumed.get(&kept.view.id),
+            &mut used_more,
+            &mut releasing_more,
         );
+        core_jobs.extend(kept.core.iter().cloned());
+        built.jobs.insert(kept.view.id.clone(), kept.view.clone());
     }
+    memo.end();
+    drop(facts);
+    snap.jobs = core_jobs;
 
     // Nodes.
     for n in &inputs.nodes {
@@ -647,7 +526,10 @@ pub fn build(
         if gpus == 0 {
             continue;
         }
-        let in_use = used.get(name.as_str()).copied().unwrap_or(0);
+        let count = |m: &HashMap<&str, u32>, more: &HashMap<String, u32>| {
+            m.get(name.as_str()).copied().unwrap_or(0) + more.get(&name).copied().unwrap_or(0)
+        };
+        let in_use = count(&used, &used_more);
         snap.nodes.push(core::Node {
             name: name.clone(),
             pool: pool.name_any(),
@@ -655,7 +537,7 @@ pub fn build(
             gpus,
             free_gpus: gpus.saturating_sub(in_use),
             schedulable: node_schedulable(n, pool),
-            releasing_gpus: releasing.get(name.as_str()).copied().unwrap_or(0),
+            releasing_gpus: count(&releasing, &releasing_more),
             instance_id: node_instance_id(n),
             idle_since: None,
         });

@@ -31,6 +31,8 @@ impl State {
             let Some(view) = built.jobs.get_mut(&start.job) else {
                 continue;
             };
+            // This turn's copy: the view kept for the next build stays as derived.
+            let view = Arc::make_mut(view);
             self.assumed.insert(
                 start.job.clone(),
                 Assumed {
@@ -251,7 +253,11 @@ impl State {
 
     /// The view of job `id`, unless this turn has moved it on already.
     pub(super) fn fresh_view<'b>(&self, built: &'b world::Built, id: &str) -> Option<&'b JobView> {
-        built.jobs.get(id).filter(|v| !self.moved_on(v))
+        built
+            .jobs
+            .get(id)
+            .map(|v| &**v)
+            .filter(|v| !self.moved_on(v))
     }
 
     /// The job's status as last written by this loop, else as the cache has it.

@@ -138,6 +138,8 @@ pub struct State {
     /// The decision core kept across turns: it decides again only when the world, the rules
     /// or the clock can change an outcome, and reports only decisions that changed.
     scheduler: core::Scheduler,
+    /// The jobs' views, kept from one turn to the next while nothing of theirs changes.
+    views: world::Memo,
     /// The rules the scheduler last decided with.
     engine_seen: Option<Arc<spillway_policy::PolicyEngine>>,
     /// This turn's actions.
@@ -164,6 +166,7 @@ impl State {
             tokens: HashMap::new(),
             annotated: HashSet::new(),
             scheduler: core::Scheduler::default(),
+            views: world::Memo::default(),
             engine_seen: None,
             out: Vec::new(),
         }
@@ -284,9 +287,10 @@ impl State {
         }
     }
 
-    fn build(&self, inputs: &Inputs, now: Time) -> world::Built {
+    fn build(&mut self, inputs: &Inputs, now: Time) -> world::Built {
         let overlaid = self.with_suspensions(inputs);
-        world::build(
+        world::build_kept(
+            &mut self.views,
             overlaid.as_ref().unwrap_or(inputs),
             &self.assumed,
             &self.attempt_floor,

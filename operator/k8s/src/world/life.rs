@@ -2,6 +2,7 @@
 //! the controller assumed it started.
 
 use super::*;
+use crate::world::job::Clock;
 
 /// Earliest `finishedAt` of a pod's terminated containers, else now.
 fn pod_finished_at(pod: &Pod, now: Time) -> Time {
@@ -24,8 +25,9 @@ pub(super) fn lifecycle(
     pods: &[&Arc<Pod>],
     assumed: Option<&Assumed>,
     pool_of: &dyn Fn(&str) -> Option<String>,
-    now: Time,
+    clock: &mut Clock,
 ) -> Lifecycle {
+    let now = clock.at;
     let status = job.status.as_ref();
     if matches!(
         status.and_then(|s| s.phase),
@@ -33,7 +35,7 @@ pub(super) fn lifecycle(
     ) {
         return Lifecycle::Done;
     }
-    let started_at = status
+    let known_start = status
         .and_then(|s| s.started_at.as_ref())
         .map(millis)
         .or(assumed.map(|a| a.at))
@@ -42,8 +44,21 @@ pub(super) fn lifecycle(
                 .filter_map(|p| p.metadata.creation_timestamp.as_ref())
                 .map(millis)
                 .min()
+        });
+    // Read only where it is used, so that a job that needs none does not read the clock.
+    let started_at = |clock: &mut Clock| {
+        known_start.unwrap_or_else(|| {
+            clock.used.now = true;
+            now
         })
-        .unwrap_or(now);
+    };
+    if pods
+        .iter()
+        .any(|p| matches!(pod_phase(p), "Failed" | "Succeeded"))
+    {
+        // Timed by its pods' end, else by the clock; it is written as finished at once.
+        clock.used.now = true;
+    }
     if let Some(failed) = pods.iter().find(|p| pod_phase(p) == "Failed") {
         let why = failed
             .status
@@ -70,20 +85,25 @@ pub(super) fn lifecycle(
         .as_deref()
         .and_then(|m| core::Duration::parse(m).ok())
         && !pods.is_empty()
-        && started_at + max <= now
     {
-        return Lifecycle::Failed {
-            at: now,
-            reason: "MaxRuntimeExceeded",
-            message: format!("The job ran past its maxRuntime of {max} and was stopped."),
-        };
+        let ends = started_at(clock) + max;
+        if ends > now {
+            clock.used.until = Some(ends);
+        } else {
+            clock.used.now = true;
+            return Lifecycle::Failed {
+                at: now,
+                reason: "MaxRuntimeExceeded",
+                message: format!("The job ran past its maxRuntime of {max} and was stopped."),
+            };
+        }
     }
     if let Some(a) = assumed {
         // Pods on their way: the assumption holds until they are all visible.
         return Lifecycle::Running {
             nodes: a.nodes.clone(),
             pool: Some(a.pool.clone()),
-            started_at,
+            started_at: started_at(clock),
             all_running: false,
         };
     }
@@ -124,7 +144,7 @@ pub(super) fn lifecycle(
     let pool = nodes.first().and_then(|n| pool_of(n));
     Lifecycle::Running {
         pool,
-        started_at,
+        started_at: started_at(clock),
         all_running: pods.iter().all(|p| pod_phase(p) != "Pending"),
         nodes,
     }

@@ -1,0 +1,181 @@
+//! The views of the last build, kept with what each was derived from, so that a job nothing of
+//! which changed is not derived again: its GpuJob and pods are the very objects the caches
+//! held then (a watch cache hands out the same `Arc` until the object changes), its queue and
+//! namespace too, the nodes its pods sit on have the same presence, readiness and pool, what
+//! the loop assumed and finished for it is the same, and the clock has not passed what it
+//! read. A view that read the cloud needs is derived again when they changed; every view when
+//! the pools changed.
+//!
+//! Kept views are shared (`Arc`): the build hands out the kept one, not a copy.
+//! `tests/world.rs` builds random histories both ways and requires the same result at every
+//! step.
+
+use std::collections::HashMap;
+
+use super::job::{ClockUse, Derived, Facts};
+use super::*;
+
+/// The views kept from one build to the next; see the module documentation.
+#[derive(Debug, Default)]
+pub struct Memo {
+    jobs: HashMap<String, Kept>,
+    /// The pools and needs of the last build.
+    pools: Vec<core::Pool>,
+    needs: HashMap<String, String>,
+    needs_changed: bool,
+    build: u64,
+    /// Views derived and views kept by the last build.
+    pub derived: usize,
+    pub kept: usize,
+}
+
+#[derive(Debug)]
+pub(super) struct Kept {
+    key: Key,
+    pub view: Arc<JobView>,
+    pub core: Option<core::Job>,
+    clock: ClockUse,
+    reads_needs: bool,
+    build: u64,
+}
+
+/// What a view was derived from.
+#[derive(Debug)]
+struct Key {
+    job: Arc<GpuJob>,
+    pods: Vec<Arc<Pod>>,
+    /// Of each pod's node: present, Ready, its pool.
+    nodes: Vec<Option<(bool, bool, Option<String>)>>,
+    floor: Option<u32>,
+    assumed: Option<Assumed>,
+    finished: bool,
+    queue: Option<Arc<GpuQueue>>,
+    namespace: Option<Arc<Namespace>>,
+}
+
+fn same<T>(a: &Option<Arc<T>>, b: Option<&Arc<T>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+impl Facts<'_> {
+    /// Of the node `pod` sits on: present, Ready, its pool.
+    fn node_of(&self, pod: &Pod) -> Option<(bool, bool, Option<&String>)> {
+        let n = pod_node_name(pod)?;
+        Some((
+            self.node_names.contains(n),
+            self.ready.contains(n),
+            self.node_pool.get(n),
+        ))
+    }
+
+    fn key(&self, job: &Arc<GpuJob>, id: &str, group: &[&Arc<Pod>]) -> Key {
+        let ns = job.metadata.namespace.as_deref().unwrap_or_default();
+        Key {
+            job: job.clone(),
+            pods: group.iter().map(|&p| p.clone()).collect(),
+            nodes: (group.iter())
+                .map(|p| self.node_of(p).map(|(a, b, c)| (a, b, c.cloned())))
+                .collect(),
+            floor: self.attempt_floor.get(id).copied(),
+            assumed: self.assumed.get(id).cloned(),
+            finished: self.inputs.finished.contains(id),
+            queue: self.queues.get(job.spec.queue.as_str()).map(|&q| q.clone()),
+            namespace: self.namespaces.get(ns).map(|&n| n.clone()),
+        }
+    }
+
+    /// Whether `key` is what `job` would be derived from now.
+    fn unchanged(&self, key: &Key, job: &Arc<GpuJob>, id: &str, group: &[&Arc<Pod>]) -> bool {
+        let ns = job.metadata.namespace.as_deref().unwrap_or_default();
+        Arc::ptr_eq(&key.job, job)
+            && key.pods.len() == group.len()
+            && key.pods.iter().zip(group).all(|(a, b)| Arc::ptr_eq(a, b))
+            && key.nodes.iter().zip(group).all(|(k, p)| {
+                let now = self.node_of(p);
+                match (k, now) {
+                    (None, None) => true,
+                    (Some((a, b, c)), Some((x, y, z))) => a == &x && b == &y && c.as_ref() == z,
+                    _ => false,
+                }
+            })
+            && key.floor == self.attempt_floor.get(id).copied()
+            && key.assumed.as_ref() == self.assumed.get(id)
+            && key.finished == self.inputs.finished.contains(id)
+            && same(
+                &key.queue,
+                self.queues.get(job.spec.queue.as_str()).copied(),
+            )
+            && same(&key.namespace, self.namespaces.get(ns).copied())
+    }
+}
+
+impl Memo {
+    /// Starts a build: forgets what the pools' or the needs' change can make wrong.
+    pub(super) fn begin(&mut self, pools: &[core::Pool], needs: &HashMap<String, String>) {
+        self.build += 1;
+        self.derived = 0;
+        self.kept = 0;
+        if self.pools != pools {
+            self.jobs.clear();
+            self.pools = pools.to_vec();
+        }
+        self.needs_changed = self.needs != *needs;
+        if self.needs_changed {
+            self.needs.clone_from(needs);
+        }
+    }
+
+    /// `job`'s view and core job: the kept ones when nothing they were derived from changed.
+    pub(super) fn view(
+        &mut self,
+        facts: &Facts<'_>,
+        job: &Arc<GpuJob>,
+        id: String,
+        group: &[&Arc<Pod>],
+    ) -> &Kept {
+        let fresh = self.jobs.get(&id).is_some_and(|k| {
+            k.clock.holds_at(facts.now)
+                && !(k.reads_needs && self.needs_changed)
+                && facts.unchanged(&k.key, job, &id, group)
+        });
+        if fresh {
+            self.kept += 1;
+            let k = self.jobs.get_mut(&id).expect("checked above");
+            k.build = self.build;
+            return k;
+        }
+        self.derived += 1;
+        let key = facts.key(job, &id, group);
+        let Derived {
+            view,
+            core,
+            clock,
+            reads_needs,
+        } = facts.derive(job, id.clone(), group);
+        let kept = Kept {
+            key,
+            view: Arc::new(view),
+            core,
+            clock,
+            reads_needs,
+            build: self.build,
+        };
+        match self.jobs.entry(id) {
+            std::collections::hash_map::Entry::Occupied(mut e) => {
+                e.insert(kept);
+                e.into_mut()
+            }
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(kept),
+        }
+    }
+
+    /// Ends a build: forgets the jobs it did not see.
+    pub(super) fn end(&mut self) {
+        let build = self.build;
+        self.jobs.retain(|_, k| k.build == build);
+    }
+}
