@@ -204,14 +204,21 @@ impl Caches {
     }
 
     /// What the caches hold, for one turn. `copies` keeps the previous turn's copy of each
-    /// unchanged GpuJob (by uid and resourceVersion), so a turn does not deep-copy every job
-    /// and its pod template.
-    pub fn inputs(&self, copies: &mut HashMap<(String, String), Arc<GpuJob>>) -> Inputs {
+    /// unchanged GpuJob and GpuQueue (by uid and resourceVersion): a turn does not deep-copy
+    /// every job and its pod template, and a job's view kept from the last turn
+    /// ([`crate::world::Memo`]) finds the very objects it was derived from.
+    pub fn inputs(&self, copies: &mut Copies) -> Inputs {
         let mut unreadable = Vec::new();
-        let jobs = readable_jobs(&self.jobs, copies, &mut unreadable);
+        let jobs = readable_kept(&self.jobs, "GpuJob", &mut copies.jobs, &mut unreadable);
+        let queues = readable_kept(
+            &self.queues,
+            "GpuQueue",
+            &mut copies.queues,
+            &mut unreadable,
+        );
         Inputs {
             jobs,
-            queues: readable(&self.queues, "GpuQueue", &mut unreadable),
+            queues,
             pools: readable(&self.pools, "ComputePool", &mut unreadable),
             datasets: readable(&self.datasets, "Dataset", &mut unreadable),
             policies: readable(&self.policies, "BurstPolicy", &mut unreadable),
@@ -223,6 +230,13 @@ impl Caches {
             ..Inputs::default()
         }
     }
+}
+
+/// The readable copies of the last turn's GpuJobs and GpuQueues, by uid and resourceVersion.
+#[derive(Debug, Default)]
+pub struct Copies {
+    jobs: HashMap<(String, String), Arc<GpuJob>>,
+    queues: HashMap<(String, String), Arc<GpuQueue>>,
 }
 
 fn unreadable_of<K>(kind: &'static str, g: &DeserializeGuard<K>) -> Option<Unreadable> {
@@ -255,28 +269,34 @@ where
     out
 }
 
-fn readable_jobs(
-    store: &Store<DeserializeGuard<GpuJob>>,
-    cache: &mut HashMap<(String, String), Arc<GpuJob>>,
+/// [`readable`], handing out the last turn's copy of each object whose version is the same.
+fn readable_kept<K: Clone + Resource>(
+    store: &Store<DeserializeGuard<K>>,
+    kind: &'static str,
+    cache: &mut HashMap<(String, String), Arc<K>>,
     unreadable: &mut Vec<Unreadable>,
-) -> Vec<Arc<GpuJob>> {
+) -> Vec<Arc<K>>
+where
+    DeserializeGuard<K>: Resource<DynamicType = ()>,
+{
     let mut next = HashMap::with_capacity(cache.len());
-    let mut jobs = Vec::new();
+    let mut out = Vec::new();
     for g in store.state() {
-        let Ok(j) = g.0.as_ref() else {
-            unreadable.extend(unreadable_of("GpuJob", &g));
+        let Ok(k) = g.0.as_ref() else {
+            unreadable.extend(unreadable_of(kind, &g));
             continue;
         };
+        let meta = k.meta();
         let key = (
-            j.metadata.uid.clone().unwrap_or_default(),
-            j.metadata.resource_version.clone().unwrap_or_default(),
+            meta.uid.clone().unwrap_or_default(),
+            meta.resource_version.clone().unwrap_or_default(),
         );
-        let arc = cache.remove(&key).unwrap_or_else(|| Arc::new(j.clone()));
+        let arc = cache.remove(&key).unwrap_or_else(|| Arc::new(k.clone()));
         next.insert(key, arc.clone());
-        jobs.push(arc);
+        out.push(arc);
     }
     *cache = next;
-    jobs
+    out
 }
 
 impl Inputs {
@@ -347,5 +367,33 @@ mod tests {
             seen.into_inner().expect("seen"),
             [vec!["Pending"], vec!["Running"], vec!["Succeeded"]]
         );
+    }
+
+    fn queue(version: &str) -> kube::core::DeserializeGuard<spillway_api::GpuQueue> {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "spillway.io/v1alpha1", "kind": "GpuQueue",
+            "metadata": {"name": "q", "uid": "u", "resourceVersion": version}, "spec": {},
+        }))
+        .expect("queue")
+    }
+
+    /// A turn gets the last turn's copy of an object whose version did not change (the views
+    /// kept across turns compare objects by identity), and a new copy of one that changed.
+    #[test]
+    fn an_unchanged_queue_is_handed_out_as_the_same_copy() {
+        let (reader, mut writer) = reflector::store();
+        writer.apply_watcher_event(&Event::Apply(queue("1")));
+        let mut copies = std::collections::HashMap::new();
+        let mut unreadable = Vec::new();
+        let mut read =
+            |copies: &mut _| super::readable_kept(&reader, "GpuQueue", copies, &mut unreadable);
+        let first = read(&mut copies);
+        let again = read(&mut copies);
+        assert!(std::sync::Arc::ptr_eq(&first[0], &again[0]));
+        writer.apply_watcher_event(&Event::Apply(queue("2")));
+        let changed = read(&mut copies);
+        assert!(!std::sync::Arc::ptr_eq(&first[0], &changed[0]));
+        assert_eq!(changed[0].metadata.resource_version.as_deref(), Some("2"));
+        assert_eq!(copies.len(), 1, "the old version's copy is dropped");
     }
 }

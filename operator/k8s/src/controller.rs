@@ -12,13 +12,13 @@
 //! cancelled; on a clean stop the actions in flight may finish (up to 10 s) before the caller
 //! releases the Lease.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::Client;
-use spillway_api::{BurstPolicy, ComputePool, GpuJob};
+use spillway_api::{BurstPolicy, ComputePool};
 use spillway_core::{self as core, Time};
 use tokio::sync::{Notify, watch};
 
@@ -104,8 +104,8 @@ pub struct Controller {
     changed: Arc<Notify>,
     state: State,
     cloud: Option<Arc<Cloud>>,
-    /// The previous turn's copies of the readable GpuJobs.
-    job_copies: HashMap<(String, String), Arc<GpuJob>>,
+    /// The previous turn's copies of the readable GpuJobs and GpuQueues.
+    copies: crate::caches::Copies,
     file_policies: Vec<Arc<BurstPolicy>>,
     files_loaded: Option<Instant>,
 }
@@ -134,7 +134,7 @@ impl Controller {
             changed,
             state,
             cloud,
-            job_copies: HashMap::new(),
+            copies: crate::caches::Copies::default(),
             file_policies: Vec::new(),
             files_loaded: None,
         }
@@ -221,7 +221,7 @@ impl Controller {
     /// One turn: read the caches and the cloud, decide, hand the actions over.
     fn turn(&mut self, executor: &mut Executor) -> Option<Time> {
         let now = now();
-        let mut inputs = self.caches.inputs(&mut self.job_copies);
+        let mut inputs = self.caches.inputs(&mut self.copies);
         self.metrics.set_cache_objects(inputs.cached());
         self.metrics.set_runtime_tasks(
             tokio::runtime::Handle::current()
