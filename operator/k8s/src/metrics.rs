@@ -95,6 +95,7 @@ struct Inner {
     cloud_calls: BTreeMap<Labels, u64>,
     garbage: BTreeMap<Labels, u64>,
     decide_cycles: BTreeMap<Labels, u64>,
+    job_views: BTreeMap<Labels, u64>,
     spot_interruptions: BTreeMap<Labels, u64>,
     spend: BTreeMap<Labels, f64>,
     actions: BTreeMap<Labels, u64>,
@@ -215,6 +216,18 @@ impl Metrics {
             *m.decide_cycles
                 .entry(vec![("result", result.into())])
                 .or_default() += 1
+        });
+    }
+
+    /// One turn's job views: `derived` from the caches, or `kept` from the turn before
+    /// because nothing they were derived from changed.
+    pub fn job_views(&self, derived: usize, kept: usize) {
+        self.with(|m| {
+            for (result, n) in [("derived", derived), ("kept", kept)] {
+                *m.job_views
+                    .entry(vec![("result", result.into())])
+                    .or_default() += n as u64;
+            }
         });
     }
 
@@ -420,6 +433,12 @@ impl Metrics {
                 Kind::Counter,
                 "Decision cycles by result: decided in full, or skipped because nothing could change an outcome.",
                 points(&m.decide_cycles),
+            ),
+            Family(
+                "spillway_job_views_total",
+                Kind::Counter,
+                "GpuJob views a turn worked from, by result: derived from the caches, or kept from the turn before because nothing they were derived from changed.",
+                points(&m.job_views),
             ),
             Family(
                 "spillway_garbage_collected_total",

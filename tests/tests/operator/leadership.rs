@@ -134,8 +134,17 @@ async fn health_endpoints_and_metrics_pass_promtool() {
     assert_eq!(op.get("/nope").await.expect("404").0, 404);
     w.submit("measured", json!({}), Some(1)).await;
     w.wait_phase("measured", JobPhase::Succeeded).await;
+    // While a second job runs, the first one's objects do not change: the turns keep its
+    // view (the watch caches hand out the same objects until they change).
+    w.submit("second", json!({}), Some(1)).await;
+    w.wait_phase("second", JobPhase::Succeeded).await;
     let (code, body) = op.get("/metrics").await.expect("metrics");
     assert_eq!(code, 200);
+    let kept = body
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"spillway_job_views_total{result="kept"} "#))
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    assert!(kept.is_some_and(|k| k > 0.0), "no view kept:\n{body}");
     for family in [
         "spillway_jobs{",
         "spillway_job_wait_seconds_bucket{",

@@ -202,8 +202,11 @@ impl State {
         let engine = self.policies.engine(&inputs);
         self.unreadable(&inputs, now);
 
-        // Assumptions whose pods are all visible, or that are too old, are done.
         let mut built = self.build(&inputs, now);
+        // Views kept from the turn before; a second build below only derives again the views
+        // of the jobs whose assumptions settled.
+        let (mut derived, kept) = self.views.take_counts();
+        // Assumptions whose pods are all visible, or that are too old, are done.
         let timeout = self.settings.assume_timeout;
         let settled: Vec<String> = self
             .assumed
@@ -228,7 +231,9 @@ impl State {
                 self.assumed.remove(id);
             }
             built = self.build(&inputs, now);
+            derived += self.views.take_counts().0;
         }
+        metrics.job_views(derived, kept);
         self.check_queue_identity(&mut built, &inputs);
         let ring = self.keys(&inputs, now);
         let queues: HashMap<String, Arc<GpuQueue>> = inputs

@@ -24,9 +24,9 @@ pub struct Memo {
     needs: HashMap<String, String>,
     needs_changed: bool,
     build: u64,
-    /// Views derived and views kept by the last build.
-    pub derived: usize,
-    pub kept: usize,
+    /// Views derived and views kept since the counts were last taken.
+    derived: usize,
+    kept: usize,
 }
 
 #[derive(Debug)]
@@ -117,8 +117,6 @@ impl Memo {
     /// Starts a build: forgets what the pools' or the needs' change can make wrong.
     pub(super) fn begin(&mut self, pools: &[core::Pool], needs: &HashMap<String, String>) {
         self.build += 1;
-        self.derived = 0;
-        self.kept = 0;
         if self.pools != pools {
             self.jobs.clear();
             self.pools = pools.to_vec();
@@ -171,6 +169,14 @@ impl Memo {
             }
             std::collections::hash_map::Entry::Vacant(e) => e.insert(kept),
         }
+    }
+
+    /// How many views were derived and how many kept since the last call.
+    pub fn take_counts(&mut self) -> (usize, usize) {
+        (
+            std::mem::take(&mut self.derived),
+            std::mem::take(&mut self.kept),
+        )
     }
 
     /// Ends a build: forgets the jobs it did not see.

@@ -265,10 +265,20 @@ fn an_unchanged_world_is_not_decided_again() {
             && shown.contains(r#"spillway_decide_cycles_total{result="decided"} 1"#),
         "{shown}"
     );
+    // Nor are the jobs' views derived again: both were kept from the first turn.
+    assert!(
+        shown.contains(r#"spillway_job_views_total{result="derived"} 2"#)
+            && shown.contains(r#"spillway_job_views_total{result="kept"} 2"#),
+        "{shown}"
+    );
     // A new job is a change: decided, and only it gets a decision.
     i.jobs.push(job("new").gpus(8).build());
     let t = l.turn(&i, None, noon() + minutes(2));
     assert_eq!(l.state.scheduler.stats().skipped, 1);
+    assert!(
+        (l.metrics.render()).contains(r#"spillway_job_views_total{result="derived"} 3"#),
+        "only the new job's view is derived"
+    );
     let st = status_of(&t, StatusKind::GpuJob, "new").expect("new job's status");
     assert_eq!(st["phase"], "Queued");
     assert!(status_of(&t, StatusKind::GpuJob, "waits").is_none());
