@@ -248,10 +248,19 @@ impl Scheduler {
     /// instances take the caller's order whenever their names differ from the ones held, as
     /// first-fit packing places replicas in the nodes' order.
     pub fn sync(&mut self, snapshot: &Snapshot) -> usize {
+        let changed = sync_jobs(self, &snapshot.jobs);
+        self.changed |= changed > 0;
+        changed + self.sync_world(snapshot)
+    }
+
+    /// [`Scheduler::sync`] of everything but the jobs, which the caller hands over as
+    /// [`Change`]s of the jobs that changed (the operator, which keeps each job's view from
+    /// one turn to the next while nothing of it changed): `snapshot.jobs` is not read.
+    pub fn sync_world(&mut self, snapshot: &Snapshot) -> usize {
         // Every field, so that one added to `Snapshot` cannot be left out here.
         let Snapshot {
             settings,
-            jobs,
+            jobs: _,
             queues,
             pools,
             nodes,
@@ -261,21 +270,20 @@ impl Scheduler {
             invalid_queues,
             invalid_datasets,
         } = snapshot;
-        let mut changed = sync_jobs(self, jobs);
-        changed += match diff_ordered(&self.snap.snapshot().nodes, &self.nodes, nodes, |n| &n.name)
-        {
-            Diff::InPlace(at) => {
-                for &i in &at {
-                    self.snap.node_mut(i).clone_from(&nodes[i]);
+        let mut changed =
+            match diff_ordered(&self.snap.snapshot().nodes, &self.nodes, nodes, |n| &n.name) {
+                Diff::InPlace(at) => {
+                    for &i in &at {
+                        self.snap.node_mut(i).clone_from(&nodes[i]);
+                    }
+                    at.len()
                 }
-                at.len()
-            }
-            Diff::Whole(count) => {
-                self.snap.change_whole(|s| s.nodes = nodes.clone());
-                self.nodes = position(nodes, |n| &n.name);
-                count
-            }
-        };
+                Diff::Whole(count) => {
+                    self.snap.change_whole(|s| s.nodes = nodes.clone());
+                    self.nodes = position(nodes, |n| &n.name);
+                    count
+                }
+            };
         let held = self.snap.instances_mut();
         changed += match diff_ordered(held, &self.instances, instances, |i| &i.id) {
             Diff::InPlace(at) => {

@@ -372,11 +372,28 @@ pub fn build(
     now: Time,
 ) -> Built {
     let mut memo = Memo::default();
-    build_kept(&mut memo, inputs, assumed, attempt_floor, settings, now)
+    let mut built = build_kept(&mut memo, inputs, assumed, attempt_floor, settings, now);
+    built.snapshot.jobs = core_jobs_in_order(&memo, inputs);
+    built
+}
+
+/// The core jobs of `memo`'s last build, in the order of the GpuJobs in `inputs`.
+fn core_jobs_in_order(memo: &Memo, inputs: &Inputs) -> Vec<core::Job> {
+    let mut by_id: HashMap<&str, &core::Job> =
+        memo.core_jobs().map(|j| (j.id.as_str(), j)).collect();
+    (inputs.jobs.iter())
+        .filter_map(|j| {
+            let ns = j.metadata.namespace.as_deref().unwrap_or_default();
+            let id = format!("{ns}/{}", j.metadata.name.as_deref().unwrap_or_default());
+            by_id.remove(id.as_str()).cloned()
+        })
+        .collect()
 }
 
 /// [`build`], keeping the views in `memo` from one build to the next: a job nothing of which
-/// changed since the last build keeps its view ([`Memo`]).
+/// changed since the last build keeps its view ([`Memo`]). The snapshot's jobs are left
+/// empty: the core's jobs stay in `memo`, and the ones that changed are taken from it as
+/// changes ([`Memo::take_job_changes`]) for a scheduler that keeps them.
 pub fn build_kept(
     memo: &mut Memo,
     inputs: &Inputs,
@@ -493,7 +510,6 @@ pub fn build_kept(
     // GPUs taken and given back beyond what the pods in the caches count for.
     let mut used_more: HashMap<String, u32> = HashMap::new();
     let mut releasing_more: HashMap<String, u32> = HashMap::new();
-    let mut core_jobs = Vec::new();
     memo.begin(&snap.pools, &inputs.needs);
     for job in &inputs.jobs {
         let ns = job.metadata.namespace.as_deref().unwrap_or_default();
@@ -507,12 +523,10 @@ pub fn build_kept(
             &mut used_more,
             &mut releasing_more,
         );
-        core_jobs.extend(kept.core.iter().cloned());
         built.jobs.insert(kept.view.id.clone(), kept.view.clone());
     }
     memo.end();
     drop(facts);
-    snap.jobs = core_jobs;
 
     // Nodes.
     for n in &inputs.nodes {

@@ -3,14 +3,14 @@
 //! assumed and finished, the clock), some objects replaced by equal copies, and at every step
 //! the kept build must equal the fresh one.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use spillway_api::{ComputePool, GpuJob, GpuQueue};
-use spillway_core::{Settings, Time};
+use spillway_core::{Change, Settings, Time};
 use spillway_k8s::pods;
 use spillway_k8s::world::{self, Assumed, Inputs, Memo};
 
@@ -306,8 +306,9 @@ fn job_index(job: &GpuJob) -> usize {
     job.metadata.name.as_ref().unwrap()[1..].parse().unwrap()
 }
 
-/// What a build says, as comparable text (views hold objects without equality).
-fn said(b: &world::Built) -> (String, spillway_core::Snapshot) {
+/// What a build says, as comparable text (views hold objects without equality), and its
+/// snapshot with `jobs` in id order.
+fn said(b: &world::Built, jobs: Vec<spillway_core::Job>) -> (String, spillway_core::Snapshot) {
     let views: Vec<String> = b
         .jobs
         .iter()
@@ -329,9 +330,46 @@ fn said(b: &world::Built) -> (String, spillway_core::Snapshot) {
             )
         })
         .collect();
-    let pools: std::collections::BTreeMap<_, _> = b.node_pool.iter().collect();
+    let pools: BTreeMap<_, _> = b.node_pool.iter().collect();
     let text = format!("{views:#?}\n{pools:?}\n{:?}", b.invalid_objects);
-    (text, b.snapshot.clone())
+    let mut snapshot = b.snapshot.clone();
+    snapshot.jobs = jobs;
+    snapshot.jobs.sort_by(|a, b| a.id.cmp(&b.id));
+    (text, snapshot)
+}
+
+type Said = (String, spillway_core::Snapshot);
+
+/// Builds the world both ways; the kept build's core jobs are the ones its memo told as
+/// changes, applied to those it told before (`held`).
+fn both(
+    w: &World,
+    memo: &mut Memo,
+    held: &mut BTreeMap<String, spillway_core::Job>,
+) -> (Said, Said) {
+    let i = w.inputs();
+    let now = Time::from_secs_f64(1.8e9 + w.now as f64);
+    let kept = world::build_kept(memo, &i, &w.assumed, &w.floor, Settings::default(), now);
+    assert!(
+        kept.snapshot.jobs.is_empty(),
+        "a kept build leaves them to the memo"
+    );
+    for change in memo.take_job_changes() {
+        match change {
+            Change::Job(j) => {
+                held.insert(j.id.clone(), j);
+            }
+            Change::JobGone(id) => {
+                held.remove(&id);
+            }
+            other => panic!("not a job's change: {other:?}"),
+        }
+    }
+    let fresh = world::build(&i, &w.assumed, &w.floor, Settings::default(), now);
+    (
+        said(&kept, held.values().cloned().collect()),
+        said(&fresh, fresh.snapshot.jobs.clone()),
+    )
 }
 
 proptest! {
@@ -340,13 +378,11 @@ proptest! {
     fn kept_views_build_what_a_fresh_build_does(steps in prop::collection::vec(step(), 1..60)) {
         let mut w = World::new();
         let mut memo = Memo::default();
+        let mut held = BTreeMap::new();
         for (n, s) in steps.iter().enumerate() {
             w.apply(s);
-            let i = w.inputs();
-            let now = Time::from_secs_f64(1.8e9 + w.now as f64);
-            let kept = world::build_kept(&mut memo, &i, &w.assumed, &w.floor, Settings::default(), now);
-            let fresh = world::build(&i, &w.assumed, &w.floor, Settings::default(), now);
-            prop_assert_eq!(said(&kept), said(&fresh), "after step {} ({:?})", n, s);
+            let (kept, fresh) = both(&w, &mut memo, &mut held);
+            prop_assert_eq!(kept, fresh, "after step {} ({:?})", n, s);
         }
     }
 }
@@ -358,6 +394,7 @@ proptest! {
 fn a_kept_view_sees_the_readiness_of_its_pods_nodes() {
     let mut w = World::new();
     let mut memo = Memo::default();
+    let mut held = BTreeMap::new();
     // j0 suspended, holding n0; its pod of attempt 0 on n0 is being deleted, still Pending.
     for s in [
         Step::Job(0, 1, 3),
@@ -366,17 +403,7 @@ fn a_kept_view_sees_the_readiness_of_its_pods_nodes() {
         Step::Node(0, 1),
     ] {
         w.apply(&s);
-        let now = Time::from_secs_f64(1.8e9 + w.now as f64);
-        let i = w.inputs();
-        let kept = world::build_kept(
-            &mut memo,
-            &i,
-            &w.assumed,
-            &w.floor,
-            Settings::default(),
-            now,
-        );
-        let fresh = world::build(&i, &w.assumed, &w.floor, Settings::default(), now);
-        assert_eq!(said(&kept), said(&fresh), "after {s:?}");
+        let (kept, fresh) = both(&w, &mut memo, &mut held);
+        assert_eq!(kept, fresh, "after {s:?}");
     }
 }

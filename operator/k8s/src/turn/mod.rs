@@ -263,7 +263,11 @@ impl State {
             self.scheduler.invalidate();
             self.engine_seen = Some(engine.clone());
         }
-        self.scheduler.sync(&built.snapshot);
+        // The jobs whose view changed, then the rest of the world.
+        for change in self.views.take_job_changes() {
+            self.scheduler.apply(change);
+        }
+        self.scheduler.sync_world(&built.snapshot);
         let skipped = self.scheduler.stats().skipped;
         let plan = self.scheduler.cycle(engine.as_ref(), now);
         metrics.decide_cycle(self.scheduler.stats().skipped > skipped);

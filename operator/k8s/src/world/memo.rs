@@ -24,6 +24,8 @@ pub struct Memo {
     needs: HashMap<String, String>,
     needs_changed: bool,
     build: u64,
+    /// Jobs whose core job changed, arrived or left since the changes were last taken.
+    changed: Vec<String>,
     /// Views derived and views kept since the counts were last taken.
     derived: usize,
     kept: usize,
@@ -118,7 +120,8 @@ impl Memo {
     pub(super) fn begin(&mut self, pools: &[core::Pool], needs: &HashMap<String, String>) {
         self.build += 1;
         if self.pools != pools {
-            self.jobs.clear();
+            // Every view is derived again; their core jobs are compared with none.
+            self.changed.extend(self.jobs.drain().map(|(id, _)| id));
             self.pools = pools.to_vec();
         }
         self.needs_changed = self.needs != *needs;
@@ -154,6 +157,9 @@ impl Memo {
             clock,
             reads_needs,
         } = facts.derive(job, id.clone(), group);
+        if self.jobs.get(&id).map(|k| &k.core) != Some(&core) {
+            self.changed.push(id.clone());
+        }
         let kept = Kept {
             key,
             view: Arc::new(view),
@@ -182,6 +188,32 @@ impl Memo {
     /// Ends a build: forgets the jobs it did not see.
     pub(super) fn end(&mut self) {
         let build = self.build;
-        self.jobs.retain(|_, k| k.build == build);
+        let changed = &mut self.changed;
+        self.jobs.retain(|id, k| {
+            let seen = k.build == build;
+            if !seen && k.core.is_some() {
+                changed.push(id.clone());
+            }
+            seen
+        });
+    }
+
+    /// The core jobs that changed, arrived or left since the last call, as changes for the
+    /// scheduler ([`core::Scheduler::apply`]), each job once, in the order they changed.
+    pub fn take_job_changes(&mut self) -> Vec<core::Change> {
+        let mut seen = std::collections::HashSet::new();
+        std::mem::take(&mut self.changed)
+            .into_iter()
+            .filter(|id| seen.insert(id.clone()))
+            .map(|id| match self.jobs.get(&id).and_then(|k| k.core.clone()) {
+                Some(job) => core::Change::Job(job),
+                None => core::Change::JobGone(id),
+            })
+            .collect()
+    }
+
+    /// The core jobs of the last build, in no particular order.
+    pub fn core_jobs(&self) -> impl Iterator<Item = &core::Job> {
+        self.jobs.values().filter_map(|k| k.core.as_ref())
     }
 }
