@@ -175,6 +175,17 @@ impl State {
                 hourly_usd: cloud_job_rate(view, &on_node).unwrap_or(0.0) + private_rate,
             };
             let decision = decisions.get(view.id.as_str()).copied();
+            if self.remember
+                && decision.is_none()
+                && self.quiet.get(&view.id).is_some_and(|q| {
+                    Arc::ptr_eq(&q.view, view)
+                        && q.environment == environment
+                        && q.hourly_usd == rate.hourly_usd
+                })
+            {
+                // Worked out from the same view, rate and status last turn: nothing to write.
+                continue;
+            }
             let launched = launched_for(view, &on_node);
             let placed = Placed {
                 environment,
@@ -185,6 +196,7 @@ impl State {
         }
         let live: HashSet<&String> = built.jobs.keys().collect();
         self.written.jobs.retain(|k, _| live.contains(k));
+        self.quiet.retain(|k, _| live.contains(k));
         self.annotated.retain(|k| live.contains(k));
         self.attempt_floor.retain(|k, _| live.contains(k));
         self.wait_observed.retain(|k| live.contains(k));
@@ -289,6 +301,7 @@ impl State {
     }
 
     pub(super) fn apply_job_status(&mut self, view: &JobView, st: &GpuJobStatus) {
+        self.quiet.remove(&view.id);
         self.written.jobs.insert(view.id.clone(), st.clone());
         self.emit(Action::ApplyStatus(StatusPatch {
             kind: StatusKind::GpuJob,
@@ -300,7 +313,7 @@ impl State {
 
     fn write_job_status(
         &mut self,
-        view: &JobView,
+        view: &Arc<JobView>,
         decision: Option<&core::Decision>,
         placed: Placed,
         metrics: &Metrics,
@@ -325,6 +338,19 @@ impl State {
         if Some(&desired) == base_status {
             if written.is_some() && view.job.status.as_ref() == Some(&desired) {
                 self.written.jobs.remove(&view.id);
+            }
+            // Unless the clock moves its cost, the same view, rate and status give the same
+            // status at the next turn.
+            let costs = rate.hourly_usd != 0.0
+                || environment == Some(Environment::Cloud)
+                || desired.cost.as_ref().is_some_and(|c| c.hourly_usd != 0.0);
+            if !costs {
+                let quiet = Quiet {
+                    view: view.clone(),
+                    environment,
+                    hourly_usd: rate.hourly_usd,
+                };
+                self.quiet.insert(view.id.clone(), quiet);
             }
             return;
         }
@@ -506,6 +532,14 @@ fn placement_of(
         pool: start.pool.clone(),
         cloud,
     }
+}
+
+/// A job whose status needed no write, with what it was worked out from: while the job's view,
+/// its environment and rate stay the same (and no status of it is written), it needs none.
+pub(super) struct Quiet {
+    view: Arc<JobView>,
+    environment: Option<Environment>,
+    hourly_usd: f64,
 }
 
 /// Where a job runs and what it costs there, for its status.

@@ -113,6 +113,8 @@ pub struct State {
     /// Attempts jobs were moved to whose status write may not be visible yet.
     attempt_floor: HashMap<String, u32>,
     written: Written,
+    /// Jobs whose status needed no write at the last turn, by id.
+    quiet: HashMap<String, jobs::Quiet>,
     /// Pods whose deletion was asked for (by uid).
     deleting: HashSet<String>,
     /// Jobs whose wait was already observed in the wait histogram.
@@ -140,6 +142,9 @@ pub struct State {
     scheduler: core::Scheduler,
     /// The jobs' views, kept from one turn to the next while nothing of theirs changes.
     views: world::Memo,
+    /// Keeps views and quiet statuses across turns; off, every turn derives every view and
+    /// works out every status (the reference the tests compare with).
+    remember: bool,
     /// The rules the scheduler last decided with.
     engine_seen: Option<Arc<spillway_policy::PolicyEngine>>,
     /// This turn's actions.
@@ -153,6 +158,7 @@ impl State {
             assumed: HashMap::new(),
             attempt_floor: HashMap::new(),
             written: Written::default(),
+            quiet: HashMap::new(),
             deleting: HashSet::new(),
             wait_observed: HashSet::new(),
             policies: policies::Compiled::default(),
@@ -167,8 +173,19 @@ impl State {
             annotated: HashSet::new(),
             scheduler: core::Scheduler::default(),
             views: world::Memo::default(),
+            remember: true,
             engine_seen: None,
             out: Vec::new(),
+        }
+    }
+
+    /// A state that keeps no view or quiet status across turns: every turn derives all of them
+    /// again, as the reference the kept ones are compared with.
+    #[cfg(test)]
+    pub(crate) fn forgetful(settings: TurnSettings) -> State {
+        State {
+            remember: false,
+            ..State::new(settings)
         }
     }
 
@@ -263,11 +280,15 @@ impl State {
             self.scheduler.invalidate();
             self.engine_seen = Some(engine.clone());
         }
-        // The jobs whose view changed, then the rest of the world.
-        for change in self.views.take_job_changes() {
-            self.scheduler.apply(change);
+        if self.remember {
+            // The jobs whose view changed, then the rest of the world.
+            for change in self.views.take_job_changes() {
+                self.scheduler.apply(change);
+            }
+            self.scheduler.sync_world(&built.snapshot);
+        } else {
+            self.scheduler.sync(&built.snapshot);
         }
-        self.scheduler.sync_world(&built.snapshot);
         let skipped = self.scheduler.stats().skipped;
         let plan = self.scheduler.cycle(engine.as_ref(), now);
         metrics.decide_cycle(self.scheduler.stats().skipped > skipped);
@@ -298,12 +319,17 @@ impl State {
 
     fn build(&mut self, inputs: &Inputs, now: Time) -> world::Built {
         let overlaid = self.with_suspensions(inputs);
+        let inputs = overlaid.as_ref().unwrap_or(inputs);
+        let settings = self.settings.core.clone();
+        if !self.remember {
+            return world::build(inputs, &self.assumed, &self.attempt_floor, settings, now);
+        }
         world::build_kept(
             &mut self.views,
-            overlaid.as_ref().unwrap_or(inputs),
+            inputs,
             &self.assumed,
             &self.attempt_floor,
-            self.settings.core.clone(),
+            settings,
             now,
         )
     }
@@ -323,6 +349,7 @@ impl State {
                     StatusKind::GpuJob => {
                         // The decision it carried is told again at the next turn.
                         self.scheduler.refresh(&id);
+                        self.quiet.remove(&id);
                         self.written.jobs.remove(&id).map(|_| ())
                     }
                     StatusKind::GpuQueue => self.written.queues.remove(&id).map(|_| ()),

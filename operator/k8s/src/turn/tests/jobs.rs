@@ -357,3 +357,32 @@ fn a_requeued_job_is_not_requeued_again_on_its_stale_status() {
         }
     }
 }
+
+/// A status that needs no write is not worked out again while nothing of it changes; a
+/// running job whose private GPUs cost something does change with the clock: its accrued cost
+/// is written again as it grows (every five minutes' spend), though nothing else changed.
+#[test]
+fn a_priced_private_job_has_its_cost_written_as_it_accrues() {
+    let mut i = cluster();
+    i.pools = vec![std::sync::Arc::new(
+        serde_json::from_value(json!({"metadata": {"name": "onprem", "generation": 1},
+            "spec": {"private": {"nodeSelector": {"pool": "onprem"}, "gpuCostPerHour": 2.0}}}))
+        .expect("pool"),
+    )];
+    i.nodes = vec![node("a", "onprem", 8)];
+    let j = job("priced")
+        .status(json!({"phase": "Running", "pool": "onprem", "nodes": ["a"],
+                       "startedAt": "2026-03-10T12:00:00Z"}))
+        .build();
+    i.pods = vec![pod(&j, 0, 0, "a", "Running")];
+    i.jobs = vec![j];
+    let mut l = Loop::new();
+    let st = status_of(&l.turn(&i, None, noon()), StatusKind::GpuJob, "priced").expect("status");
+    assert_eq!(st["cost"]["hourlyUSD"], 2.0, "{st}");
+    // A minute's spend is within five minutes' of the truth: nothing to write.
+    let t = l.turn(&i, None, noon() + minutes(1));
+    assert!(status_of(&t, StatusKind::GpuJob, "priced").is_none());
+    let t = l.turn(&i, None, noon() + minutes(30));
+    let st = status_of(&t, StatusKind::GpuJob, "priced").expect("the cost again");
+    assert_eq!(st["cost"]["accruedUSD"], 1.0, "{st}");
+}

@@ -6,6 +6,7 @@ mod fixtures;
 mod cloud;
 mod identity;
 mod jobs;
+mod kept;
 mod objects;
 mod reclaim;
 mod repatriate;
