@@ -18,7 +18,9 @@
 //!    condition, and the metrics.
 //!
 //! The state kept between turns is what the loop has assumed or written and not yet seen in
-//! the caches; everything else is derived again each turn from the cluster.
+//! the caches, and what it derived from the caches together with what it was derived from
+//! (the jobs' views, `world::Memo`; the statuses that needed no write, `jobs::Quiet`), used
+//! only while all of that is unchanged; everything else is derived again each turn.
 
 mod cloud;
 mod identity;

@@ -7,7 +7,7 @@
 //! the pools changed.
 //!
 //! Kept views are shared (`Arc`): the build hands out the kept one, not a copy.
-//! `tests/world.rs` builds random histories both ways and requires the same result at every
+//! `tests/memo.rs` builds random histories both ways and requires the same result at every
 //! step.
 
 use std::collections::HashMap;
