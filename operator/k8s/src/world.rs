@@ -308,6 +308,10 @@ pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, Stri
 }
 
 /// Why `queue` does not admit jobs from `namespace`, if it does not.
+///
+/// A job's view is kept across turns while its queue and namespace read the same as far as
+/// this goes (`memo.rs`: `queue_alike`, `namespace_alike`): what it reads of them must stay in
+/// step with those.
 fn admission_problem(
     queue: &GpuQueue,
     namespace: &str,

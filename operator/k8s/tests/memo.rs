@@ -32,7 +32,11 @@ enum Step {
     Node(u8, u8),
     NodeGone(u8),
     Queue(u8),
+    /// The queue's status written (the same spec).
+    QueueStatus(u8),
     Namespace(u8),
+    /// A namespace's annotations edited (the same labels).
+    NamespaceNote(u8),
     Pools(u8),
     Need(u8, u8),
     Finished(u8),
@@ -53,7 +57,9 @@ fn step() -> impl Strategy<Value = Step> {
         (n(), n()).prop_map(|(a, b)| Step::Node(a, b)),
         n().prop_map(Step::NodeGone),
         n().prop_map(Step::Queue),
+        n().prop_map(Step::QueueStatus),
         n().prop_map(Step::Namespace),
+        n().prop_map(Step::NamespaceNote),
         n().prop_map(Step::Pools),
         (n(), n()).prop_map(|(a, b)| Step::Need(a, b)),
         n().prop_map(Step::Finished),
@@ -136,21 +142,32 @@ fn node(n: usize, how: u8) -> Arc<Node> {
 }
 
 fn queue(how: u8) -> Arc<GpuQueue> {
+    queue_with(how, 0)
+}
+
+/// The queue of [`queue`] with `pending` jobs in its status.
+fn queue_with(how: u8, pending: u8) -> Arc<GpuQueue> {
     let spec = match how % 3 {
         0 => json!({}),
         1 => json!({"namespaces": ["a"]}),
         _ => json!({"namespaceSelector": {"matchLabels": {"gpu": "yes"}}}),
     };
-    from(json!({"metadata": {"name": "q"}, "spec": spec}))
+    from(json!({"metadata": {"name": "q"}, "spec": spec, "status": {"pending": pending}}))
 }
 
 fn namespace(ns: &str, how: u8) -> Arc<Namespace> {
+    namespace_noted(ns, how, 0)
+}
+
+/// The namespace of [`namespace`] with an annotation saying `note`.
+fn namespace_noted(ns: &str, how: u8, note: u8) -> Arc<Namespace> {
     let labels = if how.is_multiple_of(2) {
         json!({"gpu": "yes"})
     } else {
         json!({})
     };
-    from(json!({"metadata": {"name": ns, "labels": labels}}))
+    from(json!({"metadata": {"name": ns, "labels": labels,
+        "annotations": {"note": note.to_string()}}}))
 }
 
 fn pools(how: u8) -> Vec<Arc<ComputePool>> {
@@ -219,9 +236,15 @@ impl World {
             }
             Step::NodeGone(n) => self.nodes[*n as usize % NODES] = None,
             Step::Queue(how) => self.queue = (queue(*how), *how),
+            Step::QueueStatus(pending) => self.queue.0 = queue_with(self.queue.1, *pending),
             Step::Namespace(how) => {
                 let i = *how as usize % 2;
                 self.namespaces[i] = (namespace(["a", "b"][i], *how / 2), *how / 2);
+            }
+            Step::NamespaceNote(note) => {
+                let i = *note as usize % 2;
+                let how = self.namespaces[i].1;
+                self.namespaces[i].0 = namespace_noted(["a", "b"][i], how, *note);
             }
             Step::Pools(how) => self.pools = (pools(*how), *how),
             Step::Need(x, attempt) => {
@@ -406,4 +429,43 @@ fn a_kept_view_sees_the_readiness_of_its_pods_nodes() {
         let (kept, fresh) = both(&w, &mut memo, &mut held);
         assert_eq!(kept, fresh, "after {s:?}");
     }
+}
+
+/// The loop writes a queue's status whenever a job of it starts or ends: the views of its
+/// jobs, which read only whom it admits, are kept; a change of whom it admits derives them
+/// again. Likewise a namespace's annotations and its labels.
+#[test]
+fn a_queue_or_namespace_reading_the_same_keeps_the_views() {
+    let mut w = World::new();
+    let mut memo = Memo::default();
+    let mut held = BTreeMap::new();
+    w.apply(&Step::Queue(2));
+    let mut counts = |w: &World, memo: &mut Memo| {
+        let (kept, fresh) = both(w, memo, &mut held);
+        assert_eq!(kept, fresh);
+        memo.take_counts()
+    };
+    assert_eq!(counts(&w, &mut memo), (JOBS, 0), "first build");
+    for s in [
+        Step::QueueStatus(7),
+        Step::NamespaceNote(0),
+        Step::NamespaceNote(1),
+    ] {
+        w.apply(&s);
+        assert_eq!(counts(&w, &mut memo), (0, JOBS), "after {s:?}");
+        assert_eq!(counts(&w, &mut memo), (0, JOBS), "the build after {s:?}");
+    }
+    w.apply(&Step::Queue(1));
+    assert_eq!(
+        counts(&w, &mut memo),
+        (JOBS, 0),
+        "whom the queue admits changed"
+    );
+    // Namespace a (half the jobs) loses its labels.
+    w.apply(&Step::Namespace(2));
+    assert_eq!(
+        counts(&w, &mut memo),
+        (JOBS / 2, JOBS / 2),
+        "namespace a's labels changed"
+    );
 }

@@ -1,9 +1,10 @@
 //! The views of the last build, kept with what each was derived from, so that a job nothing of
 //! which changed is not derived again: its GpuJob and pods are the very objects the caches
 //! held then (a watch cache hands out the same `Arc` until the object changes), its queue and
-//! namespace too, the nodes its pods sit on have the same presence, readiness and pool, what
-//! the loop assumed and finished for it is the same, and the clock has not passed what it
-//! read. A view that read the cloud needs is derived again when they changed; every view when
+//! namespace read the same (whom the queue admits, the namespace's labels: not the queue's
+//! status, which the loop writes whenever a job of it starts or ends), the nodes its pods sit
+//! on have the same presence, readiness and pool, what the loop assumed and finished for it is
+//! the same, and the clock has not passed what it read. A view that read the cloud needs is derived again when they changed; every view when
 //! the pools changed.
 //!
 //! Kept views are shared (`Arc`): the build hands out the kept one, not a copy.
@@ -55,12 +56,25 @@ struct Key {
     namespace: Option<Arc<Namespace>>,
 }
 
-fn same<T>(a: &Option<Arc<T>>, b: Option<&Arc<T>>) -> bool {
+/// Whether `b` is `a`, or reads the same as far as `alike` looks: the parts of an object a view
+/// reads.
+fn same<T>(a: &Option<Arc<T>>, b: Option<&Arc<T>>, alike: impl Fn(&T, &T) -> bool) -> bool {
     match (a, b) {
-        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b) || alike(a, b),
         (None, None) => true,
         _ => false,
     }
+}
+
+/// What a view reads of its queue: whom it admits (`admission_problem`). Its status (written
+/// by the loop whenever a job of it starts or ends) and its other fields are not read.
+fn queue_alike(a: &GpuQueue, b: &GpuQueue) -> bool {
+    a.spec.namespaces == b.spec.namespaces && a.spec.namespace_selector == b.spec.namespace_selector
+}
+
+/// What a view reads of its namespace: its labels (a queue's `namespaceSelector`).
+fn namespace_alike(a: &Namespace, b: &Namespace) -> bool {
+    a.metadata.labels == b.metadata.labels
 }
 
 impl Facts<'_> {
@@ -110,8 +124,29 @@ impl Facts<'_> {
             && same(
                 &key.queue,
                 self.queues.get(job.spec.queue.as_str()).copied(),
+                queue_alike,
             )
-            && same(&key.namespace, self.namespaces.get(ns).copied())
+            && same(
+                &key.namespace,
+                self.namespaces.get(ns).copied(),
+                namespace_alike,
+            )
+    }
+
+    /// Points `key` at the queue and namespace objects of this build, once they were found to
+    /// read the same: the next build compares by identity again.
+    fn refresh(&self, key: &mut Key, job: &GpuJob) {
+        let ns = job.metadata.namespace.as_deref().unwrap_or_default();
+        if let (Some(k), Some(&now)) = (&mut key.queue, self.queues.get(job.spec.queue.as_str()))
+            && !Arc::ptr_eq(k, now)
+        {
+            *k = now.clone();
+        }
+        if let (Some(k), Some(&now)) = (&mut key.namespace, self.namespaces.get(ns))
+            && !Arc::ptr_eq(k, now)
+        {
+            *k = now.clone();
+        }
     }
 }
 
@@ -146,6 +181,7 @@ impl Memo {
         if fresh {
             self.kept += 1;
             let k = self.jobs.get_mut(&id).expect("checked above");
+            facts.refresh(&mut k.key, job);
             k.build = self.build;
             return k;
         }

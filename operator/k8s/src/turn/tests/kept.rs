@@ -1,7 +1,7 @@
 //! Turns that keep views and quiet statuses across turns against turns that derive everything
 //! again: random histories of a small cluster (jobs submitted and deleted, nodes going and
-//! coming, pods started, finished and lost, the turn's own writes landing in the caches late,
-//! the clock), and at every turn both must ask for the same actions and the same wake-up.
+//! coming, pods started, finished and lost, the turn's own writes landing in the caches late
+//! (the jobs' and the queue's statuses), and at every turn both must ask for the same actions and the same wake-up.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -177,6 +177,19 @@ impl World {
                     let mut job = (**job).clone();
                     job.status = serde_json::from_value(p.body["status"].clone()).ok();
                     self.jobs.insert(p.name.clone(), Arc::new(job));
+                }
+            }
+            Action::ApplyStatus(p) if p.kind == StatusKind::GpuQueue => {
+                // The queue's counts: its jobs' views, which read whom it admits, are kept.
+                for q in self
+                    .base
+                    .queues
+                    .iter_mut()
+                    .filter(|q| q.name_any() == p.name)
+                {
+                    let mut queue = (**q).clone();
+                    queue.status = serde_json::from_value(p.body["status"].clone()).ok();
+                    *q = Arc::new(queue);
                 }
             }
             Action::Annotate {
