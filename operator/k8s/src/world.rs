@@ -129,6 +129,8 @@ pub struct JobView {
     /// Why the spec cannot be run, when it cannot (field errors, queue not admitting the
     /// namespace). The core sees such a job as never existing.
     pub invalid: Option<String>,
+    /// The job carries its trace context (a valid `spillway.io/traceparent` annotation).
+    pub trace_stored: bool,
 }
 
 /// What the controller works from in one cycle.
@@ -498,15 +500,17 @@ pub fn build_kept(
         queues: (inputs.queues.iter())
             .filter_map(|q| Some((q.metadata.name.as_deref()?, q)))
             .collect(),
-        node_pool: &node_pool,
-        node_names: (inputs.nodes.iter())
-            .filter_map(|n| n.metadata.name.as_deref())
-            .collect(),
         // A pod being deleted on a node that is gone or not Ready will never be confirmed
         // stopped (no kubelet answers for it): it is dead with its node, not stopping.
-        ready: (inputs.nodes.iter())
-            .filter(|n| node_ready(n))
-            .filter_map(|n| n.metadata.name.as_deref())
+        nodes: (inputs.nodes.iter())
+            .filter_map(|n| {
+                let name = n.metadata.name.as_deref()?;
+                let fact = job::NodeFact {
+                    ready: node_ready(n),
+                    pool: node_pool.get(name),
+                };
+                Some((name, fact))
+            })
             .collect(),
         pools: &snap.pools,
         now,
@@ -515,12 +519,14 @@ pub fn build_kept(
     let mut used_more: HashMap<String, u32> = HashMap::new();
     let mut releasing_more: HashMap<String, u32> = HashMap::new();
     memo.begin(&snap.pools, &inputs.needs);
+    let mut id = String::new();
     for job in &inputs.jobs {
         let ns = job.metadata.namespace.as_deref().unwrap_or_default();
         let name = job.metadata.name.as_deref().unwrap_or_default();
-        let id = format!("{ns}/{name}");
+        id.clear();
+        id.extend([ns, "/", name]);
         let group = pods_by_job.remove(&(ns, name)).unwrap_or_default();
-        let kept = memo.view(&facts, job, id, &group);
+        let kept = memo.view(&facts, job, &id, &group);
         job::add_usage(
             &kept.view,
             assumed.get(&kept.view.id),

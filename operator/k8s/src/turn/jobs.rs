@@ -217,14 +217,17 @@ impl State {
         {
             return;
         }
-        let (trace, stored) = telemetry::of_job(&view.job);
-        if stored {
-            self.annotated.remove(&view.id);
+        if view.trace_stored {
+            if !self.annotated.is_empty() {
+                self.annotated.remove(&view.id);
+            }
             return;
         }
-        if !self.annotated.insert(view.id.clone()) {
+        if self.annotated.contains(&view.id) {
             return;
         }
+        self.annotated.insert(view.id.clone());
+        let (trace, _) = telemetry::of_job(&view.job);
         self.emit(Action::Annotate {
             namespace: view.job.namespace().unwrap_or_default(),
             name: view.job.name_any(),

@@ -3,7 +3,7 @@
 //! it read of the clock is told ([`ClockUse`]), so that a view can be kept across turns
 //! ([`super::memo`]) for as long as it stays true.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use super::*;
 
@@ -38,13 +38,19 @@ pub(super) struct Facts<'a> {
     pub namespaces: HashMap<&'a str, &'a Arc<Namespace>>,
     pub queues: HashMap<&'a str, &'a Arc<GpuQueue>>,
     /// Pool of each node that belongs to a valid one.
-    pub node_pool: &'a HashMap<String, String>,
-    pub node_names: HashSet<&'a str>,
-    /// Nodes whose `Ready` condition is true.
-    pub ready: HashSet<&'a str>,
+    /// Every node by name: whether its `Ready` condition is true, and the valid pool it
+    /// belongs to.
+    pub nodes: HashMap<&'a str, NodeFact<'a>>,
     /// The valid pools, as the core sees them.
     pub pools: &'a [core::Pool],
     pub now: Time,
+}
+
+/// What a view reads of one node.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct NodeFact<'a> {
+    pub ready: bool,
+    pub pool: Option<&'a String>,
 }
 
 /// A job's view, its job for the core (when the core sees it), and what they read.
@@ -59,7 +65,7 @@ pub(super) struct Derived {
 impl Facts<'_> {
     fn dead_node(&self, p: &Pod) -> bool {
         let node = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
-        node.is_some_and(|n| !self.ready.contains(n))
+        node.is_some_and(|n| !self.nodes.get(n).is_some_and(|f| f.ready))
     }
 
     /// `job`'s view; `group` holds the pods labelled with it, in the caches' order.
@@ -109,7 +115,7 @@ impl Facts<'_> {
             }),
         };
         let replicas = job.spec.replicas.max(1) as u32;
-        let pool_of = |node: &str| self.node_pool.get(node).cloned();
+        let pool_of = |node: &str| self.nodes.get(node).and_then(|f| f.pool).cloned();
         let assumed = self.assumed.get(&id);
         let mut lifecycle =
             if self.inputs.finished.contains(&id) || job.metadata.deletion_timestamp.is_some() {
@@ -125,7 +131,7 @@ impl Facts<'_> {
                 .iter()
                 .filter(|p| pod_active(p))
                 .filter_map(|p| pod_node_name(p))
-                .find(|n| !self.node_names.contains(n))
+                .find(|n| !self.nodes.contains_key(n))
         {
             lifecycle = Lifecycle::Broken {
                 message: format!("Node {gone} of one of its replicas is gone."),
@@ -207,6 +213,7 @@ impl Facts<'_> {
                 surplus_pods: surplus.into_iter().cloned().collect(),
                 lifecycle,
                 invalid,
+                trace_stored: crate::telemetry::of_job(job).1,
             },
             core,
             clock: clock.used,

@@ -81,11 +81,10 @@ impl Facts<'_> {
     /// Of the node `pod` sits on: present, Ready, its pool.
     fn node_of(&self, pod: &Pod) -> Option<(bool, bool, Option<&String>)> {
         let n = pod_node_name(pod)?;
-        Some((
-            self.node_names.contains(n),
-            self.ready.contains(n),
-            self.node_pool.get(n),
-        ))
+        Some(match self.nodes.get(n) {
+            Some(f) => (true, f.ready, f.pool),
+            None => (false, false, None),
+        })
     }
 
     fn key(&self, job: &Arc<GpuJob>, id: &str, group: &[&Arc<Pod>]) -> Key {
@@ -170,31 +169,31 @@ impl Memo {
         &mut self,
         facts: &Facts<'_>,
         job: &Arc<GpuJob>,
-        id: String,
+        id: &str,
         group: &[&Arc<Pod>],
     ) -> &Kept {
-        let fresh = self.jobs.get(&id).is_some_and(|k| {
+        let fresh = self.jobs.get(id).is_some_and(|k| {
             k.clock.holds_at(facts.now)
                 && !(k.reads_needs && self.needs_changed)
-                && facts.unchanged(&k.key, job, &id, group)
+                && facts.unchanged(&k.key, job, id, group)
         });
         if fresh {
             self.kept += 1;
-            let k = self.jobs.get_mut(&id).expect("checked above");
+            let k = self.jobs.get_mut(id).expect("checked above");
             facts.refresh(&mut k.key, job);
             k.build = self.build;
             return k;
         }
         self.derived += 1;
-        let key = facts.key(job, &id, group);
+        let key = facts.key(job, id, group);
         let Derived {
             view,
             core,
             clock,
             reads_needs,
-        } = facts.derive(job, id.clone(), group);
-        if self.jobs.get(&id).map(|k| &k.core) != Some(&core) {
-            self.changed.push(id.clone());
+        } = facts.derive(job, id.to_string(), group);
+        if self.jobs.get(id).map(|k| &k.core) != Some(&core) {
+            self.changed.push(id.to_string());
         }
         let kept = Kept {
             key,
@@ -204,7 +203,7 @@ impl Memo {
             reads_needs,
             build: self.build,
         };
-        match self.jobs.entry(id) {
+        match self.jobs.entry(id.to_string()) {
             std::collections::hash_map::Entry::Occupied(mut e) => {
                 e.insert(kept);
                 e.into_mut()
