@@ -138,7 +138,7 @@ pub struct JobView {
 pub struct Built {
     pub snapshot: Snapshot,
     /// Every GpuJob by id (shared with the views kept across builds).
-    pub jobs: BTreeMap<String, Arc<JobView>>,
+    pub jobs: BTreeMap<Arc<str>, Arc<JobView>>,
     /// Pool of each node that belongs to one.
     pub node_pool: HashMap<String, String>,
     /// Problems with queues, pools and datasets (by `Kind/name`), which the core skips.
@@ -533,9 +533,9 @@ pub fn build_kept(
             &mut used_more,
             &mut releasing_more,
         );
-        built.jobs.insert(kept.view.id.clone(), kept.view.clone());
     }
     memo.end();
+    built.jobs = memo.views().clone();
     drop(facts);
 
     // Nodes.

@@ -175,7 +175,8 @@ fn pools(how: u8) -> Vec<Arc<ComputePool>> {
         "spec": {"private": {"nodeSelector": {"team": "ml"}}}}))];
     if how % 2 == 1 {
         p.push(from(json!({"metadata": {"name": "cloud"},
-            "spec": {"aws": {"region": "us-east-1", "instanceTypes": ["g6.xlarge"]}}})));
+            "spec": {"aws": {"region": "us-east-1", "instanceTypes": ["g6.xlarge"],
+                "amiId": "ami-0abc"}}})));
     }
     p
 }
@@ -468,4 +469,19 @@ fn a_queue_or_namespace_reading_the_same_keeps_the_views() {
         (JOBS / 2, JOBS / 2),
         "namespace a's labels changed"
     );
+}
+
+/// A job that leaves in the build in which the pools change (every view is derived again) is
+/// gone from the build like any other.
+#[test]
+fn a_job_leaving_as_the_pools_change_is_gone() {
+    let mut w = World::new();
+    let mut memo = Memo::default();
+    let mut held = BTreeMap::new();
+    let (kept, fresh) = both(&w, &mut memo, &mut held);
+    assert_eq!(kept, fresh);
+    w.apply(&Step::JobGone(1));
+    w.apply(&Step::Pools(1));
+    let (kept, fresh) = both(&w, &mut memo, &mut held);
+    assert_eq!(kept, fresh);
 }

@@ -182,7 +182,8 @@ impl State {
             &[]
         };
         for l in launches {
-            let (Some(pool), Some(view)) = (pools.get(&l.offering.pool), built.jobs.get(&l.job))
+            let (Some(pool), Some(view)) =
+                (pools.get(&l.offering.pool), built.jobs.get(l.job.as_str()))
             else {
                 continue;
             };
@@ -326,8 +327,8 @@ impl State {
                 });
             }
         }
-        let live: HashSet<&String> = built.jobs.keys().collect();
-        self.releasing.retain(|id| live.contains(id));
+        let live: HashSet<&str> = built.jobs.keys().map(|k| &**k).collect();
+        self.releasing.retain(|id| live.contains(id.as_str()));
     }
 
     /// Garbage collection: instances no need wants (or that never joined), and Nodes of cloud
@@ -355,7 +356,7 @@ impl State {
                 continue;
             }
             let age = now.since(i.launched_at).as_secs_f64();
-            let wanted = built.jobs.get(&i.job).filter(|v| {
+            let wanted = built.jobs.get(i.job.as_str()).filter(|v| {
                 matches!(v.lifecycle, Lifecycle::Provisioning { .. })
                     && format!("{}#{}", v.id, v.attempt) == i.need
             });

@@ -28,7 +28,7 @@ impl State {
         now: Time,
     ) {
         for start in &plan.starts {
-            let Some(view) = built.jobs.get_mut(&start.job) else {
+            let Some(view) = built.jobs.get_mut(start.job.as_str()) else {
                 continue;
             };
             // This turn's copy: the view kept for the next build stays as derived.
@@ -194,12 +194,12 @@ impl State {
             };
             self.write_job_status(view, decision, placed, metrics, now);
         }
-        let live: HashSet<&String> = built.jobs.keys().collect();
-        self.written.jobs.retain(|k, _| live.contains(k));
-        self.quiet.retain(|k, _| live.contains(k));
-        self.annotated.retain(|k| live.contains(k));
-        self.attempt_floor.retain(|k, _| live.contains(k));
-        self.wait_observed.retain(|k| live.contains(k));
+        let live: HashSet<&str> = built.jobs.keys().map(|k| &**k).collect();
+        self.written.jobs.retain(|k, _| live.contains(k.as_str()));
+        self.quiet.retain(|k, _| live.contains(k.as_str()));
+        self.annotated.retain(|k| live.contains(k.as_str()));
+        self.attempt_floor.retain(|k, _| live.contains(k.as_str()));
+        self.wait_observed.retain(|k| live.contains(k.as_str()));
         let active_uids: HashSet<&str> = inputs
             .pods
             .iter()

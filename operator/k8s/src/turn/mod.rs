@@ -233,7 +233,7 @@ impl State {
             .filter(|(id, a)| {
                 let visible = built
                     .jobs
-                    .get(*id)
+                    .get(id.as_str())
                     .map(|v| v.pods.len())
                     .unwrap_or(usize::MAX);
                 let done = visible >= a.nodes.len();

@@ -11,7 +11,7 @@
 //! `tests/memo.rs` builds random histories both ways and requires the same result at every
 //! step.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::job::{ClockUse, Derived, Facts};
 use super::*;
@@ -20,6 +20,9 @@ use super::*;
 #[derive(Debug, Default)]
 pub struct Memo {
     jobs: HashMap<String, Kept>,
+    /// The kept views by id, in id order: what a build hands out, changed only where a view
+    /// was derived or a job left.
+    views: BTreeMap<Arc<str>, Arc<JobView>>,
     /// The pools and needs of the last build.
     pools: Vec<core::Pool>,
     needs: HashMap<String, String>,
@@ -156,6 +159,7 @@ impl Memo {
         if self.pools != pools {
             // Every view is derived again; their core jobs are compared with none.
             self.changed.extend(self.jobs.drain().map(|(id, _)| id));
+            self.views.clear();
             self.pools = pools.to_vec();
         }
         self.needs_changed = self.needs != *needs;
@@ -195,9 +199,16 @@ impl Memo {
         if self.jobs.get(id).map(|k| &k.core) != Some(&core) {
             self.changed.push(id.to_string());
         }
+        let view = Arc::new(view);
+        match self.views.get_mut(id) {
+            Some(v) => *v = view.clone(),
+            None => {
+                self.views.insert(Arc::from(id), view.clone());
+            }
+        }
         let kept = Kept {
             key,
-            view: Arc::new(view),
+            view,
             core,
             clock,
             reads_needs,
@@ -224,13 +235,22 @@ impl Memo {
     pub(super) fn end(&mut self) {
         let build = self.build;
         let changed = &mut self.changed;
+        let views = &mut self.views;
         self.jobs.retain(|id, k| {
             let seen = k.build == build;
-            if !seen && k.core.is_some() {
-                changed.push(id.clone());
+            if !seen {
+                views.remove(id.as_str());
+                if k.core.is_some() {
+                    changed.push(id.clone());
+                }
             }
             seen
         });
+    }
+
+    /// The views of the last build by id, in id order.
+    pub(super) fn views(&self) -> &BTreeMap<Arc<str>, Arc<JobView>> {
+        &self.views
     }
 
     /// The core jobs that changed, arrived or left since the last call, as changes for the

@@ -164,7 +164,7 @@ async fn explain_job(
         now,
     );
     let id = format!("{ns}/{name}");
-    if let Some(why) = built.jobs.get(&id).and_then(|v| v.invalid.clone()) {
+    if let Some(why) = built.jobs.get(id.as_str()).and_then(|v| v.invalid.clone()) {
         println!("Now: the job cannot run as written: {why}");
         return Ok(());
     }
