@@ -150,12 +150,11 @@ impl State {
                 let at = *started_at + max;
                 wake = Some(wake.map_or(at, |w| w.min(at)));
             }
-            let pool = view.job.status.as_ref().and_then(|s| s.pool.clone());
             let pool_name = match &view.lifecycle {
-                Lifecycle::Running { pool, .. } => pool.clone(),
-                _ => pool,
+                Lifecycle::Running { pool, .. } => pool.as_ref(),
+                _ => view.job.status.as_ref().and_then(|s| s.pool.as_ref()),
             };
-            let pool_spec = pool_name.as_ref().and_then(|p| pools.get(p));
+            let pool_spec = pool_name.and_then(|p| pools.get(p));
             let environment = pool_spec.map(|p| {
                 if p.spec.aws.is_some() {
                     Environment::Cloud
@@ -194,19 +193,28 @@ impl State {
             };
             self.write_job_status(view, decision, placed, metrics, now);
         }
-        let live: HashSet<&str> = built.jobs.keys().map(|k| &**k).collect();
-        self.written.jobs.retain(|k, _| live.contains(k.as_str()));
-        self.quiet.retain(|k, _| live.contains(k.as_str()));
-        self.annotated.retain(|k| live.contains(k.as_str()));
-        self.attempt_floor.retain(|k, _| live.contains(k.as_str()));
-        self.wait_observed.retain(|k| live.contains(k.as_str()));
-        let active_uids: HashSet<&str> = inputs
-            .pods
-            .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .filter_map(|p| p.metadata.uid.as_deref())
-            .collect();
-        self.deleting.retain(|u| active_uids.contains(u.as_str()));
+        // What the loop keeps by job is kept only for jobs that exist. Every key was a job's id
+        // when it was put in, so while no job left (the same ids as at the last pruning, which
+        // kept views tell) there is nothing to prune.
+        let ids = self.remember.then(|| self.views.ids_version());
+        if ids.is_none() || ids != self.pruned_at {
+            let live: HashSet<&str> = built.jobs.keys().map(|k| &**k).collect();
+            self.written.jobs.retain(|k, _| live.contains(k.as_str()));
+            self.quiet.retain(|k, _| live.contains(k.as_str()));
+            self.annotated.retain(|k| live.contains(k.as_str()));
+            self.attempt_floor.retain(|k, _| live.contains(k.as_str()));
+            self.wait_observed.retain(|k| live.contains(k.as_str()));
+            self.pruned_at = ids;
+        }
+        if !self.deleting.is_empty() {
+            let active_uids: HashSet<&str> = inputs
+                .pods
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .filter_map(|p| p.metadata.uid.as_deref())
+                .collect();
+            self.deleting.retain(|u| active_uids.contains(u.as_str()));
+        }
         wake
     }
 

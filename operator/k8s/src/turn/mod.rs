@@ -144,6 +144,8 @@ pub struct State {
     scheduler: core::Scheduler,
     /// The jobs' views, kept from one turn to the next while nothing of theirs changes.
     views: world::Memo,
+    /// The version of the views' ids when the maps kept by job were last pruned of jobs gone.
+    pruned_at: Option<u64>,
     /// Keeps views and quiet statuses across turns; off, every turn derives every view and
     /// works out every status (the reference the tests compare with).
     remember: bool,
@@ -175,6 +177,7 @@ impl State {
             annotated: HashSet::new(),
             scheduler: core::Scheduler::default(),
             views: world::Memo::default(),
+            pruned_at: None,
             remember: true,
             engine_seen: None,
             out: Vec::new(),

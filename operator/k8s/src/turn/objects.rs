@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{Resource, ResourceExt};
 use spillway_api::dataset::DatasetStatus;
+use spillway_api::job::JobPhase;
 use spillway_api::policy::BurstPolicyStatus;
 use spillway_api::pool::{ComputePoolStatus, PoolGpus, PoolNodes};
 use spillway_api::queue::{GpuQueueStatus, GpusByEnvironment, QueueSpend};
@@ -89,8 +90,9 @@ impl State {
             .iter()
             .map(|q| (q.name_any(), GpuQueueStatus::default()))
             .collect();
-        let mut job_counts: BTreeMap<(String, String), u64> = BTreeMap::new();
-        let mut queue_gpus: BTreeMap<(String, String), u64> = BTreeMap::new();
+        // Counted by borrowed keys, named once per distinct key below.
+        let mut job_counts: HashMap<(&str, JobPhase), u64> = HashMap::new();
+        let mut gpus_by_env: HashMap<(&str, bool), u64> = HashMap::new();
         let cloud_pools: BTreeSet<String> = inputs
             .pools
             .iter()
@@ -99,18 +101,13 @@ impl State {
             .collect();
         for view in built.jobs.values() {
             let queue = &view.job.spec.queue;
-            let phase = world::phase_of(view);
-            let label = if per_queue.contains_key(queue) {
-                queue.clone()
-            } else {
-                "-".into()
-            };
-            *job_counts
-                .entry((label.clone(), format!("{phase:?}")))
-                .or_default() += 1;
             let Some(qs) = per_queue.get_mut(queue) else {
+                *job_counts.entry(("-", world::phase_of(view))).or_default() += 1;
                 continue;
             };
+            *job_counts
+                .entry((queue.as_str(), world::phase_of(view)))
+                .or_default() += 1;
             match &view.lifecycle {
                 Lifecycle::Pending if view.invalid.is_none() => qs.pending += 1,
                 Lifecycle::Running { pool, .. } => {
@@ -127,12 +124,20 @@ impl State {
                     } else {
                         by_env.private += gpus;
                     }
-                    let env = if cloud { "cloud" } else { "private" };
-                    *queue_gpus.entry((label, env.into())).or_default() += gpus as u64;
+                    *gpus_by_env.entry((queue.as_str(), cloud)).or_default() += gpus as u64;
                 }
                 _ => {}
             }
         }
+        let job_counts: BTreeMap<(String, String), u64> = (job_counts.into_iter())
+            .map(|((q, phase), n)| ((q.to_string(), format!("{phase:?}")), n))
+            .collect();
+        let queue_gpus: BTreeMap<(String, String), u64> = (gpus_by_env.into_iter())
+            .map(|((q, cloud), n)| {
+                let env = if cloud { "cloud" } else { "private" };
+                ((q.to_string(), env.to_string()), n)
+            })
+            .collect();
         metrics.set_jobs(job_counts);
         let mut pool_gpus = BTreeMap::new();
         for p in &inputs.pools {

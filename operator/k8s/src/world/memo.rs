@@ -23,6 +23,8 @@ pub struct Memo {
     /// The kept views by id, in id order: what a build hands out, changed only where a view
     /// was derived or a job left.
     views: BTreeMap<Arc<str>, Arc<JobView>>,
+    /// Moves on whenever an id joins or leaves `views`.
+    ids_version: u64,
     /// The pools and needs of the last build.
     pools: Vec<core::Pool>,
     needs: HashMap<String, String>,
@@ -160,6 +162,7 @@ impl Memo {
             // Every view is derived again; their core jobs are compared with none.
             self.changed.extend(self.jobs.drain().map(|(id, _)| id));
             self.views.clear();
+            self.ids_version += 1;
             self.pools = pools.to_vec();
         }
         self.needs_changed = self.needs != *needs;
@@ -204,6 +207,7 @@ impl Memo {
             Some(v) => *v = view.clone(),
             None => {
                 self.views.insert(Arc::from(id), view.clone());
+                self.ids_version += 1;
             }
         }
         let kept = Kept {
@@ -236,16 +240,23 @@ impl Memo {
         let build = self.build;
         let changed = &mut self.changed;
         let views = &mut self.views;
+        let ids_version = &mut self.ids_version;
         self.jobs.retain(|id, k| {
             let seen = k.build == build;
             if !seen {
                 views.remove(id.as_str());
+                *ids_version += 1;
                 if k.core.is_some() {
                     changed.push(id.clone());
                 }
             }
             seen
         });
+    }
+
+    /// A number that changes whenever a job's id joins or leaves the views (and only then).
+    pub fn ids_version(&self) -> u64 {
+        self.ids_version
     }
 
     /// The views of the last build by id, in id order.

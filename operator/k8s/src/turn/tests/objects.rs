@@ -172,3 +172,31 @@ fn jobs_of_an_unreadable_queue_say_it_is_invalid_not_missing() {
     let job = status_of(&t, StatusKind::GpuJob, "train").expect("job");
     assert_eq!(job["decision"]["reason"], "QueueInvalid");
 }
+
+/// The jobs' gauges: every job counted by queue and phase (a queue that does not exist as
+/// `-`), and the GPUs of running jobs by queue and environment.
+#[test]
+fn jobs_and_their_gpus_are_counted_by_queue_phase_and_environment() {
+    let mut i = cluster();
+    i.nodes = vec![node("a", "onprem", 8)];
+    let mut lost = job("lost");
+    lost.0["spec"]["queue"] = json!("nope");
+    i.jobs = vec![
+        job("one").gpus(2).build(),
+        job("two").gpus(3).build(),
+        job("huge").gpus(16).build(),
+        lost.build(),
+    ];
+    let mut l = Loop::new();
+    l.turn(&i, None, noon());
+    let shown = l.metrics.render();
+    for line in [
+        r#"spillway_jobs{queue="q",phase="Running"} 2"#,
+        r#"spillway_jobs{queue="q",phase="Queued"} 1"#,
+        r#"spillway_jobs{queue="-",phase="Queued"} 1"#,
+        r#"spillway_queue_gpus_in_use{queue="q",environment="private"} 5"#,
+    ] {
+        assert!(shown.contains(line), "{line} not in\n{shown}");
+    }
+    assert!(!shown.contains(r#"environment="cloud""#), "{shown}");
+}
