@@ -464,10 +464,11 @@ pub fn build_kept(
     }
 
     // GPUs in use per node: every active pod bound (or placed by us) there.
-    let mut used: HashMap<&str, u32> = HashMap::new();
+    let mut used: HashMap<&str, u32> = HashMap::with_capacity(inputs.nodes.len());
     // Of those, GPUs of pods on their way out (being deleted, or about to be as surplus).
     let mut releasing: HashMap<&str, u32> = HashMap::new();
-    let mut pods_by_job: HashMap<(&str, &str), Vec<&Arc<Pod>>> = HashMap::new();
+    let mut pods_by_job: HashMap<(&str, &str), Vec<&Arc<Pod>>> =
+        HashMap::with_capacity(inputs.jobs.len());
     for pod in &inputs.pods {
         if pod_active(pod)
             && let Some(node) = pod_node_name(pod)
@@ -526,10 +527,10 @@ pub fn build_kept(
         id.clear();
         id.extend([ns, "/", name]);
         let group = pods_by_job.remove(&(ns, name)).unwrap_or_default();
-        let kept = memo.view(&facts, job, &id, &group);
+        let view = memo.view(&facts, job, &id, &group);
         job::add_usage(
-            &kept.view,
-            assumed.get(&kept.view.id),
+            &view,
+            assumed.get(&view.id),
             &mut used_more,
             &mut releasing_more,
         );

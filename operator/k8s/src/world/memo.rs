@@ -171,25 +171,23 @@ impl Memo {
         }
     }
 
-    /// `job`'s view and core job: the kept ones when nothing they were derived from changed.
+    /// `job`'s view: the kept one when nothing it was derived from changed.
     pub(super) fn view(
         &mut self,
         facts: &Facts<'_>,
         job: &Arc<GpuJob>,
         id: &str,
         group: &[&Arc<Pod>],
-    ) -> &Kept {
-        let fresh = self.jobs.get(id).is_some_and(|k| {
-            k.clock.holds_at(facts.now)
-                && !(k.reads_needs && self.needs_changed)
-                && facts.unchanged(&k.key, job, id, group)
-        });
-        if fresh {
+    ) -> Arc<JobView> {
+        if let Some(k) = self.jobs.get_mut(id)
+            && k.clock.holds_at(facts.now)
+            && !(k.reads_needs && self.needs_changed)
+            && facts.unchanged(&k.key, job, id, group)
+        {
             self.kept += 1;
-            let k = self.jobs.get_mut(id).expect("checked above");
             facts.refresh(&mut k.key, job);
             k.build = self.build;
-            return k;
+            return k.view.clone();
         }
         self.derived += 1;
         let key = facts.key(job, id, group);
@@ -218,13 +216,14 @@ impl Memo {
             reads_needs,
             build: self.build,
         };
-        match self.jobs.entry(id.to_string()) {
-            std::collections::hash_map::Entry::Occupied(mut e) => {
-                e.insert(kept);
-                e.into_mut()
+        let view = kept.view.clone();
+        match self.jobs.get_mut(id) {
+            Some(k) => *k = kept,
+            None => {
+                self.jobs.insert(id.to_string(), kept);
             }
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(kept),
         }
+        view
     }
 
     /// How many views were derived and how many kept since the last call.
