@@ -519,7 +519,7 @@ pub fn build_kept(
     // GPUs taken and given back beyond what the pods in the caches count for.
     let mut used_more: HashMap<String, u32> = HashMap::new();
     let mut releasing_more: HashMap<String, u32> = HashMap::new();
-    memo.begin(&snap.pools, &inputs.needs);
+    memo.begin(&snap.pools, &inputs.needs, inputs);
     let mut id = String::new();
     for job in &inputs.jobs {
         let ns = job.metadata.namespace.as_deref().unwrap_or_default();

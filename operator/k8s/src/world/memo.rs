@@ -25,6 +25,13 @@ pub struct Memo {
     views: BTreeMap<Arc<str>, Arc<JobView>>,
     /// Moves on whenever an id joins or leaves `views`.
     ids_version: u64,
+    /// The queues and namespaces of the last build, in address order (held, so that no other
+    /// object can take an address while it is compared), and whether this build's are the
+    /// very same: then every kept view's queue and namespace are too.
+    queues: Vec<Arc<GpuQueue>>,
+    namespaces: Vec<Arc<Namespace>>,
+    same_queues: bool,
+    same_namespaces: bool,
     /// The pools and needs of the last build.
     pools: Vec<core::Pool>,
     needs: HashMap<String, String>,
@@ -71,6 +78,15 @@ fn same<T>(a: &Option<Arc<T>>, b: Option<&Arc<T>>, alike: impl Fn(&T, &T) -> boo
     }
 }
 
+/// Whether `now` holds the very objects of `last`; `last` becomes `now`'s, in address order.
+fn same_objects<T>(last: &mut Vec<Arc<T>>, now: &[Arc<T>]) -> bool {
+    let mut now = now.to_vec();
+    now.sort_by_key(|o| Arc::as_ptr(o) as usize);
+    let same = last.len() == now.len() && last.iter().zip(&now).all(|(a, b)| Arc::ptr_eq(a, b));
+    *last = now;
+    same
+}
+
 /// What a view reads of its queue: whom it admits (`admission_problem`). Its status (written
 /// by the loop whenever a job of it starts or ends) and its other fields are not read.
 fn queue_alike(a: &GpuQueue, b: &GpuQueue) -> bool {
@@ -109,7 +125,16 @@ impl Facts<'_> {
     }
 
     /// Whether `key` is what `job` would be derived from now.
-    fn unchanged(&self, key: &Key, job: &Arc<GpuJob>, id: &str, group: &[&Arc<Pod>]) -> bool {
+    /// `same_queues` and `same_namespaces` say that this build's queues and namespaces are
+    /// the very objects of the last one (so also those of every kept key).
+    fn unchanged(
+        &self,
+        key: &Key,
+        job: &Arc<GpuJob>,
+        id: &str,
+        group: &[&Arc<Pod>],
+        (same_queues, same_namespaces): (bool, bool),
+    ) -> bool {
         let ns = job.metadata.namespace.as_deref().unwrap_or_default();
         Arc::ptr_eq(&key.job, job)
             && key.pods.len() == group.len()
@@ -125,16 +150,18 @@ impl Facts<'_> {
             && key.floor == self.attempt_floor.get(id).copied()
             && key.assumed.as_ref() == self.assumed.get(id)
             && key.finished == self.inputs.finished.contains(id)
-            && same(
-                &key.queue,
-                self.queues.get(job.spec.queue.as_str()).copied(),
-                queue_alike,
-            )
-            && same(
-                &key.namespace,
-                self.namespaces.get(ns).copied(),
-                namespace_alike,
-            )
+            && (same_queues
+                || same(
+                    &key.queue,
+                    self.queues.get(job.spec.queue.as_str()).copied(),
+                    queue_alike,
+                ))
+            && (same_namespaces
+                || same(
+                    &key.namespace,
+                    self.namespaces.get(ns).copied(),
+                    namespace_alike,
+                ))
     }
 
     /// Points `key` at the queue and namespace objects of this build, once they were found to
@@ -156,8 +183,15 @@ impl Facts<'_> {
 
 impl Memo {
     /// Starts a build: forgets what the pools' or the needs' change can make wrong.
-    pub(super) fn begin(&mut self, pools: &[core::Pool], needs: &HashMap<String, String>) {
+    pub(super) fn begin(
+        &mut self,
+        pools: &[core::Pool],
+        needs: &HashMap<String, String>,
+        inputs: &Inputs,
+    ) {
         self.build += 1;
+        self.same_queues = same_objects(&mut self.queues, &inputs.queues);
+        self.same_namespaces = same_objects(&mut self.namespaces, &inputs.namespaces);
         if self.pools != pools {
             // Every view is derived again; their core jobs are compared with none.
             self.changed.extend(self.jobs.drain().map(|(id, _)| id));
@@ -182,7 +216,13 @@ impl Memo {
         if let Some(k) = self.jobs.get_mut(id)
             && k.clock.holds_at(facts.now)
             && !(k.reads_needs && self.needs_changed)
-            && facts.unchanged(&k.key, job, id, group)
+            && facts.unchanged(
+                &k.key,
+                job,
+                id,
+                group,
+                (self.same_queues, self.same_namespaces),
+            )
         {
             self.kept += 1;
             facts.refresh(&mut k.key, job);
