@@ -90,54 +90,67 @@ impl State {
             .iter()
             .map(|q| (q.name_any(), GpuQueueStatus::default()))
             .collect();
-        // Counted by borrowed keys, named once per distinct key below.
-        let mut job_counts: HashMap<(&str, JobPhase), u64> = HashMap::new();
-        let mut gpus_by_env: HashMap<(&str, bool), u64> = HashMap::new();
+        // Tallied per queue name (a run of jobs of one queue finds its tally without a lookup),
+        // then named once per queue.
         let cloud_pools: BTreeSet<String> = inputs
             .pools
             .iter()
             .filter(|p| p.spec.aws.is_some())
             .map(|p| p.name_any())
             .collect();
+        let mut tallies: Vec<(&str, Tally)> = Vec::new();
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        let mut last: Option<usize> = None;
         for view in built.jobs.values() {
-            let queue = &view.job.spec.queue;
-            let Some(qs) = per_queue.get_mut(queue) else {
-                *job_counts.entry(("-", world::phase_of(view))).or_default() += 1;
-                continue;
+            let queue = view.job.spec.queue.as_str();
+            let at = match last {
+                Some(at) if tallies[at].0 == queue => at,
+                _ => *index.entry(queue).or_insert_with(|| {
+                    tallies.push((queue, Tally::default()));
+                    tallies.len() - 1
+                }),
             };
-            *job_counts
-                .entry((queue.as_str(), world::phase_of(view)))
-                .or_default() += 1;
+            last = Some(at);
+            let t = &mut tallies[at].1;
+            t.phases[phase_index(world::phase_of(view))] += 1;
             match &view.lifecycle {
-                Lifecycle::Pending if view.invalid.is_none() => qs.pending += 1,
+                Lifecycle::Pending if view.invalid.is_none() => t.pending += 1,
                 Lifecycle::Running { pool, .. } => {
-                    qs.running += 1;
-                    let gpus = (view.job.spec.replicas.max(1)
-                        * view.job.spec.gpus_per_replica.max(1))
-                        as i64;
-                    let by_env = qs
-                        .gpus_in_use
-                        .get_or_insert_with(GpusByEnvironment::default);
+                    t.running += 1;
                     let cloud = pool.as_ref().is_some_and(|p| cloud_pools.contains(p));
-                    if cloud {
-                        by_env.cloud += gpus;
-                    } else {
-                        by_env.private += gpus;
-                    }
-                    *gpus_by_env.entry((queue.as_str(), cloud)).or_default() += gpus as u64;
+                    t.gpus[usize::from(cloud)] += (view.job.spec.replicas.max(1)
+                        * view.job.spec.gpus_per_replica.max(1))
+                        as u64;
                 }
                 _ => {}
             }
         }
-        let job_counts: BTreeMap<(String, String), u64> = (job_counts.into_iter())
-            .map(|((q, phase), n)| ((q.to_string(), format!("{phase:?}")), n))
-            .collect();
-        let queue_gpus: BTreeMap<(String, String), u64> = (gpus_by_env.into_iter())
-            .map(|((q, cloud), n)| {
-                let env = if cloud { "cloud" } else { "private" };
-                ((q.to_string(), env.to_string()), n)
-            })
-            .collect();
+        let mut job_counts: BTreeMap<(String, String), u64> = BTreeMap::new();
+        let mut queue_gpus: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for (queue, t) in tallies {
+            let qs = per_queue.get_mut(queue);
+            let label = if qs.is_some() { queue } else { "-" };
+            for (phase, n) in PHASES.iter().zip(t.phases).filter(|(_, n)| *n > 0) {
+                *job_counts
+                    .entry((label.to_string(), format!("{phase:?}")))
+                    .or_default() += n;
+            }
+            let Some(qs) = qs else { continue };
+            qs.pending += t.pending;
+            qs.running += t.running;
+            if t.running > 0 {
+                let by_env = qs
+                    .gpus_in_use
+                    .get_or_insert_with(GpusByEnvironment::default);
+                by_env.private += t.gpus[0] as i64;
+                by_env.cloud += t.gpus[1] as i64;
+            }
+            for (env, gpus) in ["private", "cloud"].into_iter().zip(t.gpus) {
+                if gpus > 0 {
+                    queue_gpus.insert((queue.to_string(), env.to_string()), gpus);
+                }
+            }
+        }
         metrics.set_jobs(job_counts);
         let mut pool_gpus = BTreeMap::new();
         for p in &inputs.pools {
@@ -659,4 +672,35 @@ fn changed<S: Clone + PartialEq>(
     }
     written.insert(name.to_string(), st.clone());
     true
+}
+
+/// One queue's jobs, as a turn counts them.
+#[derive(Default)]
+struct Tally {
+    /// Jobs by phase, in the order of [`PHASES`].
+    phases: [u64; 6],
+    pending: i64,
+    running: i64,
+    /// GPUs of running jobs: private, cloud.
+    gpus: [u64; 2],
+}
+
+const PHASES: [JobPhase; 6] = [
+    JobPhase::Queued,
+    JobPhase::Provisioning,
+    JobPhase::Running,
+    JobPhase::Succeeded,
+    JobPhase::Failed,
+    JobPhase::Suspended,
+];
+
+fn phase_index(phase: JobPhase) -> usize {
+    match phase {
+        JobPhase::Queued => 0,
+        JobPhase::Provisioning => 1,
+        JobPhase::Running => 2,
+        JobPhase::Succeeded => 3,
+        JobPhase::Failed => 4,
+        JobPhase::Suspended => 5,
+    }
 }

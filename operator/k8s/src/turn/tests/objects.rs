@@ -173,8 +173,8 @@ fn jobs_of_an_unreadable_queue_say_it_is_invalid_not_missing() {
     assert_eq!(job["decision"]["reason"], "QueueInvalid");
 }
 
-/// The jobs' gauges: every job counted by queue and phase (a queue that does not exist as
-/// `-`), and the GPUs of running jobs by queue and environment.
+/// The queue's counts and the jobs' gauges: every job counted by queue and phase (a queue that
+/// does not exist as `-`), and the GPUs of running jobs by queue and environment.
 #[test]
 fn jobs_and_their_gpus_are_counted_by_queue_phase_and_environment() {
     let mut i = cluster();
@@ -188,7 +188,14 @@ fn jobs_and_their_gpus_are_counted_by_queue_phase_and_environment() {
         lost.build(),
     ];
     let mut l = Loop::new();
-    l.turn(&i, None, noon());
+    let t = l.turn(&i, None, noon());
+    let q = status_of(&t, StatusKind::GpuQueue, "q").expect("the queue's status");
+    assert_eq!(
+        (&q["pending"], &q["running"]),
+        (&json!(1), &json!(2)),
+        "{q}"
+    );
+    assert_eq!(q["gpusInUse"], json!({"private": 5, "cloud": 0}), "{q}");
     let shown = l.metrics.render();
     for line in [
         r#"spillway_jobs{queue="q",phase="Running"} 2"#,
