@@ -467,9 +467,12 @@ pub fn build_kept(
     let mut used: HashMap<&str, u32> = HashMap::with_capacity(inputs.nodes.len());
     // Of those, GPUs of pods on their way out (being deleted, or about to be as surplus).
     let mut releasing: HashMap<&str, u32> = HashMap::new();
-    let mut pods_by_job: HashMap<(&str, &str), Vec<&Arc<Pod>>> =
+    // The pods labelled with each job, in the caches' order: the first and last of them by
+    // job, each pod followed by the next (no list per job).
+    let mut pods_by_job: HashMap<(&str, &str), (usize, usize)> =
         HashMap::with_capacity(inputs.jobs.len());
-    for pod in &inputs.pods {
+    let mut next_pod: Vec<usize> = vec![usize::MAX; inputs.pods.len()];
+    for (at, pod) in inputs.pods.iter().enumerate() {
         if pod_active(pod)
             && let Some(node) = pod_node_name(pod)
         {
@@ -480,7 +483,16 @@ pub fn build_kept(
         }
         if let Some(job) = (pod.metadata.labels.as_ref()).and_then(|l| l.get(labels::JOB_LABEL)) {
             let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
-            pods_by_job.entry((ns, job)).or_default().push(pod);
+            match pods_by_job.entry((ns, job)) {
+                std::collections::hash_map::Entry::Occupied(mut e) => {
+                    let (_, last) = e.get_mut();
+                    next_pod[*last] = at;
+                    *last = at;
+                }
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert((at, at));
+                }
+            }
         }
     }
 
@@ -521,12 +533,20 @@ pub fn build_kept(
     let mut releasing_more: HashMap<String, u32> = HashMap::new();
     memo.begin(&snap.pools, &inputs.needs, inputs);
     let mut id = String::new();
+    let mut group: Vec<&Arc<Pod>> = Vec::new();
     for job in &inputs.jobs {
         let ns = job.metadata.namespace.as_deref().unwrap_or_default();
         let name = job.metadata.name.as_deref().unwrap_or_default();
         id.clear();
         id.extend([ns, "/", name]);
-        let group = pods_by_job.remove(&(ns, name)).unwrap_or_default();
+        group.clear();
+        if let Some((first, _)) = pods_by_job.remove(&(ns, name)) {
+            let mut at = first;
+            while at != usize::MAX {
+                group.push(&inputs.pods[at]);
+                at = next_pod[at];
+            }
+        }
         let view = memo.view(&facts, job, &id, &group);
         job::add_usage(
             &view,
