@@ -137,8 +137,9 @@ pub struct JobView {
 #[derive(Clone, Debug, Default)]
 pub struct Built {
     pub snapshot: Snapshot,
-    /// Every GpuJob by id (shared with the views kept across builds).
-    pub jobs: BTreeMap<Arc<str>, Arc<JobView>>,
+    /// Every GpuJob by id: the memo's table, shared until a turn changes a view of it (a
+    /// start), which copies it for that turn.
+    pub jobs: Arc<BTreeMap<Arc<str>, Arc<JobView>>>,
     /// Pool of each node that belongs to one.
     pub node_pool: HashMap<String, String>,
     /// Problems with queues, pools and datasets (by `Kind/name`), which the core skips.

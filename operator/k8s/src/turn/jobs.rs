@@ -28,7 +28,7 @@ impl State {
         now: Time,
     ) {
         for start in &plan.starts {
-            let Some(view) = built.jobs.get_mut(start.job.as_str()) else {
+            let Some(view) = Arc::make_mut(&mut built.jobs).get_mut(start.job.as_str()) else {
                 continue;
             };
             // This turn's copy: the view kept for the next build stays as derived.

@@ -75,7 +75,7 @@ impl State {
         // Jobs held back by their queue's budget, per queue (the plan reports only decisions
         // that changed; the scheduler keeps every job's current one).
         let mut budget_held: HashMap<&str, usize> = HashMap::new();
-        for (id, view) in &built.jobs {
+        for (id, view) in built.jobs.iter() {
             if matches!(view.lifecycle, Lifecycle::Pending)
                 && self
                     .scheduler

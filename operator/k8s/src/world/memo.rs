@@ -22,7 +22,7 @@ pub struct Memo {
     jobs: HashMap<String, Kept>,
     /// The kept views by id, in id order: what a build hands out, changed only where a view
     /// was derived or a job left.
-    views: BTreeMap<Arc<str>, Arc<JobView>>,
+    views: Arc<BTreeMap<Arc<str>, Arc<JobView>>>,
     /// Moves on whenever an id joins or leaves `views`.
     ids_version: u64,
     /// The queues and namespaces of the last build, in address order (held, so that no other
@@ -195,7 +195,7 @@ impl Memo {
         if self.pools != pools {
             // Every view is derived again; their core jobs are compared with none.
             self.changed.extend(self.jobs.drain().map(|(id, _)| id));
-            self.views.clear();
+            Arc::make_mut(&mut self.views).clear();
             self.ids_version += 1;
             self.pools = pools.to_vec();
         }
@@ -241,10 +241,11 @@ impl Memo {
             self.changed.push(id.to_string());
         }
         let view = Arc::new(view);
-        match self.views.get_mut(id) {
+        let views = Arc::make_mut(&mut self.views);
+        match views.get_mut(id) {
             Some(v) => *v = view.clone(),
             None => {
-                self.views.insert(Arc::from(id), view.clone());
+                views.insert(Arc::from(id), view.clone());
                 self.ids_version += 1;
             }
         }
@@ -283,7 +284,7 @@ impl Memo {
         self.jobs.retain(|id, k| {
             let seen = k.build == build;
             if !seen {
-                views.remove(id.as_str());
+                Arc::make_mut(views).remove(id.as_str());
                 *ids_version += 1;
                 if k.core.is_some() {
                     changed.push(id.clone());
@@ -299,7 +300,7 @@ impl Memo {
     }
 
     /// The views of the last build by id, in id order.
-    pub(super) fn views(&self) -> &BTreeMap<Arc<str>, Arc<JobView>> {
+    pub(super) fn views(&self) -> &Arc<BTreeMap<Arc<str>, Arc<JobView>>> {
         &self.views
     }
 
