@@ -464,40 +464,6 @@ pub fn build_kept(
         }
     }
 
-    // GPUs in use per node: every active pod bound (or placed by us) there.
-    let mut used: HashMap<&str, u32> = HashMap::with_capacity(inputs.nodes.len());
-    // Of those, GPUs of pods on their way out (being deleted, or about to be as surplus).
-    let mut releasing: HashMap<&str, u32> = HashMap::new();
-    // The pods labelled with each job, in the caches' order: the first and last of them by
-    // job, each pod followed by the next (no list per job).
-    let mut pods_by_job: HashMap<(&str, &str), (usize, usize)> =
-        HashMap::with_capacity(inputs.jobs.len());
-    let mut next_pod: Vec<usize> = vec![usize::MAX; inputs.pods.len()];
-    for (at, pod) in inputs.pods.iter().enumerate() {
-        if pod_active(pod)
-            && let Some(node) = pod_node_name(pod)
-        {
-            if pod.metadata.deletion_timestamp.is_some() {
-                *releasing.entry(node).or_default() += pod_gpus(pod);
-            }
-            *used.entry(node).or_default() += pod_gpus(pod);
-        }
-        if let Some(job) = (pod.metadata.labels.as_ref()).and_then(|l| l.get(labels::JOB_LABEL)) {
-            let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
-            match pods_by_job.entry((ns, job)) {
-                std::collections::hash_map::Entry::Occupied(mut e) => {
-                    let (_, last) = e.get_mut();
-                    next_pod[*last] = at;
-                    *last = at;
-                }
-                std::collections::hash_map::Entry::Vacant(e) => {
-                    e.insert((at, at));
-                }
-            }
-        }
-    }
-
-    // Jobs.
     let mut node_pool: HashMap<String, String> = HashMap::new();
     for n in &inputs.nodes {
         if let Some(p) = pool_of_node(n, &valid_pools) {
@@ -516,10 +482,11 @@ pub fn build_kept(
             .collect(),
         // A pod being deleted on a node that is gone or not Ready will never be confirmed
         // stopped (no kubelet answers for it): it is dead with its node, not stopping.
-        nodes: (inputs.nodes.iter())
-            .filter_map(|n| {
+        nodes: (inputs.nodes.iter().enumerate())
+            .filter_map(|(at, n)| {
                 let name = n.metadata.name.as_deref()?;
                 let fact = job::NodeFact {
+                    at,
                     ready: node_ready(n),
                     pool: node_pool.get(name),
                 };
@@ -529,26 +496,69 @@ pub fn build_kept(
         pools: &snap.pools,
         now,
     };
+
+    // GPUs in use per node (by its place in `inputs.nodes`): every active pod bound (or placed
+    // by us) there.
+    let mut used: Vec<u32> = vec![0; inputs.nodes.len()];
+    // Of those, GPUs of pods on their way out (being deleted, or about to be as surplus).
+    let mut releasing: Vec<u32> = vec![0; inputs.nodes.len()];
+    // Of each pod, its node as the views read it (one lookup per pod).
+    let mut seen: Vec<job::Seen> = Vec::with_capacity(inputs.pods.len());
+    // The pods labelled with each job, in the caches' order: the first and last of them by
+    // job, each pod followed by the next (no list per job).
+    let mut pods_by_job: HashMap<(&str, &str), (usize, usize)> =
+        HashMap::with_capacity(inputs.jobs.len());
+    let mut next_pod: Vec<usize> = vec![usize::MAX; inputs.pods.len()];
+    for (at, pod) in inputs.pods.iter().enumerate() {
+        let node = pod_node_name(pod).map(|n| (n, facts.nodes.get(n)));
+        seen.push(node.map(|(_, f)| f.map_or((false, false, None), |f| (true, f.ready, f.pool))));
+        if pod_active(pod)
+            && let Some((_, Some(f))) = node
+        {
+            if pod.metadata.deletion_timestamp.is_some() {
+                releasing[f.at] += pod_gpus(pod);
+            }
+            used[f.at] += pod_gpus(pod);
+        }
+        if let Some(job) = (pod.metadata.labels.as_ref()).and_then(|l| l.get(labels::JOB_LABEL)) {
+            let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+            match pods_by_job.entry((ns, job)) {
+                std::collections::hash_map::Entry::Occupied(mut e) => {
+                    let (_, last) = e.get_mut();
+                    next_pod[*last] = at;
+                    *last = at;
+                }
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert((at, at));
+                }
+            }
+        }
+    }
+
+    // Jobs.
     // GPUs taken and given back beyond what the pods in the caches count for.
     let mut used_more: HashMap<String, u32> = HashMap::new();
     let mut releasing_more: HashMap<String, u32> = HashMap::new();
     memo.begin(&snap.pools, &inputs.needs, inputs);
     let mut id = String::new();
     let mut group: Vec<&Arc<Pod>> = Vec::new();
+    let mut group_seen: Vec<job::Seen> = Vec::new();
     for job in &inputs.jobs {
         let ns = job.metadata.namespace.as_deref().unwrap_or_default();
         let name = job.metadata.name.as_deref().unwrap_or_default();
         id.clear();
         id.extend([ns, "/", name]);
         group.clear();
+        group_seen.clear();
         if let Some((first, _)) = pods_by_job.remove(&(ns, name)) {
             let mut at = first;
             while at != usize::MAX {
                 group.push(&inputs.pods[at]);
+                group_seen.push(seen[at]);
                 at = next_pod[at];
             }
         }
-        let view = memo.view(&facts, job, &id, &group);
+        let view = memo.view(&facts, job, &id, &group, &group_seen);
         job::add_usage(
             &view,
             assumed.get(&view.id),
@@ -561,7 +571,7 @@ pub fn build_kept(
     drop(facts);
 
     // Nodes.
-    for n in &inputs.nodes {
+    for (at, n) in inputs.nodes.iter().enumerate() {
         let name = n.name_any();
         let Some(pool) = node_pool.get(&name).and_then(|pool| {
             (valid_pools.iter()).find(|p| p.metadata.name.as_deref() == Some(pool.as_str()))
@@ -572,9 +582,8 @@ pub fn build_kept(
         if gpus == 0 {
             continue;
         }
-        let count = |m: &HashMap<&str, u32>, more: &HashMap<String, u32>| {
-            m.get(name.as_str()).copied().unwrap_or(0) + more.get(&name).copied().unwrap_or(0)
-        };
+        let count =
+            |m: &[u32], more: &HashMap<String, u32>| m[at] + more.get(&name).copied().unwrap_or(0);
         let in_use = count(&used, &used_more);
         snap.nodes.push(core::Node {
             name: name.clone(),

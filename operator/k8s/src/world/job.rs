@@ -46,12 +46,17 @@ pub(super) struct Facts<'a> {
     pub now: Time,
 }
 
-/// What a view reads of one node.
+/// What a view reads of one node, and where the node is in `Inputs::nodes`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct NodeFact<'a> {
+    pub at: usize,
     pub ready: bool,
     pub pool: Option<&'a String>,
 }
+
+/// What a view reads of a pod's node: `None` when the pod names no node; else whether the node
+/// exists, is Ready, and its pool.
+pub(super) type Seen<'a> = Option<(bool, bool, Option<&'a String>)>;
 
 /// A job's view, its job for the core (when the core sees it), and what they read.
 pub(super) struct Derived {

@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::job::{ClockUse, Derived, Facts};
+use super::job::{ClockUse, Derived, Facts, Seen};
 use super::*;
 
 /// The views kept from one build to the next; see the module documentation.
@@ -99,22 +99,13 @@ fn namespace_alike(a: &Namespace, b: &Namespace) -> bool {
 }
 
 impl Facts<'_> {
-    /// Of the node `pod` sits on: present, Ready, its pool.
-    fn node_of(&self, pod: &Pod) -> Option<(bool, bool, Option<&String>)> {
-        let n = pod_node_name(pod)?;
-        Some(match self.nodes.get(n) {
-            Some(f) => (true, f.ready, f.pool),
-            None => (false, false, None),
-        })
-    }
-
-    fn key(&self, job: &Arc<GpuJob>, id: &str, group: &[&Arc<Pod>]) -> Key {
+    fn key(&self, job: &Arc<GpuJob>, id: &str, group: &[&Arc<Pod>], seen: &[Seen]) -> Key {
         let ns = job.metadata.namespace.as_deref().unwrap_or_default();
         Key {
             job: job.clone(),
             pods: group.iter().map(|&p| p.clone()).collect(),
-            nodes: (group.iter())
-                .map(|p| self.node_of(p).map(|(a, b, c)| (a, b, c.cloned())))
+            nodes: (seen.iter())
+                .map(|s| s.map(|(a, b, c)| (a, b, c.cloned())))
                 .collect(),
             floor: self.attempt_floor.get(id).copied(),
             assumed: self.assumed.get(id).cloned(),
@@ -133,19 +124,17 @@ impl Facts<'_> {
         job: &Arc<GpuJob>,
         id: &str,
         group: &[&Arc<Pod>],
+        seen: &[Seen],
         (same_queues, same_namespaces): (bool, bool),
     ) -> bool {
         let ns = job.metadata.namespace.as_deref().unwrap_or_default();
         Arc::ptr_eq(&key.job, job)
             && key.pods.len() == group.len()
             && key.pods.iter().zip(group).all(|(a, b)| Arc::ptr_eq(a, b))
-            && key.nodes.iter().zip(group).all(|(k, p)| {
-                let now = self.node_of(p);
-                match (k, now) {
-                    (None, None) => true,
-                    (Some((a, b, c)), Some((x, y, z))) => a == &x && b == &y && c.as_ref() == z,
-                    _ => false,
-                }
+            && key.nodes.iter().zip(seen).all(|(k, now)| match (k, *now) {
+                (None, None) => true,
+                (Some((a, b, c)), Some((x, y, z))) => a == &x && b == &y && c.as_ref() == z,
+                _ => false,
             })
             && key.floor == self.attempt_floor.get(id).copied()
             && key.assumed.as_ref() == self.assumed.get(id)
@@ -205,13 +194,15 @@ impl Memo {
         }
     }
 
-    /// `job`'s view: the kept one when nothing it was derived from changed.
+    /// `job`'s view: the kept one when nothing it was derived from changed. `group` holds the
+    /// pods labelled with it, `seen` what each one's node is.
     pub(super) fn view(
         &mut self,
         facts: &Facts<'_>,
         job: &Arc<GpuJob>,
         id: &str,
         group: &[&Arc<Pod>],
+        seen: &[Seen],
     ) -> Arc<JobView> {
         if let Some(k) = self.jobs.get_mut(id)
             && k.clock.holds_at(facts.now)
@@ -221,6 +212,7 @@ impl Memo {
                 job,
                 id,
                 group,
+                seen,
                 (self.same_queues, self.same_namespaces),
             )
         {
@@ -230,7 +222,7 @@ impl Memo {
             return k.view.clone();
         }
         self.derived += 1;
-        let key = facts.key(job, id, group);
+        let key = facts.key(job, id, group, seen);
         let Derived {
             view,
             core,
