@@ -15,7 +15,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use kube::Client;
@@ -31,6 +31,17 @@ struct Shared {
     /// (when, bytes) of each chunk a client sent, and (when) of each connection opened.
     sent: Mutex<Vec<(Instant, usize)>>,
     opened: Mutex<Vec<Instant>>,
+    /// Connections relayed and not yet closed.
+    open: AtomicUsize,
+}
+
+/// Counts a relayed connection as open until dropped.
+struct Open(Arc<Shared>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The proxy; stops when dropped.
@@ -119,6 +130,11 @@ impl Partition {
             .count()
     }
 
+    /// Connections open through the proxy now (closed by either side or by a heal).
+    pub fn open_connections(&self) -> usize {
+        self.shared.open.load(Ordering::SeqCst)
+    }
+
     /// The API server this proxy forwards to (`127.0.0.1:PORT`).
     pub fn upstream(&self) -> &str {
         &self.upstream
@@ -126,6 +142,8 @@ impl Partition {
 }
 
 async fn relay(client: TcpStream, upstream: String, shared: Arc<Shared>) {
+    shared.open.fetch_add(1, Ordering::SeqCst);
+    let _open = Open(shared.clone());
     let Ok(server) = TcpStream::connect(&upstream).await else {
         return;
     };

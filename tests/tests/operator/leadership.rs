@@ -252,6 +252,16 @@ async fn a_partitioned_leader_stops_at_its_renew_deadline_and_sends_nothing_afte
         "not the leader any more"
     );
 
+    // Its client's connections close a moment after its run returns (each sends a TLS
+    // close as it goes): once they are gone, whatever arrives after the heal would be
+    // something it held back.
+    eventually(WAIT, "the old leader's connections to close", || async {
+        match partition.open_connections() {
+            0 => Ok(()),
+            n => Err(format!("{n} still open")),
+        }
+    })
+    .await;
     partition.heal();
     let healed_at = Instant::now();
     wait_leader(&w, "replica-b").await;
