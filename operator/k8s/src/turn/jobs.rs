@@ -126,6 +126,7 @@ impl State {
                 on_node.entry(n).or_insert(i);
             }
         }
+        let mut last_pool: Option<(&str, Option<&Arc<ComputePool>>)> = None;
         for view in built.jobs.values() {
             for pod in &view.surplus_pods {
                 self.delete_pod(pod);
@@ -154,7 +155,15 @@ impl State {
                 Lifecycle::Running { pool, .. } => pool.as_ref(),
                 _ => view.job.status.as_ref().and_then(|s| s.pool.as_ref()),
             };
-            let pool_spec = pool_name.and_then(|p| pools.get(p));
+            // Jobs of one pool come in runs: the last pool found is compared first.
+            let pool_spec = pool_name.and_then(|p| match last_pool {
+                Some((name, spec)) if name == p.as_str() => spec,
+                _ => {
+                    let spec = pools.get(p);
+                    last_pool = Some((p.as_str(), spec));
+                    spec
+                }
+            });
             let environment = pool_spec.map(|p| {
                 if p.spec.aws.is_some() {
                     Environment::Cloud

@@ -4,8 +4,8 @@
 //! namespace read the same (whom the queue admits, the namespace's labels: not the queue's
 //! status, which the loop writes whenever a job of it starts or ends), the nodes its pods sit
 //! on have the same presence, readiness and pool, what the loop assumed and finished for it is
-//! the same, and the clock has not passed what it read. A view that read the cloud needs is derived again when they changed; every view when
-//! the pools changed.
+//! the same, and the clock has not passed what it read. A view that read the cloud needs is
+//! derived again when they changed; every view when the pools changed.
 //!
 //! Kept views are shared (`Arc`): the build hands out the kept one, not a copy.
 //! `tests/memo.rs` builds random histories both ways and requires the same result at every
@@ -154,15 +154,19 @@ impl Facts<'_> {
     }
 
     /// Points `key` at the queue and namespace objects of this build, once they were found to
-    /// read the same: the next build compares by identity again.
-    fn refresh(&self, key: &mut Key, job: &GpuJob) {
-        let ns = job.metadata.namespace.as_deref().unwrap_or_default();
-        if let (Some(k), Some(&now)) = (&mut key.queue, self.queues.get(job.spec.queue.as_str()))
+    /// read the same: the next build compares by identity again. Those that are the very
+    /// objects of the last build (`same_queues`, `same_namespaces`) are the key's already.
+    fn refresh(&self, key: &mut Key, job: &GpuJob, (same_queues, same_namespaces): (bool, bool)) {
+        if !same_queues
+            && let (Some(k), Some(&now)) =
+                (&mut key.queue, self.queues.get(job.spec.queue.as_str()))
             && !Arc::ptr_eq(k, now)
         {
             *k = now.clone();
         }
-        if let (Some(k), Some(&now)) = (&mut key.namespace, self.namespaces.get(ns))
+        let ns = job.metadata.namespace.as_deref().unwrap_or_default();
+        if !same_namespaces
+            && let (Some(k), Some(&now)) = (&mut key.namespace, self.namespaces.get(ns))
             && !Arc::ptr_eq(k, now)
         {
             *k = now.clone();
@@ -217,7 +221,7 @@ impl Memo {
             )
         {
             self.kept += 1;
-            facts.refresh(&mut k.key, job);
+            facts.refresh(&mut k.key, job, (self.same_queues, self.same_namespaces));
             k.build = self.build;
             return k.view.clone();
         }
