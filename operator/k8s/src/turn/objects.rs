@@ -694,6 +694,8 @@ const PHASES: [JobPhase; 6] = [
     JobPhase::Suspended,
 ];
 
+/// `phase`'s place in [`PHASES`] (a match, so that a new phase does not compile until it has
+/// one).
 fn phase_index(phase: JobPhase) -> usize {
     match phase {
         JobPhase::Queued => 0,

@@ -37,9 +37,8 @@ pub(super) struct Facts<'a> {
     pub attempt_floor: &'a HashMap<String, u32>,
     pub namespaces: HashMap<&'a str, &'a Arc<Namespace>>,
     pub queues: HashMap<&'a str, &'a Arc<GpuQueue>>,
-    /// Pool of each node that belongs to a valid one.
-    /// Every node by name: whether its `Ready` condition is true, and the valid pool it
-    /// belongs to.
+    /// Every node by name: its place in `Inputs::nodes`, whether its `Ready` condition is
+    /// true, and the valid pool it belongs to.
     pub nodes: HashMap<&'a str, NodeFact<'a>>,
     /// The valid pools, as the core sees them.
     pub pools: &'a [core::Pool],

@@ -1,7 +1,8 @@
 //! Turns that keep views and quiet statuses across turns against turns that derive everything
 //! again: random histories of a small cluster (jobs submitted and deleted, nodes going and
 //! coming, pods started, finished and lost, the turn's own writes landing in the caches late
-//! (the jobs' and the queue's statuses), and at every turn both must ask for the same actions and the same wake-up.
+//! (the jobs' and the queue's statuses), the clock), and at every turn both must ask for the
+//! same actions and the same wake-up.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
