@@ -2,7 +2,7 @@
 //! (1,000 GpuJobs, 1,000 of their pods, 125 nodes) and deciding on it; and a whole turn on a
 //! world in which nothing changed, or only a queue's status, at 1,000 and 10,000 jobs.
 
-use std::collections::HashMap;
+use spillway_k8s::hashing::{HashMap, HashMapExt};
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};

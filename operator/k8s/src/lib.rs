@@ -20,6 +20,7 @@ pub mod controller;
 pub mod effects;
 pub mod error;
 pub mod executor;
+pub mod hashing;
 pub mod http;
 pub mod identity;
 pub mod labels;

@@ -5,7 +5,9 @@
 //! Pure: the controller passes what its caches hold and what it has assumed but not yet seen
 //! (pods it is creating), and gets plain data back. Unit tests drive it with literal objects.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use crate::hashing::{HashMap, HashMapExt};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
@@ -39,7 +41,7 @@ pub struct Inputs {
     pub needs: HashMap<String, String>,
     /// Jobs the controller has just marked Succeeded or Failed (its write may not be visible
     /// in the cache yet): nothing more to decide for them.
-    pub finished: std::collections::HashSet<String>,
+    pub finished: crate::hashing::HashSet<String>,
     /// The cluster's BurstPolicies.
     pub policies: Vec<Arc<BurstPolicy>>,
     /// BurstPolicies loaded from `--policy-dir` (a cluster object of the same name wins).

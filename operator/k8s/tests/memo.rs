@@ -3,7 +3,9 @@
 //! assumed and finished, the clock), some objects replaced by equal copies, and at every step
 //! the kept build must equal the fresh one.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use spillway_k8s::hashing::{HashMap, HashMapExt};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
@@ -191,7 +193,7 @@ struct World {
     namespaces: Vec<(Arc<Namespace>, u8)>,
     pools: (Vec<Arc<ComputePool>>, u8),
     needs: HashMap<String, String>,
-    finished: std::collections::HashSet<String>,
+    finished: spillway_k8s::hashing::HashSet<String>,
     assumed: HashMap<String, Assumed>,
     floor: HashMap<String, u32>,
 }

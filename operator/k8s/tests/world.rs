@@ -1,6 +1,6 @@
 //! The snapshot builder and the pod builder, from literal objects (no cluster).
 
-use std::collections::HashMap;
+use spillway_k8s::hashing::{HashMap, HashMapExt};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};

@@ -1,7 +1,9 @@
 //! The cloud's part of a turn: facts into the snapshot, spend, launches and scale-down, the
 //! release of deleted jobs' instances, garbage collection and the bootstrap-token sweep.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
+
+use crate::hashing::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::sync::Arc;
 
 use kube::{Resource, ResourceExt};

@@ -3,7 +3,7 @@
 //! it ends. Tokens are signed only with keys the keys Secret already holds (seen in the cache),
 //! so no token can name a key that was never published.
 
-use std::collections::{HashMap, HashSet};
+use crate::hashing::{HashMap, HashSet, HashSetExt};
 use std::sync::Arc;
 
 use kube::ResourceExt;

@@ -1,7 +1,7 @@
 //! The jobs' part of a turn: starts (assume, then create the pods), each job's status and
 //! Events, the pods of finished or broken gangs, and requeueing or failing a broken gang.
 
-use std::collections::{HashMap, HashSet};
+use crate::hashing::{HashMap, HashMapExt, HashSet};
 use std::sync::Arc;
 
 use kube::{Resource, ResourceExt};

@@ -33,7 +33,7 @@ mod spans;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{HashMap, HashSet};
+use crate::hashing::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ObjectReference;

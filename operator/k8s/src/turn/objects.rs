@@ -2,7 +2,9 @@
 //! `Ready` condition every kind reports (a Warning Event when an object turns invalid); for
 //! cloud pools the `LaunchHealthy` condition; objects that cannot be read at all.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::hashing::{HashMap, HashMapExt};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;

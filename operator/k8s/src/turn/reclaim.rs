@@ -2,7 +2,7 @@
 //! (back in its queue), records a `Preempted` condition and an Event naming the queue that
 //! reclaimed the GPUs, and evicts its pods with their grace period.
 
-use std::collections::HashMap;
+use crate::hashing::HashMap;
 use std::sync::Arc;
 
 use kube::Resource;

@@ -4,7 +4,7 @@
 //! period. Once they are gone the core starts it on those nodes (`Repatriated`); the cloud
 //! node then idles and is scaled down as usual.
 
-use std::collections::HashMap;
+use crate::hashing::HashMap;
 use std::sync::Arc;
 
 use kube::{Resource, ResourceExt};

@@ -3,7 +3,7 @@
 //! it read of the clock is told ([`ClockUse`]), so that a view can be kept across turns
 //! ([`super::memo`]) for as long as it stays true.
 
-use std::collections::HashMap;
+use crate::hashing::HashMap;
 
 use super::*;
 

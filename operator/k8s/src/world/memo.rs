@@ -11,7 +11,7 @@
 //! `tests/memo.rs` builds random histories both ways and requires the same result at every
 //! step.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use super::job::{ClockUse, Derived, Facts, Seen};
 use super::*;
@@ -303,7 +303,7 @@ impl Memo {
     /// The core jobs that changed, arrived or left since the last call, as changes for the
     /// scheduler ([`core::Scheduler::apply`]), each job once, in the order they changed.
     pub fn take_job_changes(&mut self) -> Vec<core::Change> {
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = <crate::hashing::HashSet<_> as crate::hashing::HashSetExt>::new();
         std::mem::take(&mut self.changed)
             .into_iter()
             .filter(|id| seen.insert(id.clone()))
