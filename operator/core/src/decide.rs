@@ -25,7 +25,7 @@ use std::collections::BTreeSet;
 use crate::model::{JobState, QueueOrder, Settings, WaitMode};
 use crate::profile::Profile;
 use crate::tracked::JobRefs;
-pub use fast_map::{FastMap, Fnv};
+pub use fast_map::FastMap;
 use index::PrivateIndex;
 use private::OrderKey;
 pub use scratch::Scratch;

@@ -30,7 +30,7 @@ pub mod time;
 pub mod tracked;
 pub mod types;
 
-pub use decide::{FastMap, Fnv, Scratch, decide, decide_with};
+pub use decide::{FastMap, Scratch, decide, decide_with};
 pub use duration::{Duration, ParseDurationError};
 pub use error::ErrorCategory;
 pub use gpu::{GpuModel, NodeShape};
