@@ -25,6 +25,7 @@ mod memo;
 use life::lifecycle;
 pub use life::phase_of;
 pub use memo::Memo;
+use memo::Tally;
 
 /// What the caches hold, as the controller passes it in.
 #[derive(Clone, Debug, Default)]
@@ -400,7 +401,8 @@ fn core_jobs_in_order(memo: &Memo, inputs: &Inputs) -> Vec<core::Job> {
 }
 
 /// [`build`], keeping the views in `memo` from one build to the next: a job nothing of which
-/// changed since the last build keeps its view ([`Memo`]). The snapshot's jobs are left
+/// changed since the last build keeps its view ([`Memo`]), and is not even looked at while
+/// the memo can tell which jobs changed (`memo/quick.rs`). The snapshot's jobs are left
 /// empty: the core's jobs stay in `memo`, and the ones that changed are taken from it as
 /// changes ([`Memo::take_job_changes`]) for a scheduler that keeps them.
 pub fn build_kept(
@@ -499,76 +501,21 @@ pub fn build_kept(
         now,
     };
 
-    // GPUs in use per node (by its place in `inputs.nodes`): every active pod bound (or placed
-    // by us) there.
-    let mut used: Vec<u32> = vec![0; inputs.nodes.len()];
-    // Of those, GPUs of pods on their way out (being deleted, or about to be as surplus).
-    let mut releasing: Vec<u32> = vec![0; inputs.nodes.len()];
-    // Of each pod, its node as the views read it (one lookup per pod).
-    let mut seen: Vec<job::Seen> = Vec::with_capacity(inputs.pods.len());
-    // The pods labelled with each job, in the caches' order: the first and last of them by
-    // job, each pod followed by the next (no list per job).
-    let mut pods_by_job: HashMap<(&str, &str), (usize, usize)> =
-        HashMap::with_capacity(inputs.jobs.len());
-    let mut next_pod: Vec<usize> = vec![usize::MAX; inputs.pods.len()];
-    for (at, pod) in inputs.pods.iter().enumerate() {
-        let node = pod_node_name(pod).map(|n| (n, facts.nodes.get(n)));
-        seen.push(node.map(|(_, f)| f.map_or((false, false, None), |f| (true, f.ready, f.pool))));
-        if pod_active(pod)
-            && let Some((_, Some(f))) = node
-        {
-            if pod.metadata.deletion_timestamp.is_some() {
-                releasing[f.at] += pod_gpus(pod);
-            }
-            used[f.at] += pod_gpus(pod);
-        }
-        if let Some(job) = (pod.metadata.labels.as_ref()).and_then(|l| l.get(labels::JOB_LABEL)) {
-            let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
-            match pods_by_job.entry((ns, job)) {
-                std::collections::hash_map::Entry::Occupied(mut e) => {
-                    let (_, last) = e.get_mut();
-                    next_pod[*last] = at;
-                    *last = at;
-                }
-                std::collections::hash_map::Entry::Vacant(e) => {
-                    e.insert((at, at));
-                }
-            }
-        }
-    }
-
-    // Jobs.
-    // GPUs taken and given back beyond what the pods in the caches count for.
-    let mut used_more: HashMap<String, u32> = HashMap::new();
-    let mut releasing_more: HashMap<String, u32> = HashMap::new();
+    // Jobs: only those whose view may have changed when the memo can tell which
+    // (`memo/quick.rs`), else every one.
     memo.begin(&snap.pools, &inputs.needs, inputs);
-    let mut id = String::new();
-    let mut group: Vec<&Arc<Pod>> = Vec::new();
-    let mut group_seen: Vec<job::Seen> = Vec::new();
-    for job in &inputs.jobs {
-        let ns = job.metadata.namespace.as_deref().unwrap_or_default();
-        let name = job.metadata.name.as_deref().unwrap_or_default();
-        id.clear();
-        id.extend([ns, "/", name]);
-        group.clear();
-        group_seen.clear();
-        if let Some((first, _)) = pods_by_job.remove(&(ns, name)) {
-            let mut at = first;
-            while at != usize::MAX {
-                group.push(&inputs.pods[at]);
-                group_seen.push(seen[at]);
-                at = next_pod[at];
-            }
-        }
-        let view = memo.view(&facts, job, &id, &group, &group_seen);
-        job::add_usage(
-            &view,
-            assumed.get(&view.id),
-            &mut used_more,
-            &mut releasing_more,
-        );
+    let mut tally = Tally::default();
+    if memo.quick(&facts, &mut tally).is_none() {
+        tally = Tally::default();
+        every_job(memo, &facts, &mut tally);
     }
-    memo.end();
+    // GPUs in use per node (by its place in `inputs.nodes`): every active pod bound (or placed
+    // by us) there; of those, GPUs of pods on their way out.
+    let (used, releasing) = memo.entries().pod_usage(inputs.nodes.len());
+    let Tally {
+        used_more,
+        releasing_more,
+    } = tally;
     built.jobs = memo.views().clone();
     drop(facts);
 
@@ -602,4 +549,65 @@ pub fn build_kept(
     snap.nodes.sort_by(|a, b| a.name.cmp(&b.name));
     built.node_pool = node_pool;
     built
+}
+
+/// The build that visits every job: each one's view from the memo (kept when nothing it was
+/// derived from changed), and what the build saw recorded for the next one.
+fn every_job(memo: &mut Memo, facts: &job::Facts<'_>, tally: &mut Tally) {
+    let inputs = facts.inputs;
+    memo.record_start(inputs);
+    // Of each pod, its node as the views read it (one lookup per pod).
+    let mut seen: Vec<job::Seen> = Vec::with_capacity(inputs.pods.len());
+    // The pods labelled with each job, in the caches' order: the first and last of them by
+    // job, each pod followed by the next (no list per job).
+    let mut pods_by_job: HashMap<(&str, &str), (usize, usize)> =
+        HashMap::with_capacity(inputs.jobs.len());
+    let mut next_pod: Vec<usize> = vec![usize::MAX; inputs.pods.len()];
+    for (at, pod) in inputs.pods.iter().enumerate() {
+        let node = pod_node_name(pod).map(|n| facts.nodes.get(n));
+        seen.push(node.map(|f| f.map_or((false, false, None), |f| (true, f.ready, f.pool))));
+        memo.record_pod(pod, node.flatten().map(|f| f.at));
+        if let Some(job) = (pod.metadata.labels.as_ref()).and_then(|l| l.get(labels::JOB_LABEL)) {
+            let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+            match pods_by_job.entry((ns, job)) {
+                std::collections::hash_map::Entry::Occupied(mut e) => {
+                    let (_, last) = e.get_mut();
+                    next_pod[*last] = at;
+                    *last = at;
+                }
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert((at, at));
+                }
+            }
+        }
+    }
+    let mut id = String::new();
+    let mut group: Vec<&Arc<Pod>> = Vec::new();
+    let mut group_seen: Vec<job::Seen> = Vec::new();
+    for job in &inputs.jobs {
+        let ns = job.metadata.namespace.as_deref().unwrap_or_default();
+        let name = job.metadata.name.as_deref().unwrap_or_default();
+        id.clear();
+        id.extend([ns, "/", name]);
+        group.clear();
+        group_seen.clear();
+        if let Some((first, _)) = pods_by_job.remove(&(ns, name)) {
+            let mut at = first;
+            while at != usize::MAX {
+                group.push(&inputs.pods[at]);
+                group_seen.push(seen[at]);
+                at = next_pod[at];
+            }
+        }
+        let view = memo.view(facts, job, &id, &group, &group_seen);
+        let contributes = job::add_usage(
+            &view,
+            facts.assumed.get(&view.id),
+            &mut tally.used_more,
+            &mut tally.releasing_more,
+        );
+        memo.record_job(job, &id, contributes);
+    }
+    memo.end();
+    memo.record_end(facts);
 }

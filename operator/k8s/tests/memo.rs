@@ -487,3 +487,50 @@ fn a_job_leaving_as_the_pools_change_is_gone() {
     let (kept, fresh) = both(&w, &mut memo, &mut held);
     assert_eq!(kept, fresh);
 }
+
+/// While nothing that many views read changes, a build looks only at the jobs whose view may
+/// have changed (their objects, their pods, what the loop assumed for them); when something
+/// does (a node's readiness), it looks at every job. Either way it builds what a fresh build
+/// does.
+#[test]
+fn a_build_looks_only_at_the_jobs_that_may_have_changed() {
+    let mut w = World::new();
+    let mut memo = Memo::default();
+    let mut held = BTreeMap::new();
+    let mut visited = |w: &World, memo: &mut Memo| {
+        let (kept, fresh) = both(w, memo, &mut held);
+        assert_eq!(kept, fresh);
+        memo.visited()
+    };
+    assert_eq!(visited(&w, &mut memo), JOBS, "first build");
+    assert_eq!(visited(&w, &mut memo), 0, "nothing changed");
+    for (s, looked, why) in [
+        (Step::Pod(1, 0, 1, 1), 1, "a pod of job 1 appeared"),
+        (Step::Pod(1, 0, 5, 1), 1, "the pod changed"),
+        (Step::Pod(2, 1, 1, 2), 1, "a pod of job 2 appeared"),
+        (Step::Job(3, 1, 1), 1, "job 3's status changed"),
+        (Step::Assume(0, 1), 1, "a start of job 0 was assumed"),
+        (Step::Assume(0, 0), 1, "and is no longer"),
+        (Step::QueueStatus(5), 0, "the queue's status was written"),
+        (
+            Step::NamespaceNote(1),
+            0,
+            "a namespace's annotations changed",
+        ),
+        (
+            Step::Node(2, 1),
+            0,
+            "node 2 is a new copy that reads the same",
+        ),
+        (Step::PodGone(1, 0), 1, "job 1's pod is gone"),
+        (Step::Node(2, 4), JOBS, "node 2 is no longer Ready"),
+        (Step::JobGone(3), 0, "job 3 is gone"),
+        (Step::Job(3, 1, 0), 1, "job 3 is back"),
+        (Step::Queue(1), JOBS, "whom the queue admits changed"),
+        (Step::Copies, JOBS, "every object is a new copy"),
+    ] {
+        w.apply(&s);
+        assert_eq!(visited(&w, &mut memo), looked, "{why} ({s:?})");
+        assert_eq!(visited(&w, &mut memo), 0, "the build after: {why}");
+    }
+}

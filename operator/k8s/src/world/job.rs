@@ -67,6 +67,16 @@ pub(super) struct Derived {
 }
 
 impl Facts<'_> {
+    /// What a view reads of `pod`'s node.
+    pub fn seen(&self, pod: &Pod) -> Seen<'_> {
+        let node = pod_node_name(pod)?;
+        Some(
+            self.nodes
+                .get(node)
+                .map_or((false, false, None), |f| (true, f.ready, f.pool)),
+        )
+    }
+
     fn dead_node(&self, p: &Pod) -> bool {
         let node = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
         node.is_some_and(|n| !self.nodes.get(n).is_some_and(|f| f.ready))
@@ -228,16 +238,18 @@ impl Facts<'_> {
 
 /// GPUs a view takes or gives back beyond what its pods in the caches count for: its surplus
 /// pods are on their way out; pods being created for an assumed start count against their
-/// nodes until visible.
+/// nodes until visible. Whether it added any node's entry.
 pub(super) fn add_usage(
     view: &JobView,
     assumed: Option<&Assumed>,
     used: &mut HashMap<String, u32>,
     releasing: &mut HashMap<String, u32>,
-) {
+) -> bool {
+    let mut added = false;
     for pod in view.surplus_pods.iter().filter(|p| pod_active(p)) {
         if let Some(node) = pod_node_name(pod) {
             *releasing.entry(node.to_string()).or_default() += pod_gpus(pod);
+            added = true;
         }
     }
     if let (Some(a), Lifecycle::Running { .. }) = (assumed, &view.lifecycle) {
@@ -246,7 +258,9 @@ pub(super) fn add_usage(
             if !visible.contains(&(r as u32)) {
                 *used.entry(node.clone()).or_default() +=
                     view.job.spec.gpus_per_replica.max(0) as u32;
+                added = true;
             }
         }
     }
+    added
 }

@@ -11,10 +11,14 @@
 //! `tests/memo.rs` builds random histories both ways and requires the same result at every
 //! step.
 
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
 
 use super::job::{ClockUse, Derived, Facts, Seen};
 use super::*;
+
+mod quick;
+pub(super) use quick::{Entries, Tally};
 
 /// The views kept from one build to the next; see the module documentation.
 #[derive(Debug, Default)]
@@ -42,6 +46,21 @@ pub struct Memo {
     /// Views derived and views kept since the counts were last taken.
     derived: usize,
     kept: usize,
+    /// How many jobs the last build looked at.
+    visited: usize,
+    /// Whether this build's queues and namespaces read as the last build's, by name
+    /// (`queue_alike`, `namespace_alike`), when they are not the very objects.
+    alike_queues: bool,
+    alike_namespaces: bool,
+    /// When kept views stop holding (`ClockUse::until`), earliest first; an entry may be
+    /// stale (its view derived again since), which only costs a look.
+    until: BinaryHeap<Reverse<(Time, Box<str>)>>,
+    /// Jobs whose view read `now` (derived at every build), in this build and the last.
+    volatile: Vec<Box<str>>,
+    last_volatile: Vec<Box<str>>,
+    /// What the last build saw, for a build that looks only at what changed since
+    /// (`quick.rs`).
+    entries: Entries,
 }
 
 #[derive(Debug)]
@@ -85,6 +104,26 @@ fn same_objects<T>(last: &mut Vec<Arc<T>>, now: &[Arc<T>]) -> bool {
     let same = last.len() == now.len() && last.iter().zip(&now).all(|(a, b)| Arc::ptr_eq(a, b));
     *last = now;
     same
+}
+
+/// Whether `now` holds, by name, objects that read as `last`'s (`alike`), the same number.
+fn all_alike<T: kube::Resource>(
+    last: &[Arc<T>],
+    now: &[Arc<T>],
+    alike: fn(&T, &T) -> bool,
+) -> bool {
+    if last.len() != now.len() {
+        return false;
+    }
+    let by_name: HashMap<&str, &Arc<T>> = (last.iter())
+        .filter_map(|o| Some((o.meta().name.as_deref()?, o)))
+        .collect();
+    now.iter().all(|o| {
+        let name = o.meta().name.as_deref().unwrap_or_default();
+        by_name
+            .get(name)
+            .is_some_and(|l| Arc::ptr_eq(l, o) || alike(l, o))
+    })
 }
 
 /// What a view reads of its queue: whom it admits (`admission_problem`). Its status (written
@@ -183,14 +222,19 @@ impl Memo {
         inputs: &Inputs,
     ) {
         self.build += 1;
+        self.alike_queues = all_alike(&self.queues, &inputs.queues, queue_alike);
+        self.alike_namespaces = all_alike(&self.namespaces, &inputs.namespaces, namespace_alike);
         self.same_queues = same_objects(&mut self.queues, &inputs.queues);
         self.same_namespaces = same_objects(&mut self.namespaces, &inputs.namespaces);
+        self.last_volatile = std::mem::take(&mut self.volatile);
         if self.pools != pools {
             // Every view is derived again; their core jobs are compared with none.
             self.changed.extend(self.jobs.drain().map(|(id, _)| id));
             Arc::make_mut(&mut self.views).clear();
             self.ids_version += 1;
             self.pools = pools.to_vec();
+            self.until.clear();
+            self.entries = Entries::default();
         }
         self.needs_changed = self.needs != *needs;
         if self.needs_changed {
@@ -235,6 +279,12 @@ impl Memo {
         } = facts.derive(job, id.to_string(), group);
         if self.jobs.get(id).map(|k| &k.core) != Some(&core) {
             self.changed.push(id.to_string());
+        }
+        if clock.now {
+            self.volatile.push(id.into());
+        }
+        if let Some(until) = clock.until {
+            self.until.push(Reverse((until, id.into())));
         }
         let view = Arc::new(view);
         let views = Arc::make_mut(&mut self.views);
@@ -288,6 +338,34 @@ impl Memo {
             }
             seen
         });
+        self.trim_until();
+    }
+
+    /// Forgets job `id`, gone from the caches.
+    fn remove(&mut self, id: &str) {
+        if let Some(k) = self.jobs.remove(id) {
+            Arc::make_mut(&mut self.views).remove(id);
+            self.ids_version += 1;
+            if k.core.is_some() {
+                self.changed.push(id.to_string());
+            }
+        }
+    }
+
+    /// Keeps the clock's queue from growing with stale entries: rebuilt from the kept views
+    /// when it holds more than twice as many.
+    fn trim_until(&mut self) {
+        if self.until.len() > 2 * self.jobs.len() + 64 {
+            self.until = (self.jobs.iter())
+                .filter_map(|(id, k)| Some(Reverse((k.clock.until?, id.as_str().into()))))
+                .collect();
+        }
+    }
+
+    /// How many jobs the last build looked at: every one, or only those whose view may have
+    /// changed (`quick.rs`).
+    pub fn visited(&self) -> usize {
+        self.visited
     }
 
     /// A number that changes whenever a job's id joins or leaves the views (and only then).
