@@ -115,8 +115,8 @@ pub struct State {
     /// Attempts jobs were moved to whose status write may not be visible yet.
     attempt_floor: HashMap<String, u32>,
     written: Written,
-    /// Jobs whose status needed no write at the last turn, by id.
-    quiet: HashMap<String, jobs::Quiet>,
+    /// Jobs whose status needed no write at the last turn.
+    quiet: jobs::QuietTable,
     /// Pods whose deletion was asked for (by uid).
     deleting: HashSet<String>,
     /// Jobs whose wait was already observed in the wait histogram.
@@ -162,7 +162,7 @@ impl State {
             assumed: HashMap::new(),
             attempt_floor: HashMap::new(),
             written: Written::default(),
-            quiet: HashMap::new(),
+            quiet: jobs::QuietTable::default(),
             deleting: HashSet::new(),
             wait_observed: HashSet::new(),
             policies: policies::Compiled::default(),
