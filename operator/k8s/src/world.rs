@@ -468,7 +468,7 @@ pub fn build_kept(
         }
     }
 
-    let mut node_pool: HashMap<String, String> = HashMap::new();
+    let mut node_pool: HashMap<String, String> = HashMap::with_capacity(inputs.nodes.len());
     for n in &inputs.nodes {
         if let Some(p) = pool_of_node(n, &valid_pools) {
             node_pool.insert(n.name_any(), p.name_any());
@@ -520,10 +520,17 @@ pub fn build_kept(
     drop(facts);
 
     // Nodes.
+    // Nodes of one pool mostly come together: the last pool found is compared first.
+    let mut last_pool: Option<&Arc<ComputePool>> = None;
     for (at, n) in inputs.nodes.iter().enumerate() {
-        let name = n.name_any();
-        let Some(pool) = node_pool.get(&name).and_then(|pool| {
-            (valid_pools.iter()).find(|p| p.metadata.name.as_deref() == Some(pool.as_str()))
+        let name = n.metadata.name.as_deref().unwrap_or_default();
+        let Some(pool) = node_pool.get(name).and_then(|pool| {
+            let named = |p: &&Arc<ComputePool>| p.metadata.name.as_deref() == Some(pool.as_str());
+            let found = last_pool
+                .filter(named)
+                .or_else(|| valid_pools.iter().find(named));
+            last_pool = found.or(last_pool);
+            found
         }) else {
             continue;
         };
@@ -532,10 +539,10 @@ pub fn build_kept(
             continue;
         }
         let count =
-            |m: &[u32], more: &HashMap<String, u32>| m[at] + more.get(&name).copied().unwrap_or(0);
+            |m: &[u32], more: &HashMap<String, u32>| m[at] + more.get(name).copied().unwrap_or(0);
         let in_use = count(&used, &used_more);
         snap.nodes.push(core::Node {
-            name: name.clone(),
+            name: name.to_string(),
             pool: pool.name_any(),
             gpu_model: node_model(n),
             gpus,

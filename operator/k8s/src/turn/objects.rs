@@ -103,6 +103,7 @@ impl State {
         let mut tallies: Vec<(&str, Tally)> = Vec::new();
         let mut index: HashMap<&str, usize> = HashMap::new();
         let mut last: Option<usize> = None;
+        let mut last_pool: Option<(&str, bool)> = None;
         for view in built.jobs.values() {
             let queue = view.job.spec.queue.as_str();
             let at = match last {
@@ -119,7 +120,15 @@ impl State {
                 Lifecycle::Pending if view.invalid.is_none() => t.pending += 1,
                 Lifecycle::Running { pool, .. } => {
                     t.running += 1;
-                    let cloud = pool.as_ref().is_some_and(|p| cloud_pools.contains(p));
+                    // Jobs of one pool come in runs: the last pool is compared first.
+                    let cloud = pool.as_deref().is_some_and(|p| match last_pool {
+                        Some((name, cloud)) if name == p => cloud,
+                        _ => {
+                            let cloud = cloud_pools.contains(p);
+                            last_pool = Some((p, cloud));
+                            cloud
+                        }
+                    });
                     t.gpus[usize::from(cloud)] += (view.job.spec.replicas.max(1)
                         * view.job.spec.gpus_per_replica.max(1))
                         as u64;
