@@ -1,6 +1,6 @@
 //! The CPU cost of one operator turn without the API: building the snapshot from the caches
 //! (1,000 GpuJobs, 1,000 of their pods, 125 nodes) and deciding on it; and a whole turn on a
-//! world in which nothing changed, or only a queue's status, at 1,000 and 10,000 jobs.
+//! world in which nothing changed, or only a queue's status or one pod, at 1,000 and 10,000 jobs.
 
 use spillway_k8s::hashing::{HashMap, HashMapExt};
 use std::sync::Arc;
@@ -144,7 +144,8 @@ fn settle(i: &mut world::Inputs, actions: &[Action]) {
 /// what to write) on a world in which nothing changed since the last turn: every job running
 /// with its pod, its status and trace context written by an earlier turn and shown by the
 /// caches. Then the same world with its queue's status written again between two turns (the
-/// loop writes it whenever a job of the queue starts or ends).
+/// loop writes it whenever a job of the queue starts or ends), and with one pod handed out as
+/// a new object between turns.
 fn whole_turn(c: &mut Criterion) {
     let metrics = spillway_k8s::Metrics::default();
     let now = Time::from_secs_f64(1.8e9);
@@ -179,6 +180,19 @@ fn whole_turn(c: &mut Criterion) {
                 b.iter(|| {
                     k ^= 1;
                     i.queues[0] = queues[k].clone();
+                    state.turn(i.clone(), None, &metrics, now)
+                })
+            },
+        );
+        // One pod handed out as a new object between turns (a watch event that changed
+        // nothing the loop reads, such as a status heartbeat): its job is looked at again.
+        let pods = [i.pods[0].clone(), Arc::new((*i.pods[0]).clone())];
+        c.bench_function(
+            &format!("turn: whole turn, one pod new, {jobs} running, {nodes} nodes"),
+            |b| {
+                b.iter(|| {
+                    k ^= 1;
+                    i.pods[0] = pods[k].clone();
                     state.turn(i.clone(), None, &metrics, now)
                 })
             },
