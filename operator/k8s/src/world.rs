@@ -519,8 +519,7 @@ pub fn build_kept(
     built.jobs = memo.views().clone();
     drop(facts);
 
-    // Nodes.
-    // Nodes of one pool mostly come together: the last pool found is compared first.
+    // Nodes. Those of one pool mostly come together: the last pool found is compared first.
     let mut last_pool: Option<&Arc<ComputePool>> = None;
     for (at, n) in inputs.nodes.iter().enumerate() {
         let name = n.metadata.name.as_deref().unwrap_or_default();
@@ -572,7 +571,7 @@ fn every_job(memo: &mut Memo, facts: &job::Facts<'_>, tally: &mut Tally) {
     let mut next_pod: Vec<usize> = vec![usize::MAX; inputs.pods.len()];
     for (at, pod) in inputs.pods.iter().enumerate() {
         let node = pod_node_name(pod).map(|n| facts.nodes.get(n));
-        seen.push(node.map(|f| f.map_or((false, false, None), |f| (true, f.ready, f.pool))));
+        seen.push(node.map(job::seen_of));
         memo.record_pod(pod, node.flatten().map(|f| f.at));
         if let Some(job) = (pod.metadata.labels.as_ref()).and_then(|l| l.get(labels::JOB_LABEL)) {
             let ns = pod.metadata.namespace.as_deref().unwrap_or_default();

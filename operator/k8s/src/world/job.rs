@@ -57,6 +57,11 @@ pub(super) struct NodeFact<'a> {
 /// exists, is Ready, and its pool.
 pub(super) type Seen<'a> = Option<(bool, bool, Option<&'a String>)>;
 
+/// What a view reads of a node its pod names, from the node's facts (none: it does not exist).
+pub(super) fn seen_of<'a>(fact: Option<&NodeFact<'a>>) -> (bool, bool, Option<&'a String>) {
+    fact.map_or((false, false, None), |f| (true, f.ready, f.pool))
+}
+
 /// A job's view, its job for the core (when the core sees it), and what they read.
 pub(super) struct Derived {
     pub view: JobView,
@@ -69,12 +74,7 @@ pub(super) struct Derived {
 impl Facts<'_> {
     /// What a view reads of `pod`'s node.
     pub fn seen(&self, pod: &Pod) -> Seen<'_> {
-        let node = pod_node_name(pod)?;
-        Some(
-            self.nodes
-                .get(node)
-                .map_or((false, false, None), |f| (true, f.ready, f.pool)),
-        )
+        pod_node_name(pod).map(|n| seen_of(self.nodes.get(n)))
     }
 
     fn dead_node(&self, p: &Pod) -> bool {

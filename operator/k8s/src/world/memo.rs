@@ -7,7 +7,8 @@
 //! the same, and the clock has not passed what it read. A view that read the cloud needs is
 //! derived again when they changed; every view when the pools changed.
 //!
-//! Kept views are shared (`Arc`): the build hands out the kept one, not a copy.
+//! Kept views are shared (`Arc`): the build hands out the kept one, not a copy. While the
+//! memo can tell which jobs may have changed, a build looks only at those (`memo/quick.rs`).
 //! `tests/memo.rs` builds random histories both ways and requires the same result at every
 //! step.
 
@@ -48,8 +49,8 @@ pub struct Memo {
     kept: usize,
     /// How many jobs the last build looked at.
     visited: usize,
-    /// Whether this build's queues and namespaces read as the last build's, by name
-    /// (`queue_alike`, `namespace_alike`), when they are not the very objects.
+    /// Whether this build's queues and namespaces are the last build's or read as them, by
+    /// name (`queue_alike`, `namespace_alike`).
     alike_queues: bool,
     alike_namespaces: bool,
     /// When kept views stop holding (`ClockUse::until`), earliest first; an entry may be

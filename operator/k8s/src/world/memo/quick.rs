@@ -256,8 +256,8 @@ impl Memo {
         let e = &self.entries;
         if !e.ready
             || self.needs_changed
-            || !(self.same_queues || self.alike_queues)
-            || !(self.same_namespaces || self.alike_namespaces)
+            || !self.alike_queues
+            || !self.alike_namespaces
             || !e.same_nodes(facts)
         {
             return None;
