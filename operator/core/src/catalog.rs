@@ -45,20 +45,46 @@ const COLUMNS: [&str; 7] = [
 ];
 
 /// Parses a catalog. Rows without accelerators are skipped.
+///
+/// Fields follow RFC 4180 (the `csv` crate): a quoted field may hold commas, quotes and line
+/// breaks, as SkyPilot's `GpuInfo` column does. A line is a comment when it starts with `#`.
 pub fn parse(text: &str) -> Result<Vec<CatalogRow>, CatalogError> {
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .comment(Some(b'#'))
+        .trim(csv::Trim::All)
+        .from_reader(text.as_bytes());
     let mut header: Option<Vec<usize>> = None;
     let mut rows = Vec::new();
-    for (i, raw) in text.lines().enumerate() {
-        let line = i + 1;
-        let trimmed = raw.trim();
-        if trimmed.is_empty() || trimmed.starts_with('#') {
+    let mut record = csv::StringRecord::new();
+    loop {
+        let line_before = reader.position().line() as usize;
+        match reader.read_record(&mut record) {
+            Ok(false) => break,
+            Ok(true) => {}
+            Err(e) => {
+                let line = e
+                    .position()
+                    .map_or(line_before, |p| p.line() as usize)
+                    .max(1);
+                return Err(CatalogError {
+                    line,
+                    message: format!("not CSV: {e}"),
+                });
+            }
+        }
+        let line = record
+            .position()
+            .map_or(line_before, |p| p.line() as usize)
+            .max(1);
+        if record.iter().all(str::is_empty) {
             continue;
         }
-        let fields: Vec<&str> = trimmed.split(',').map(str::trim).collect();
         let Some(cols) = &header else {
             let mut idx = Vec::new();
             for want in COLUMNS {
-                match fields.iter().position(|f| *f == want) {
+                match record.iter().position(|f| f == want) {
                     Some(p) => idx.push(p),
                     None => {
                         return Err(CatalogError {
@@ -74,13 +100,14 @@ pub fn parse(text: &str) -> Result<Vec<CatalogRow>, CatalogError> {
             header = Some(idx);
             continue;
         };
-        let get = |k: usize| fields.get(cols[k]).copied().unwrap_or("");
+        let get = |k: usize| record.get(cols[k]).unwrap_or("");
         let err = |message: String| CatalogError { line, message };
-        if fields.len() <= *cols.iter().max().unwrap_or(&0) {
+        let widest = cols.iter().max().copied().unwrap_or(0);
+        if record.len() <= widest {
             return Err(err(format!(
                 "expected at least {} fields, found {}",
-                cols.iter().max().unwrap_or(&0) + 1,
-                fields.len()
+                widest + 1,
+                record.len()
             )));
         }
         let instance_type = get(0).to_string();
@@ -95,7 +122,7 @@ pub fn parse(text: &str) -> Result<Vec<CatalogRow>, CatalogError> {
         let count: f64 = count_text
             .parse()
             .map_err(|_| err(format!("AcceleratorCount {count_text:?} is not a number")))?;
-        if count < 1.0 {
+        if count.is_nan() || count < 1.0 {
             continue;
         }
         let price = |k: usize, name: &str| -> Result<Option<f64>, CatalogError> {
@@ -196,6 +223,34 @@ mod tests {
         assert_eq!(offers.len(), 3, "two on-demand, one spot");
         let only_g5 = offerings(&rows, "aws", "us-east-1", &["g5.*".to_string()]);
         assert_eq!(only_g5.len(), 1);
+    }
+
+    /// SkyPilot's own `vms.csv` keeps the `GpuInfo` column, a quoted Python dict with commas.
+    #[test]
+    fn reads_quoted_fields_with_commas_as_skypilot_writes_them() {
+        let text = "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Price,SpotPrice,Region,AvailabilityZone\n\
+            p4d.24xlarge,A100,8.0,96.0,1152.0,\"{'Gpus': [{'Name': 'A100', 'Manufacturer': 'NVIDIA', 'Count': 8, 'MemoryInfo': {'SizeInMiB': 40960}}], 'TotalGpuMemoryInMiB': 327680}\",32.7726,12.1,us-east-1,us-east-1a\n\
+            \"g5.xlarge\",A10G,1.0,4.0,16.0,\"{'Gpus': [{'Name': 'A10G', 'Count': 1}]}\",1.006,,us-east-1,us-east-1b\n";
+        let rows = parse(text).unwrap();
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        assert_eq!(rows[0].instance_type, "p4d.24xlarge");
+        assert_eq!(rows[0].gpus, 8);
+        assert_eq!(rows[0].on_demand, 32.7726);
+        assert_eq!(rows[0].spot, Some(12.1));
+        assert_eq!(rows[0].zone, "us-east-1a");
+        assert_eq!(rows[1].instance_type, "g5.xlarge");
+        assert_eq!(rows[1].spot, None);
+        assert_eq!(rows[1].region, "us-east-1");
+    }
+
+    #[test]
+    fn an_unclosed_quote_is_an_error_or_one_field_never_a_shifted_row() {
+        let text = "InstanceType,AcceleratorName,AcceleratorCount,Price,SpotPrice,Region,AvailabilityZone\n\
+            p4d.24xlarge,A100,8,\"32.77,12.1,us-east-1,a\n";
+        match parse(text) {
+            Ok(rows) => assert!(rows.is_empty(), "{rows:?}"),
+            Err(e) => assert_eq!(e.line, 2, "{e}"),
+        }
     }
 
     #[test]
