@@ -134,7 +134,7 @@ fn compile_expr(
     if src.chars().filter(|c| matches!(c, '!' | '-')).count() > 4 * MAX_NESTING {
         return Err(err("expression has too many unary operators".to_string()));
     }
-    Program::compile(src).map_err(|e| match e.errors.first() {
+    let program = Program::compile(src).map_err(|e| match e.errors.first() {
         // CEL positions are 1-based lines and 1-based columns.
         Some(first) => err_at(
             Some((first.pos.0.max(1) as usize, first.pos.1.max(1) as usize)),
@@ -146,7 +146,21 @@ fn compile_expr(
             .next()
             .unwrap_or("syntax error")
             .to_string()),
-    })
+    })?;
+    // Names and types: an unknown variable or field, a variable read where it is not set, a
+    // comparison with a literal of another type. A rule that passes syntax but fails here
+    // could never match (`jbo.totalGpus > 8` is an error at every evaluation).
+    lint::check_names(src, field, &program).map_err(|e| {
+        let (line, column) = e.position;
+        err_at(Some((line, column + 1)), e.message)
+    })?;
+    Ok(program)
+}
+
+/// Compiles one expression as the operator and `spillway policy lint` both do (syntax, size,
+/// names and literal types); the error's position is 1-based inside the expression.
+pub fn check_expression(field: &'static str, src: &str) -> Result<(), CompileError> {
+    compile_expr("", "", field, src).map(|_| ())
 }
 
 impl PolicyEngine {

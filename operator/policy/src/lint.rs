@@ -158,42 +158,22 @@ fn diag(
     }
 }
 
-struct ExprError {
+pub(crate) struct ExprError {
     /// Line and column inside the expression (1-based line, 0-based column).
-    position: (usize, usize),
-    message: String,
+    pub(crate) position: (usize, usize),
+    pub(crate) message: String,
 }
 
-fn check_expression(src: &str, field: &str) -> Result<(), ExprError> {
-    if src.len() > crate::MAX_EXPRESSION_LEN {
-        return Err(ExprError {
-            position: (1, 0),
-            message: format!("expression longer than {} bytes", crate::MAX_EXPRESSION_LEN),
-        });
-    }
-    if crate::nesting(src) > crate::MAX_NESTING {
-        return Err(ExprError {
-            position: (1, 0),
-            message: format!("expression nests deeper than {} levels", crate::MAX_NESTING),
-        });
-    }
-    match cel::Program::compile(src) {
-        Ok(program) => check_names(src, field, &program),
-        Err(errors) => {
-            let first = errors.errors.first();
-            // CEL positions are 1-based; keep a 0-based column.
-            let (l, c) = first.map_or((1, 0), |e| {
-                (e.pos.0.max(1) as usize, (e.pos.1 - 1).max(0) as usize)
-            });
-            Err(ExprError {
-                position: (l, c),
-                message: first.map_or_else(
-                    || "syntax error".to_string(),
-                    |e| format!("CEL syntax error: {}", e.msg),
-                ),
-            })
+/// The one compile path of the operator ([`crate::PolicyEngine::compile`]), with its 1-based
+/// column made 0-based for locating inside the file.
+fn check_expression(src: &str, field: &'static str) -> Result<(), ExprError> {
+    crate::check_expression(field, src).map_err(|e| {
+        let (line, column) = e.position.unwrap_or((1, 1));
+        ExprError {
+            position: (line, column.saturating_sub(1)),
+            message: e.message,
         }
-    }
+    })
 }
 
 /// Blanks out string literals (keeping lengths and newlines), so names inside them are not
@@ -278,7 +258,7 @@ fn macro_bound(chars: &[char]) -> Vec<String> {
 
 /// Unknown variables, variables read where they are not set, and unknown fields of the map
 /// variables, at their positions in the expression.
-fn check_names(src: &str, field: &str, program: &cel::Program) -> Result<(), ExprError> {
+pub(crate) fn check_names(src: &str, field: &str, program: &cel::Program) -> Result<(), ExprError> {
     use crate::variables::{VARIABLES, variable};
     let chars = mask_strings(src);
     let bound = macro_bound(&chars);

@@ -346,6 +346,7 @@ fn empty_queue() -> GpuQueueSpec {
         private_quota: None,
         borrowing: true,
         weight: 1,
+        max_priority: 0,
         burst: None,
         budget: None,
         preemption: None,

@@ -175,7 +175,8 @@ fn confidential_data_needs_an_allowing_rule() {
 #[test]
 fn a_failing_expression_does_not_apply_and_is_counted() {
     let s = snapshot();
-    let rules = "  - name: broken\n    when: job.noSuchField > 3\n    forbid: cloud\n";
+    // Read by index: a dotted `job.noSuchField` is refused when the rule compiles.
+    let rules = "  - name: broken\n    when: job['noSuchField'] > 3\n    forbid: cloud\n";
     let e = engine(&policy(rules));
     let plan = decide(&s, &e, at_min(20));
     assert_eq!(
@@ -262,4 +263,46 @@ fn repatriate_never_keeps_matching_cloud_jobs_where_they_are() {
     s.jobs[0].replicas = 1;
     let plan = decide(&s, &e, at_min(30));
     assert_eq!(plan.moves.len(), 1, "{:?}", plan.decisions);
+}
+
+/// The operator compiles as `spillway policy lint` checks: a rule that parses but reads an
+/// unknown variable, an unknown field or compares with a literal of another type never
+/// compiles, with the same message and column lint prints.
+#[test]
+fn rules_lint_rejects_do_not_compile_and_say_what_lint_says() {
+    use spillway_api::manifests::Manifests;
+    use spillway_policy::lint::lint_str;
+    for (when, says, column) in [
+        ("jbo.totalGpus > 8", "unknown variable `jbo`", 1),
+        ("job.totalGPUs > 8", "`job` has no field `totalGPUs`", 5),
+        (
+            "job.totalGpus > \"8\"",
+            "compared with a string literal",
+            17,
+        ),
+    ] {
+        let yaml = policy(&format!(
+            "  - name: r\n    when: '{when}'\n    forbid: cloud\n"
+        ));
+        let m = Manifests::parse_str(Path::new("policy.yaml"), &yaml).expect("parses");
+        let policies: Vec<_> = m.policies.into_iter().map(|p| p.object).collect();
+        let errors = match PolicyEngine::compile(&policies) {
+            Ok(_) => panic!("{when:?} compiled"),
+            Err(errors) => errors,
+        };
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        let e = &errors[0];
+        assert_eq!((e.rule.as_str(), e.field), ("r", "when"), "{e}");
+        assert_eq!(e.position, Some((1, column)), "{e}");
+        assert!(e.message.contains(says), "{e}");
+        // Lint: the same message, at the expression's column in the file (`    when: '` is 11
+        // characters before the expression).
+        let lint = lint_str(Path::new("policy.yaml"), &yaml);
+        let d = lint
+            .iter()
+            .find(|d| d.message.contains(says))
+            .unwrap_or_else(|| panic!("lint of {when:?}: {lint:?}"));
+        assert!(d.message.ends_with(&e.message), "{d} vs {e}");
+        assert_eq!(d.column, 11 + column, "{d}");
+    }
 }

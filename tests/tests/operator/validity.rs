@@ -95,6 +95,7 @@ async fn invalid_objects_of_every_kind_say_so_and_are_left_out() {
     let pool = format!("{}-everything", w.ns);
     let dataset = format!("{}-nowhere", w.ns);
     let policy = format!("{}-typo", w.ns);
+    let misnamed = format!("{}-misnamed", w.ns);
     // Each passes the API server's schema; the operator finds what is wrong.
     apply::<GpuQueue>(
         c,
@@ -124,6 +125,15 @@ async fn invalid_objects_of_every_kind_say_so_and_are_left_out() {
     )
     .await;
 
+    // Parses as CEL, but `spillway policy lint` rejects it: the operator does too.
+    apply::<BurstPolicy>(
+        c,
+        json!({"apiVersion": "spillway.io/v1alpha1", "kind": "BurstPolicy",
+               "metadata": {"name": misnamed},
+               "spec": {"rules": [{"name": "big", "when": "jbo.totalGpus > 8", "forbid": "cloud"}]}}),
+    )
+    .await;
+
     wait_invalid::<GpuQueue>(c, &queue, "spec.namespaceSelector").await;
     wait_invalid::<ComputePool>(c, &pool, "spec.private.nodeSelector").await;
     wait_invalid::<Dataset>(c, &dataset, "spec.locations[0].region").await;
@@ -132,7 +142,12 @@ async fn invalid_objects_of_every_kind_say_so_and_are_left_out() {
         message.contains("rule \"big\", column"),
         "names the rule and the column: {message}"
     );
-    for name in [&queue, &pool, &dataset, &policy] {
+    let message = wait_invalid::<BurstPolicy>(c, &misnamed, "spec.rules[0].when").await;
+    assert!(
+        message.contains("rule \"big\", column 1") && message.contains("unknown variable `jbo`"),
+        "the message lint prints, with rule and column: {message}"
+    );
+    for name in [&queue, &pool, &dataset, &policy, &misnamed] {
         wait_warning(c, name).await;
     }
 
@@ -195,7 +210,7 @@ async fn invalid_objects_of_every_kind_say_so_and_are_left_out() {
     let _ = Api::<GpuQueue>::all(c.clone()).delete(&queue, &dp).await;
     let _ = Api::<ComputePool>::all(c.clone()).delete(&pool, &dp).await;
     let _ = Api::<Dataset>::all(c.clone()).delete(&dataset, &dp).await;
-    let _ = Api::<BurstPolicy>::all(c.clone())
-        .delete(&policy, &dp)
-        .await;
+    for p in [&policy, &misnamed] {
+        let _ = Api::<BurstPolicy>::all(c.clone()).delete(p, &dp).await;
+    }
 }
