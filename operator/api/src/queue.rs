@@ -62,6 +62,15 @@ pub struct GpuQueueSpec {
     #[schemars(range(min = 1))]
     pub weight: i32,
 
+    /// The highest `priority` a job of this queue may ask for. Priority orders a queue's
+    /// jobs and decides which borrowed GPUs a reclaim takes back, so it is the platform
+    /// team's to grant: by default (0) no job may rank above another by asking. A GpuJob
+    /// whose `priority` is above it does not run: it is refused with reason `InvalidSpec`
+    /// and a message naming this ceiling.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub max_priority: i32,
+
     /// When and where this queue's jobs may burst to the cloud.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<QueueBurst>,

@@ -313,7 +313,7 @@ pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, Stri
     by_labels && by_expressions
 }
 
-/// Why `queue` does not admit jobs from `namespace`, if it does not.
+/// Why `queue` does not admit `job`'s namespace, if it does not.
 ///
 /// A job's view is kept across turns while its queue and namespace read the same as far as
 /// this goes (`memo.rs`: `queue_alike`, `namespace_alike`): what it reads of them must stay in
@@ -347,6 +347,20 @@ fn admission_problem(
         }
     }
     None
+}
+
+/// Why `job` may not start in `queue`, if its `priority` is above the queue's `maxPriority`.
+/// A job already started keeps running with its priority capped at the ceiling (it neither
+/// ranks nor reclaims above it), so lowering a queue's ceiling never loses a running job.
+fn priority_problem(queue: &GpuQueue, job: &GpuJob) -> Option<String> {
+    (job.spec.priority > queue.spec.max_priority).then(|| {
+        format!(
+            "spec.priority {} is above GpuQueue {:?}'s maxPriority {}: lower the job's priority, or ask the platform team to raise the queue's spec.maxPriority.",
+            job.spec.priority,
+            queue.name_any(),
+            queue.spec.max_priority
+        )
+    })
 }
 
 fn owned_by(pod: &Pod, job: &GpuJob) -> bool {

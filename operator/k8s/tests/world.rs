@@ -220,6 +220,51 @@ fn queues_admit_namespaces_by_list_or_selector() {
     assert_eq!(b.snapshot.jobs.len(), 1);
 }
 
+/// A queue's `maxPriority` is a ceiling: a waiting job asking for more is refused with a
+/// message naming it; a job already running keeps running, ranked at the ceiling.
+#[test]
+fn priorities_above_the_queues_ceiling_are_refused_or_capped() {
+    let with_priority = |name: &str, priority: i32| {
+        let mut j = (*job("ns", name, 1, 1)).clone();
+        j.spec.priority = priority;
+        Arc::new(j)
+    };
+    let mut i = inputs();
+    i.queues = vec![queue("q", json!({"maxPriority": 5}))];
+    let running = with_priority("running", 9);
+    i.pods.push(pod_of(&running, 0, "a", "Running"));
+    i.jobs = vec![with_priority("at", 5), with_priority("above", 6), running];
+    let b = build(&i, &HashMap::new());
+    assert_eq!(b.jobs["ns/at"].invalid, None);
+    let why = b.jobs["ns/above"].invalid.clone().expect("refused");
+    assert!(
+        why.contains("spec.priority 6 is above GpuQueue \"q\"'s maxPriority 5"),
+        "{why}"
+    );
+    assert_eq!(b.jobs["ns/running"].invalid, None, "a running job is kept");
+    assert_eq!(priority_of(&b, "ns/at"), Some(5));
+    assert_eq!(priority_of(&b, "ns/above"), None, "not the core's business");
+    assert_eq!(
+        priority_of(&b, "ns/running"),
+        Some(5),
+        "ranked at the ceiling"
+    );
+
+    // The default ceiling is 0: priorities are granted by the platform team.
+    i.queues = vec![queue("q", json!({}))];
+    let b = build(&i, &HashMap::new());
+    assert!(b.jobs["ns/at"].invalid.is_some());
+    assert_eq!(priority_of(&b, "ns/running"), Some(0));
+}
+
+fn priority_of(b: &world::Built, id: &str) -> Option<i32> {
+    b.snapshot
+        .jobs
+        .iter()
+        .find(|j| j.id == id)
+        .map(|j| j.priority)
+}
+
 #[test]
 fn invalid_specs_are_reported_with_their_field() {
     let mut i = inputs();

@@ -129,7 +129,7 @@ async fn spec_change_and_failure_are_reflected() {
         .patch(
             "patched",
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"priority": 5}})),
+            &Patch::Merge(json!({"spec": {"estimatedRuntime": "2h"}})),
         )
         .await
         .expect("patch");

@@ -221,8 +221,10 @@ async fn priority_and_weighted_fair_share_between_two_queues() {
     let w = World::new("op-share").await;
     let light = format!("{}-light", w.ns);
     let heavy = format!("{}-heavy", w.ns);
-    w.create_queue(&light, json!({"weight": 1})).await;
-    w.create_queue(&heavy, json!({"weight": 3})).await;
+    w.create_queue(&light, json!({"weight": 1, "maxPriority": 10}))
+        .await;
+    w.create_queue(&heavy, json!({"weight": 3, "maxPriority": 10}))
+        .await;
     w.nodes(1, 8, None).await;
     // Everything is submitted before the operator starts, so one cycle sees it all.
     for i in 0..8 {

@@ -120,7 +120,7 @@ impl Facts<'_> {
             }
         }
         let converted = convert::job(job, queued_at);
-        let invalid = match &converted {
+        let mut invalid = match &converted {
             Err(e) => Some(e.to_string()),
             Ok(_) => crate::pods::check(job).err().or_else(|| {
                 self.queues
@@ -178,9 +178,16 @@ impl Facts<'_> {
             | Lifecycle::Running { .. }
             | Lifecycle::Suspended { .. } => {}
         }
+        let queue = self.queues.get(job.spec.queue.as_str());
+        if invalid.is_none() && lifecycle == Lifecycle::Pending {
+            invalid = queue.and_then(|q| priority_problem(q, job));
+        }
         let core = match (invalid.is_none(), converted) {
             (true, Ok(mut cj)) => {
                 cj.attempt = attempt;
+                if let Some(q) = queue {
+                    cj.priority = cj.priority.min(q.spec.max_priority);
+                }
                 let state = match &lifecycle {
                     Lifecycle::Pending => Some(JobState::Pending),
                     Lifecycle::Suspended { nodes, pool, ready } => Some(JobState::Suspended {

@@ -127,10 +127,13 @@ fn all_alike<T: kube::Resource>(
     })
 }
 
-/// What a view reads of its queue: whom it admits (`admission_problem`). Its status (written
+/// What a view reads of its queue: whom it admits and up to which priority
+/// (`admission_problem`). Its status (written
 /// by the loop whenever a job of it starts or ends) and its other fields are not read.
 fn queue_alike(a: &GpuQueue, b: &GpuQueue) -> bool {
-    a.spec.namespaces == b.spec.namespaces && a.spec.namespace_selector == b.spec.namespace_selector
+    a.spec.namespaces == b.spec.namespaces
+        && a.spec.namespace_selector == b.spec.namespace_selector
+        && a.spec.max_priority == b.spec.max_priority
 }
 
 /// What a view reads of its namespace: its labels (a queue's `namespaceSelector`).
