@@ -86,6 +86,11 @@ struct Shared {
     /// Per call (as `calls`): when it went on to EC2 (after any delay) and when its answer
     /// reached the client, if they did.
     times: Vec<(Option<SystemTime>, Option<SystemTime>)>,
+    /// Per call (as `calls`): its `amz-sdk-invocation-id` (one SDK operation: the same id on
+    /// each of its retries) and when it arrived.
+    invocations: Vec<(Option<String>, Instant)>,
+    /// The `x-amz-retry-after` hint (milliseconds) sent with injected throttling errors.
+    retry_after_ms: Option<u64>,
     /// The state of the seeded draws of storms.
     rng: u64,
     /// `ClientToken` -> (the request's other parameters, the successful response).
@@ -103,6 +108,14 @@ impl Shared {
             .wrapping_add(1_442_695_040_888_963_407);
         (self.rng >> 33) % 100
     }
+}
+
+/// One SDK operation (a logical call) and its requests, its retries included.
+#[derive(Clone, Debug)]
+pub struct Invocation {
+    pub id: String,
+    pub action: String,
+    pub requests: Vec<Instant>,
 }
 
 /// The proxy; stops when dropped.
@@ -186,6 +199,30 @@ impl FaultProxy {
             percent: percent.min(100),
             until: Some(Instant::now() + lasting),
         });
+    }
+
+    /// Sends `hint` as `x-amz-retry-after` with every injected throttling error, as EC2 may.
+    pub fn retry_after(&self, hint: Duration) {
+        self.shared.lock().expect("proxy state").retry_after_ms = Some(hint.as_millis() as u64);
+    }
+
+    /// Every SDK operation seen (by its `amz-sdk-invocation-id`): its action and the arrival
+    /// of each of its requests, in order. Requests without the header are left out.
+    pub fn invocations(&self) -> Vec<Invocation> {
+        let s = self.shared.lock().expect("proxy state");
+        let mut out: Vec<Invocation> = Vec::new();
+        for ((action, _), (id, at)) in s.calls.iter().zip(&s.invocations) {
+            let Some(id) = id else { continue };
+            match out.iter_mut().find(|i| &i.id == id) {
+                Some(i) => i.requests.push(*at),
+                None => out.push(Invocation {
+                    id: id.clone(),
+                    action: action.clone(),
+                    requests: vec![*at],
+                }),
+            }
+        }
+        out
     }
 
     fn push(&self, rule: Rule) {
@@ -331,7 +368,7 @@ fn token_of(form: &str) -> Option<(String, String)> {
     Some((token?, rest.join("&")))
 }
 
-fn error_response(status: u16, code: &str, message: &str) -> String {
+fn error_response(status: u16, code: &str, message: &str, retry_after_ms: Option<u64>) -> String {
     let xml = format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>{code}</Code><Message>{message}</Message></Error></Errors><RequestID>fault-injected</RequestID></Response>"
     );
@@ -340,8 +377,12 @@ fn error_response(status: u16, code: &str, message: &str) -> String {
     } else {
         "Bad Request"
     };
+    let hint = match retry_after_ms {
+        Some(ms) if code == "RequestLimitExceeded" => format!("x-amz-retry-after: {ms}\r\n"),
+        _ => String::new(),
+    };
     format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{xml}",
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/xml\r\nContent-Length: {}\r\n{hint}Connection: close\r\n\r\n{xml}",
         xml.len()
     )
 }
@@ -359,7 +400,7 @@ async fn serve(mut client: TcpStream, upstream: String, shared: Arc<Mutex<Shared
     let token = (action == "RunInstances")
         .then(|| token_of(&form))
         .flatten();
-    let (pause, end, call) = {
+    let (pause, end, call, retry_after_ms) = {
         let mut s = shared.lock().expect("proxy state");
         let (pause, end) = plan(&mut s, &action, &form);
         let outcome = match &end {
@@ -370,13 +411,25 @@ async fn serve(mut client: TcpStream, upstream: String, shared: Arc<Mutex<Shared
         };
         s.calls.push((action.clone(), outcome));
         s.times.push((None, None));
-        (pause, end, s.calls.len() - 1)
+        let invocation = head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case("amz-sdk-invocation-id")
+                .then(|| v.trim().to_string())
+        });
+        s.invocations.push((invocation, Instant::now()));
+        (pause, end, s.calls.len() - 1, s.retry_after_ms)
     };
     tokio::time::sleep(pause).await;
     let sent = || shared.lock().expect("proxy state").times[call].0 = Some(SystemTime::now());
     let answered = || shared.lock().expect("proxy state").times[call].1 = Some(SystemTime::now());
     if let Some(Effect::Fail { status, code }) = &end {
-        let response = error_response(*status, code, "injected by the test's fault proxy");
+        let response = error_response(
+            *status,
+            code,
+            "injected by the test's fault proxy",
+            retry_after_ms,
+        );
         let _ = client.write_all(response.as_bytes()).await;
         let _ = client.shutdown().await;
         return;
@@ -414,6 +467,7 @@ async fn serve(mut client: TcpStream, upstream: String, shared: Arc<Mutex<Shared
                 400,
                 "IdempotentParameterMismatch",
                 "the client token was used by a request with other parameters",
+                None,
             )
             .into_bytes()
         };

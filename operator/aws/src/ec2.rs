@@ -11,9 +11,11 @@ use aws_sdk_ec2::types::{
     InstanceType, LaunchTemplateSpecification, MarketType, Placement, ResourceType, Tag,
     TagSpecification,
 };
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use spillway_cloud::{
     BoxFuture, CallPolicy, CloudError, CloudInstance, CloudProvider, Image, InstanceState,
-    InstanceTypeInfo, LaunchRequest, SpotPrice, backoff, base64, tags,
+    InstanceTypeInfo, LaunchRequest, SpotPrice, tags,
 };
 use spillway_core::{CapacityType, Time};
 
@@ -25,8 +27,18 @@ pub struct Ec2Provider {
 }
 
 impl Ec2Provider {
+    /// A provider on `client`, whose retries are set to `policy` (the SDK's standard
+    /// strategy: the one retry layer of every call).
     pub fn new(client: Client, policy: CallPolicy) -> Ec2Provider {
-        Ec2Provider { client, policy }
+        let retry = aws_config::retry::RetryConfig::standard()
+            .with_max_attempts(policy.attempts.max(1))
+            .with_initial_backoff(policy.initial_backoff)
+            .with_max_backoff(policy.max_backoff);
+        let config = client.config().to_builder().retry_config(retry).build();
+        Ec2Provider {
+            client: Client::from_conf(config),
+            policy,
+        }
     }
 
     /// A provider for `region` from the standard AWS configuration chain.
@@ -38,54 +50,44 @@ impl Ec2Provider {
         Ec2Provider::new(Client::new(&config), policy)
     }
 
-    /// Runs `call` with the timeout, retrying throttled attempts with jittered backoff. Each
-    /// attempt is a span (`ec2.<Call>`, kind client) with the request id EC2 gave and, when it
-    /// failed, the error's class: exported with the operator's traces, as a child of whatever
-    /// span the caller is in (a job's provisioning).
-    async fn call<T, F, Fut>(&self, what: &'static str, mut call: F) -> Result<T, CloudError>
+    /// Runs `call` (one SDK operation, its retries inside the SDK) within the policy's
+    /// timeout. The call is a span (`ec2.<Call>`, kind client) with the request id EC2 gave
+    /// and, when it failed, the error's class: exported with the operator's traces, as a child
+    /// of whatever span the caller is in (a job's provisioning).
+    async fn call<T, F, Fut>(&self, what: &'static str, call: F) -> Result<T, CloudError>
     where
-        F: FnMut() -> Fut,
+        F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, CloudError>>,
     {
         use tracing::Instrument;
-        let mut attempt = 0;
-        loop {
-            let span = tracing::info_span!(
-                "ec2",
-                otel.name = format!("ec2.{what}"),
-                otel.kind = "client",
-                otel.status_code = tracing::field::Empty,
-                rpc.system = "aws-api",
-                rpc.service = "EC2",
-                rpc.method = what,
-                aws.request_id = tracing::field::Empty,
-                error.type = tracing::field::Empty,
-                spillway.attempt = attempt,
-            );
-            let result =
-                match tokio::time::timeout(self.policy.timeout, call().instrument(span.clone()))
-                    .await
-                {
-                    Ok(r) => r,
-                    Err(_) => Err(CloudError::Other(format!(
-                        "{what} timed out after {:?}",
-                        self.policy.timeout
-                    ))),
-                };
-            if let Err(e) = &result {
-                span.record("otel.status_code", "ERROR");
-                span.record("error.type", e.kind());
-            }
-            match result {
-                Err(CloudError::Throttled { .. }) if attempt < self.policy.throttle_retries => {
-                    let wait = backoff(self.policy.backoff_base, attempt);
-                    tracing::debug!(call = what, attempt, ?wait, "throttled; backing off");
-                    tokio::time::sleep(wait).await;
-                    attempt += 1;
-                }
-                other => return other,
-            }
+        let span = tracing::info_span!(
+            "ec2",
+            otel.name = format!("ec2.{what}"),
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
+            rpc.system = "aws-api",
+            rpc.service = "EC2",
+            rpc.method = what,
+            aws.request_id = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+        );
+        let result = match tokio::time::timeout(
+            self.policy.timeout,
+            call().instrument(span.clone()),
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(_) => Err(CloudError::Other(format!(
+                "{what} timed out after {:?}",
+                self.policy.timeout
+            ))),
+        };
+        if let Err(e) = &result {
+            span.record("otel.status_code", "ERROR");
+            span.record("error.type", e.kind());
         }
+        result
     }
 
     async fn describe(&self, filters: Vec<Filter>) -> Result<Vec<CloudInstance>, CloudError> {
@@ -296,7 +298,7 @@ impl CloudProvider for Ec2Provider {
                         );
                     }
                     if let Some(data) = &r.user_data {
-                        req = req.user_data(base64(data.as_bytes()));
+                        req = req.user_data(BASE64.encode(data.as_bytes()));
                     }
                     async move { sent(req.send().await) }
                 })

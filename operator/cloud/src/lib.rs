@@ -283,83 +283,37 @@ pub trait CloudProvider: Send + Sync {
     ) -> BoxFuture<'a, Result<Vec<SpotPrice>, CloudError>>;
 }
 
-/// Timeout of each call, and retries of throttled calls.
+/// How each cloud call is bounded. There is one retry layer per call, beneath this trait: the
+/// provider SDK's standard strategy (exponential backoff with full jitter from
+/// `initial_backoff` up to `max_backoff`, a server's `x-amz-retry-after` hint honoured up to
+/// `max_backoff`, and a client-wide retry quota that stops retrying when most calls fail). A
+/// call that still fails is the caller's to act on at its next decision, never retried again
+/// above: the operator's executor does not retry cloud errors.
 #[derive(Clone, Debug)]
 pub struct CallPolicy {
+    /// The whole call, its retries included.
     pub timeout: Duration,
-    pub throttle_retries: u32,
-    pub backoff_base: Duration,
+    /// Requests one call may send in all, the first included: the budget of one logical
+    /// action (a launch, a terminate, one page of a listing).
+    pub attempts: u32,
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
 }
 
 impl Default for CallPolicy {
     fn default() -> Self {
         CallPolicy {
-            timeout: Duration::from_secs(30),
-            throttle_retries: 5,
-            backoff_base: Duration::from_millis(500),
+            timeout: Duration::from_secs(60),
+            attempts: 3,
+            initial_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(20),
         }
     }
-}
-
-/// Full-jitter exponential backoff: a random wait in `[0, base * 2^attempt]` (capped at 30 s).
-pub fn backoff(base: Duration, attempt: u32) -> Duration {
-    let cap = base
-        .saturating_mul(1u32 << attempt.min(16))
-        .min(Duration::from_secs(30));
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    // A cheap, good-enough spread: the clock's nanoseconds, mixed.
-    let mut x = u64::from(nanos) ^ 0x9E37_79B9_7F4A_7C15;
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    let frac = (x >> 11) as f64 / (1u64 << 53) as f64;
-    cap.mul_f64(frac)
-}
-
-/// Base64 (standard alphabet, padded): user data and CA bundles.
-pub fn base64(data: &[u8]) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn base64_matches_rfc4648_vectors() {
-        let cases = [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foob", "Zm9vYg=="),
-            ("fooba", "Zm9vYmE="),
-            ("foobar", "Zm9vYmFy"),
-        ];
-        for (plain, encoded) in cases {
-            assert_eq!(super::base64(plain.as_bytes()), encoded);
-        }
-    }
 
     #[test]
     fn client_tokens_are_stable_short_and_distinct() {
@@ -409,14 +363,5 @@ mod tests {
         assert_eq!(c("InvalidAMIID.NotFound"), ErrorCategory::NotFound);
         assert_eq!(c("InvalidParameterValue"), ErrorCategory::InvalidInput);
         assert_eq!(c("InternalError"), ErrorCategory::Transient);
-    }
-
-    #[test]
-    fn backoff_stays_within_its_cap() {
-        for attempt in 0..20 {
-            let d = backoff(Duration::from_millis(100), attempt);
-            assert!(d <= Duration::from_secs(30));
-            assert!(d <= Duration::from_millis(100) * (1 << attempt.min(16)));
-        }
     }
 }

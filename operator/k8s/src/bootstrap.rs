@@ -5,6 +5,8 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -188,7 +190,7 @@ pub fn user_data(
     };
     let vars = [
         ("{{apiServer}}", join.api_server.clone()),
-        ("{{caData}}", spillway_cloud::base64(join.ca_pem.as_bytes())),
+        ("{{caData}}", BASE64.encode(join.ca_pem.as_bytes())),
         ("{{token}}", token.value()),
         ("{{nodeLabels}}", node_labels(pool, gpu_model)),
         ("{{nodeTaints}}", node_taints(pool)),
@@ -207,7 +209,7 @@ pub fn pem(ders: &[Vec<u8>]) -> String {
     let mut out = String::new();
     for der in ders {
         out.push_str("-----BEGIN CERTIFICATE-----\n");
-        let b64 = spillway_cloud::base64(der);
+        let b64 = BASE64.encode(der);
         for chunk in b64.as_bytes().chunks(64) {
             out.push_str(&String::from_utf8_lossy(chunk));
             out.push('\n');

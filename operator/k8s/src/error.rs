@@ -49,6 +49,13 @@ impl Error {
         }
     }
 
+    /// Whether the call that failed was retried already where it was made: a cloud call's
+    /// SDK retries it with its own budget (`spillway_cloud::CallPolicy`), so the executor
+    /// does not retry it again on top (retries stacked in layers multiply during a throttle).
+    pub fn retried_below(&self) -> bool {
+        matches!(self, Error::Cloud(_))
+    }
+
     /// The HTTP status code of an API error, if that is what it is.
     pub fn status_code(&self) -> Option<u16> {
         match self {

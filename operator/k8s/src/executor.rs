@@ -126,9 +126,14 @@ impl RetryPolicy {
         .max(1)
     }
 
-    /// The wait before retry number `retry` (0 for the first retry).
+    /// The wait before retry number `retry` (0 for the first retry): full jitter, a random
+    /// wait in `[0, min(cap, base x 2^retry)]`.
     pub fn backoff(&self, retry: u32) -> Duration {
-        spillway_cloud::backoff(self.base, retry).min(self.cap)
+        let ceiling = self
+            .base
+            .saturating_mul(1u32 << retry.min(16))
+            .min(self.cap);
+        ceiling.mul_f64(fastrand::f64())
     }
 }
 
@@ -332,7 +337,9 @@ impl Job {
                 self.metrics.action(kind, "superseded");
                 return self.effects.abandon(&self.action);
             }
-            if !category.retryable() || attempt >= attempts {
+            // A cloud error was retried already, inside the provider's SDK (one retry layer
+            // per call, `spillway_cloud::CallPolicy`): the loop decides again instead.
+            if !category.retryable() || attempt >= attempts || error.retried_below() {
                 tracing::warn!(action = kind.as_str(), key = %self.action.key(), attempts = attempt,
                     category = category.as_str(), error = %error, "action failed");
                 self.metrics.action(kind, "failed");

@@ -159,6 +159,48 @@ async fn retries_are_capped_then_the_failure_is_reported() {
     assert_eq!(fx.abandoned(), vec!["q#1"]);
 }
 
+/// One retry layer per call: a cloud call's SDK retried it already, so a throttled or
+/// otherwise transient cloud error goes back to the loop after one attempt, while the same
+/// action's Kubernetes half (deleting the Node) is retried here.
+#[tokio::test]
+async fn a_cloud_error_is_not_retried_on_top_of_the_sdks_retries() {
+    let fx = Arc::new(Scripted::default());
+    let terminate = Action::Terminate {
+        instance: "i-1".into(),
+        node: None,
+        why: "idle".into(),
+    };
+    let key = label(&terminate);
+    for _ in 0..3 {
+        fx.answer(
+            &key,
+            Err(Error::Cloud(spillway_cloud::CloudError::from_code(
+                "RequestLimitExceeded",
+                "slow down",
+            ))),
+        );
+    }
+    fx.answer("q#1", Err(api_error(429, "TooManyRequests", "slow down")));
+    let (mut ex, mut failures, _) = executor(fx.clone(), Fence::open());
+    ex.submit(terminate);
+    ex.submit(status("q", 1));
+    ex.drain(Duration::from_secs(5)).await;
+    let calls = fx.calls();
+    assert_eq!(
+        calls.iter().filter(|c| **c == key).count(),
+        1,
+        "one attempt of the throttled cloud call: {calls:?}"
+    );
+    assert_eq!(
+        calls.iter().filter(|c| *c == "q#1").count(),
+        2,
+        "the API write is retried: {calls:?}"
+    );
+    let f = failures.try_recv().expect("reported to the loop");
+    assert!(matches!(f.action, Action::Terminate { .. }));
+    assert!(failures.try_recv().is_err());
+}
+
 #[tokio::test]
 async fn an_error_no_retry_can_fix_is_reported_at_once() {
     let fx = Arc::new(Scripted::default());

@@ -359,3 +359,96 @@ async fn a_throttling_storm_backs_off_and_launches_once() {
     );
     op.stop().await.expect("clean stop");
 }
+
+/// One retry layer per call. During a 60 s account-wide `RequestLimitExceeded` storm (every
+/// EC2 call throttled, with a 1.5 s `x-amz-retry-after` hint) each logical call — one SDK
+/// operation, known at the proxy by its `amz-sdk-invocation-id` — sends at most its budget of
+/// requests (`CALL_ATTEMPTS`) and waits the server's hint between them; the executor adds no
+/// retries on top, the loop decides again instead. After the storm the burst launches once, the
+/// job runs and finishes, and its idle instance is terminated through a second storm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttle_storm_costs_each_call_at_most_its_budget_and_everything_completes() {
+    use spillway_tests::faults::Effect;
+    const STORM: Duration = Duration::from_secs(60);
+    const HINT: Duration = Duration::from_millis(1500);
+    let throttled = || Effect::Fail {
+        status: 503,
+        code: "RequestLimitExceeded".into(),
+    };
+    let _turn = serial().await;
+    let w = World::new("aws-storm", json!({})).await;
+    let moto = MotoServer::shared().await;
+    let proxy = FaultProxy::start(&moto.endpoint).await.expect("proxy");
+    proxy.retry_after(HINT);
+    proxy.storm(None, None, 100, throttled(), STORM);
+    let storm_over = std::time::Instant::now() + STORM;
+    let _machines = w.boot_machines(Some(Duration::from_secs(1)));
+    let op = w.operator_via(&proxy).await;
+    w.fill_private_gpu().await;
+    w.submit("patient", json!({}), Some(2)).await;
+    eventually(
+        STORM + WAIT,
+        "the job to run once the storm is over",
+        || async {
+            let j = w.jobs().get("patient").await.map_err(|e| e.to_string())?;
+            let phase = j.status.and_then(|s| s.phase);
+            match phase {
+                Some(JobPhase::Running | JobPhase::Succeeded) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(
+        std::time::Instant::now() >= storm_over,
+        "ran during the storm?"
+    );
+    let instances = w.instances().await;
+    assert_eq!(instances.len(), 1, "no duplicate launch: {instances:?}");
+    let id = instances[0].0.clone();
+    w.wait_phase("patient", JobPhase::Succeeded).await;
+    // The idle instance is terminated through a shorter storm.
+    proxy.storm(None, None, 100, throttled(), Duration::from_secs(10));
+    eventually(WAIT, "the idle instance to be terminated", || async {
+        let list = w.instances().await;
+        match list.iter().find(|i| i.0 == id) {
+            Some((_, _, state, _)) if state == "terminated" || state == "shutting-down" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    op.stop().await.expect("clean stop");
+
+    let invocations = proxy.invocations();
+    let throttled_calls = proxy.counts("").failed;
+    assert!(
+        throttled_calls >= 10,
+        "the storms throttled {throttled_calls} requests"
+    );
+    for action in ["RunInstances", "DescribeInstances", "TerminateInstances"] {
+        assert!(
+            invocations.iter().any(|i| i.action == action),
+            "no {action} seen: {invocations:?}"
+        );
+    }
+    for i in &invocations {
+        assert!(
+            i.requests.len() <= crate::world::CALL_ATTEMPTS as usize,
+            "{} ({}) sent {} requests, over its budget of {}",
+            i.action,
+            i.id,
+            i.requests.len(),
+            crate::world::CALL_ATTEMPTS
+        );
+        for pair in i.requests.windows(2) {
+            let gap = pair[1] - pair[0];
+            assert!(
+                gap >= HINT - Duration::from_millis(100),
+                "{} retried after {gap:?}, before the server's hint of {HINT:?}",
+                i.action
+            );
+        }
+    }
+    let retried = invocations.iter().filter(|i| i.requests.len() > 1).count();
+    assert!(retried > 0, "some call was retried by the SDK");
+}

@@ -32,6 +32,9 @@ pub struct World {
     pub ca_pem: String,
 }
 
+/// Requests one EC2 call of the test operator may send, its SDK retries included.
+pub const CALL_ATTEMPTS: u32 = 3;
+
 impl World {
     /// A queue that may burst after `max_wait`, a private pool of one busy 1-GPU node, and an
     /// AWS pool of g6.xlarge (L4) and g5.8xlarge (A10G), on-demand, idle timeout 3 s.
@@ -125,8 +128,9 @@ impl World {
             Box::pin(async move {
                 let policy = CallPolicy {
                     timeout: Duration::from_secs(10),
-                    throttle_retries: 3,
-                    backoff_base: Duration::from_millis(100),
+                    attempts: CALL_ATTEMPTS,
+                    initial_backoff: Duration::from_millis(100),
+                    max_backoff: Duration::from_secs(2),
                 };
                 Arc::new(Ec2Provider::new(ec2, policy)) as Arc<dyn CloudProvider>
             })
