@@ -268,4 +268,54 @@ async fn soak_keeps_memory_caches_and_cycles_flat() {
         world.gone.len()
     );
     assert_eq!(succeeded, jobs_n);
+    flat(&samples, seed);
+}
+
+/// What the name promises, with margin for a loaded two-core machine: against the first
+/// sample taken under load, the operator's memory at most 1.5x + 32 MiB, its runtime tasks,
+/// threads and open files at most a few more (nothing leaks per job), and the mean cycle time of
+/// every later interval at most 4x the first measured one + 20 ms (a cycle does not grow with
+/// the jobs that came and went).
+fn flat(samples: &[Sample], seed: u64) {
+    let base = samples.get(1).unwrap_or(&samples[0]);
+    let last = samples.last().unwrap_or(base);
+    let peak_rss = samples.iter().map(|s| s.rss_mib).fold(0.0, f64::max);
+    assert!(
+        peak_rss <= base.rss_mib * 1.5 + 32.0,
+        "seed {seed}: RSS grew from {:.1} MiB to a peak of {peak_rss:.1} MiB",
+        base.rss_mib
+    );
+    assert!(
+        last.tasks <= base.tasks + 16.0,
+        "seed {seed}: runtime tasks grew from {} to {}",
+        base.tasks,
+        last.tasks
+    );
+    assert!(
+        last.threads <= base.threads + 4 && last.fds <= base.fds + 16,
+        "seed {seed}: threads {} -> {}, open files {} -> {}",
+        base.threads,
+        last.threads,
+        base.fds,
+        last.fds
+    );
+    let means: Vec<f64> = samples
+        .windows(2)
+        .filter(|w| w[1].cycles > w[0].cycles)
+        .map(|w| (w[1].cycle_seconds - w[0].cycle_seconds) / (w[1].cycles - w[0].cycles))
+        .filter(|m| m.is_finite())
+        .collect();
+    assert!(
+        means.len() >= 2,
+        "seed {seed}: cycle times were not measured: {means:?}"
+    );
+    let first = means[0];
+    for m in &means[1..] {
+        assert!(
+            *m <= first * 4.0 + 0.020,
+            "seed {seed}: the mean cycle grew from {:.2} ms to {:.2} ms",
+            first * 1e3,
+            m * 1e3
+        );
+    }
 }
