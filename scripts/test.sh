@@ -17,6 +17,10 @@ if ! command -v openssl >/dev/null; then
   else sudo apt-get update -qq && sudo apt-get install -y -qq openssl >&2; fi
 fi
 
+# No test may reach the EC2 instance metadata service (a real address, not loopback): an
+# operator started without credentials would otherwise try it through the AWS SDK's chain.
+export AWS_EC2_METADATA_DISABLED=true
+
 KUBEBUILDER_ASSETS="$(scripts/k8s-binaries.sh)"
 export KUBEBUILDER_ASSETS
 SPILLWAY_MOTO_SERVER="$(scripts/moto.sh)"
