@@ -116,14 +116,7 @@ async fn waits_past_max_wait_bursts_to_the_cheapest_instance_and_scales_down() {
             .unwrap_or(0.0)
             > 0.0
     );
-    eventually(WAIT, "the idle instance to be terminated", || async {
-        let list = w.instances().await;
-        match list.iter().find(|i| i.0 == id) {
-            Some((_, _, state, _)) if state == "terminated" || state == "shutting-down" => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    w.wait_terminated(&id).await;
     eventually(WAIT, "its node to be deleted", || async {
         let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(w.client.clone());
         match nodes.get_opt(&id).await.map_err(|e| e.to_string())? {
@@ -409,14 +402,7 @@ async fn a_throttle_storm_costs_each_call_at_most_its_budget_and_everything_comp
     w.wait_phase("patient", JobPhase::Succeeded).await;
     // The idle instance is terminated through a shorter storm.
     proxy.storm(None, None, 100, throttled(), Duration::from_secs(10));
-    eventually(WAIT, "the idle instance to be terminated", || async {
-        let list = w.instances().await;
-        match list.iter().find(|i| i.0 == id) {
-            Some((_, _, state, _)) if state == "terminated" || state == "shutting-down" => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    w.wait_terminated(&id).await;
     op.stop().await.expect("clean stop");
 
     let invocations = proxy.invocations();

@@ -239,6 +239,20 @@ impl World {
     }
 
     /// (id, type, state, need) of the instances tagged for this test's cluster.
+    /// Waits until instance `id` is terminated (or shutting down).
+    pub async fn wait_terminated(&self, id: &str) {
+        eventually(WAIT, "the idle instance to be terminated", || async {
+            let list = self.instances().await;
+            match list.iter().find(|i| i.0 == id) {
+                Some((_, _, state, _)) if state == "terminated" || state == "shutting-down" => {
+                    Ok(())
+                }
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    }
+
     pub async fn instances(&self) -> Vec<(String, String, String, String)> {
         cluster_instances(&self.ec2, &self.cluster_tag)
             .await
