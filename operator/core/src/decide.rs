@@ -24,7 +24,7 @@ use std::collections::BTreeSet;
 
 use crate::model::{JobState, QueueOrder, Settings, WaitMode};
 use crate::profile::Profile;
-use crate::tracked::JobRefs;
+use crate::refs::JobRefs;
 pub use fast_map::FastMap;
 use index::PrivateIndex;
 use private::OrderKey;

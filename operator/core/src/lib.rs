@@ -24,6 +24,7 @@ pub mod plan;
 pub mod policy;
 mod profile;
 pub mod quiet;
+mod refs;
 pub mod scheduler;
 pub mod spot;
 pub mod time;

@@ -18,37 +18,8 @@
 use std::ops::{Deref, DerefMut};
 
 use crate::decide::{FastMap, Scratch};
+use crate::refs::{JobRefs, NONE};
 use crate::{Instance, Job, JobState, Node, Offering, Plan, Policy, Snapshot, Time};
-
-/// "Not found": a queue or node name the snapshot does not hold.
-const NONE: u32 = u32::MAX;
-
-/// One job's queue and nodes as indexes into the snapshot.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct JobRefs {
-    /// The [`Tracked::epoch`] they were found in; another one: to be found again.
-    epoch: u64,
-    queue: u32,
-    /// The first node of a running job (most have one); the others after it in `more`.
-    first: u32,
-    more: Vec<u32>,
-}
-
-impl JobRefs {
-    /// The job's queue (index into the snapshot's queues).
-    pub(crate) fn queue(&self) -> Option<usize> {
-        (self.queue != NONE).then_some(self.queue as usize)
-    }
-
-    /// Node `k` of the running job (index into the snapshot's nodes).
-    pub(crate) fn node(&self, k: usize) -> Option<usize> {
-        let n = match k {
-            0 => self.first,
-            _ => self.more.get(k - 1).copied().unwrap_or(NONE),
-        };
-        (n != NONE).then_some(n as usize)
-    }
-}
 
 /// A snapshot changed in place, with its jobs' queues and nodes resolved once; see the module
 /// documentation.

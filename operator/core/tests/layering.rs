@@ -75,3 +75,24 @@ fn check_pure(package: &str, forbidden: &[&str]) {
         "{package} must stay pure, but depends on {bad:?}"
     );
 }
+
+/// Within every crate, imports point one way: no two modules use each other, directly or
+/// through a ring (`scripts/import-circles.py` finds them; a shared name goes to the lower
+/// module it belongs to).
+#[test]
+fn no_two_modules_of_a_crate_import_each_other() {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scripts/import-circles.py"
+    );
+    let output = Command::new("python3")
+        .arg(script)
+        .output()
+        .expect("run scripts/import-circles.py");
+    assert!(
+        output.status.success(),
+        "import circles:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

@@ -124,45 +124,7 @@ impl fmt::Debug for SecretApply {
     }
 }
 
-/// Every kind of action, for metrics labels and retry policy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ActionKind {
-    CreatePod,
-    DeletePod,
-    EvictPod,
-    ApplyStatus,
-    Publish,
-    Launch,
-    Cordon,
-    Terminate,
-    DeleteNode,
-    PatchFinalizer,
-    SweepTokens,
-    ApplySecret,
-    Annotate,
-    Span,
-}
-
-impl ActionKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ActionKind::CreatePod => "create_pod",
-            ActionKind::DeletePod => "delete_pod",
-            ActionKind::EvictPod => "evict_pod",
-            ActionKind::ApplyStatus => "apply_status",
-            ActionKind::Publish => "publish_event",
-            ActionKind::Launch => "launch",
-            ActionKind::Cordon => "cordon",
-            ActionKind::Terminate => "terminate",
-            ActionKind::DeleteNode => "delete_node",
-            ActionKind::PatchFinalizer => "patch_finalizer",
-            ActionKind::SweepTokens => "sweep_tokens",
-            ActionKind::ApplySecret => "apply_secret",
-            ActionKind::Annotate => "annotate",
-            ActionKind::Span => "span",
-        }
-    }
-}
+pub use crate::action_kind::ActionKind;
 
 /// One thing the executor does.
 #[derive(Clone, Debug)]
@@ -217,6 +179,9 @@ pub enum Action {
     },
     /// Writes a Secret (a job's identity token, the issuer's keys) by server-side apply.
     ApplySecret(SecretApply),
+    /// Writes the spend ledger ConfigMap ([`crate::spend_record`]) by server-side apply: the
+    /// whole data, so a newer write makes an older one moot.
+    RecordSpend(Box<k8s_openapi::api::core::v1::ConfigMap>),
     /// Records a span of a job's trace (no API call: the loop hands it to the telemetry
     /// exporter, which never blocks).
     Span(Box<crate::otel::SpanRecord>),
@@ -244,6 +209,7 @@ impl Action {
             Action::PatchFinalizer { .. } => ActionKind::PatchFinalizer,
             Action::SweepTokens { .. } => ActionKind::SweepTokens,
             Action::ApplySecret(_) => ActionKind::ApplySecret,
+            Action::RecordSpend(_) => ActionKind::RecordSpend,
             Action::Annotate { .. } => ActionKind::Annotate,
             Action::Span(_) => ActionKind::Span,
         }
@@ -292,6 +258,14 @@ impl Action {
             } => Key::new("GpuJob", format!("{namespace}/{name}")),
             Action::SweepTokens { .. } => Key::new("Secret", "bootstrap-tokens"),
             Action::ApplySecret(s) => Key::new("Secret", format!("{}/{}", s.namespace(), s.name())),
+            Action::RecordSpend(c) => Key::new(
+                "ConfigMap",
+                format!(
+                    "{}/{}",
+                    c.metadata.namespace.as_deref().unwrap_or_default(),
+                    c.metadata.name.as_deref().unwrap_or_default()
+                ),
+            ),
             Action::Span(s) => Key::new("Span", s.name),
         }
     }
@@ -299,7 +273,10 @@ impl Action {
     /// Whether a newer action of the same key makes this one moot (status writes carry the
     /// whole status).
     pub fn supersedable(&self) -> bool {
-        matches!(self, Action::ApplyStatus(_) | Action::ApplySecret(_))
+        matches!(
+            self,
+            Action::ApplyStatus(_) | Action::ApplySecret(_) | Action::RecordSpend(_)
+        )
     }
 
     /// The job id (`namespace/name`) an action is for, when it is for one.

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Secret};
 use kube::api::Api;
 use kube::core::DeserializeGuard;
 use kube::runtime::reflector::{self, Store};
@@ -35,6 +35,8 @@ pub struct Caches {
     /// The identity issuer's keys Secret (a watch on that one Secret of the operator's
     /// namespace; no other Secret is read).
     pub keys: Option<Store<Secret>>,
+    /// The spend ledger ConfigMap (a watch on that one ConfigMap of the operator's namespace).
+    pub spend: Option<Store<ConfigMap>>,
 }
 
 fn spawn_reflector<K>(
@@ -102,11 +104,13 @@ fn strip_guard<K: Resource>(o: &mut DeserializeGuard<K>) {
 impl Caches {
     /// Starts one watch per kind; `changed` is notified on every change. The watch tasks are
     /// returned for the caller to stop.
-    /// `keys` names the identity issuer's Secret (namespace, name), when there is one.
+    /// `keys` names the identity issuer's Secret (namespace, name), when there is one;
+    /// `spend` the spend ledger ConfigMap.
     pub fn start(
         client: &Client,
         changed: Arc<Notify>,
         keys: Option<(&str, &str)>,
+        spend: Option<(&str, &str)>,
     ) -> (Caches, Vec<JoinHandle<()>>) {
         let c = &changed;
         let all = watcher::Config::default;
@@ -177,6 +181,15 @@ impl Caches {
                     &mut t,
                 )
             }),
+            spend: spend.map(|(ns, name)| {
+                spawn_reflector(
+                    Api::namespaced(client.clone(), ns),
+                    watcher::Config::default().fields(&format!("metadata.name={name}")),
+                    c.clone(),
+                    strip_meta,
+                    &mut t,
+                )
+            }),
         };
         (caches, t)
     }
@@ -194,6 +207,9 @@ impl Caches {
         self.namespaces.wait_until_ready().await.map_err(e)?;
         if let Some(keys) = &self.keys {
             keys.wait_until_ready().await.map_err(e)?;
+        }
+        if let Some(spend) = &self.spend {
+            spend.wait_until_ready().await.map_err(e)?;
         }
         Ok(())
     }
@@ -226,6 +242,7 @@ impl Caches {
             pods: self.pods.state(),
             namespaces: self.namespaces.state(),
             identity_keys: self.keys.as_ref().and_then(|k| k.state().first().cloned()),
+            spend_record: self.spend.as_ref().and_then(|k| k.state().first().cloned()),
             unreadable,
             ..Inputs::default()
         }

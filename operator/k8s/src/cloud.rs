@@ -321,14 +321,14 @@ impl Cloud {
             // listing settled in a minute (EC2 answering no listing meanwhile), stops holding
             // its job back: the need is planned again (a launch looks its instances up by
             // tag first, and the collector takes any that nothing wants).
-            let now = crate::controller::now();
+            let now = crate::clock::now();
             self.state().unsettled.retain(|_, (r, _, failed)| {
                 wanted.contains_key(r.as_str()) && now.since(*failed) < UNSETTLED_AT_MOST
             });
         }
         for (region, types) in wanted {
             let provider = self.provider(&region).await;
-            let now = crate::controller::now();
+            let now = crate::clock::now();
             match provider.instances(&self.config.cluster).await {
                 Ok(list) => {
                     let mut st = self.state();
@@ -587,7 +587,7 @@ impl Cloud {
             provider.launch(&request).await
         }
         .await;
-        let now = crate::controller::now();
+        let now = crate::clock::now();
         // EC2 answers a token it has seen with that launch's instances, even once they are
         // gone: a need launched again after its instances were terminated (by the collector,
         // or idle) would get them back, dead, and wait for them. Such an answer spends the
@@ -721,7 +721,7 @@ impl Cloud {
         let mut st = self.state();
         match &r {
             Ok(()) => {
-                let now = crate::controller::now();
+                let now = crate::clock::now();
                 st.retired
                     .retain(|_, t| now.since(*t) < core::Duration::from_secs(3600));
                 for id in ids {

@@ -24,6 +24,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::actions::Action;
 pub use crate::caches::Caches;
+use crate::clock::now;
 use crate::cloud::Cloud;
 use crate::effects::KubeEffects;
 use crate::error::Error;
@@ -57,6 +58,9 @@ pub struct Settings {
     pub identity: Option<crate::identity::IdentityConfig>,
     /// The OTLP endpoint of pods whose pool and queue name none.
     pub pod_otlp_endpoint: Option<String>,
+    /// Where each queue's and pool's month of spend is recorded besides their status (so it
+    /// outlives them); `None` keeps it in status only.
+    pub spend_record: Option<crate::spend_record::RecordRef>,
 }
 
 impl Default for Settings {
@@ -73,6 +77,7 @@ impl Default for Settings {
             cloud: None,
             identity: None,
             pod_otlp_endpoint: None,
+            spend_record: None,
         }
     }
 }
@@ -124,6 +129,7 @@ impl Controller {
             sweep_every: core_duration(settings.resync),
             identity: settings.identity.clone(),
             pod_otlp_endpoint: settings.pod_otlp_endpoint.clone(),
+            spend_record: settings.spend_record.clone(),
         });
         let cloud = settings.cloud.clone().map(Cloud::new);
         Controller {
@@ -302,14 +308,4 @@ fn cloud_regions(pools: &[Arc<ComputePool>]) -> BTreeSet<String> {
 
 fn core_duration(d: Duration) -> core::Duration {
     core::Duration::from_millis(d.as_millis().min(u64::MAX as u128) as u64)
-}
-
-/// Wall-clock now, as the core's time.
-pub fn now() -> Time {
-    Time::from_millis(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0),
-    )
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
     Preconditions,
@@ -228,6 +228,28 @@ impl KubeEffects {
         self.wrote("secret", r, &[])
     }
 
+    /// The spend ledger, by server-side apply of its data (the chart creates the ConfigMap;
+    /// the operator only patches it).
+    async fn record_spend(&self, cm: &ConfigMap, fence: &Fence) -> Result<(), Error> {
+        let namespace = cm.metadata.namespace.as_deref().unwrap_or_default();
+        let name = cm.metadata.name.as_deref().unwrap_or_default();
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
+        let value = serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace},
+            "data": cm.data,
+        });
+        fence.check()?;
+        let r = api
+            .patch(
+                name,
+                &PatchParams::apply(labels::FIELD_MANAGER).force(),
+                &Patch::Apply(&value),
+            )
+            .await;
+        self.wrote("configmap", r, &[])
+    }
+
     /// A launch, as the `spillway.provision` span of the job's trace (the EC2 calls are its
     /// children).
     async fn launch(&self, order: &LaunchOrder, fence: &Fence) -> Result<(), Error> {
@@ -351,7 +373,7 @@ impl KubeEffects {
         let list = secrets
             .list(&ListParams::default().labels(&format!("{TOKEN_LABEL}=true")))
             .await?;
-        let now = crate::controller::now();
+        let now = crate::clock::now();
         for s in list.items {
             let need = s
                 .annotations()
@@ -439,6 +461,7 @@ impl Effects for KubeEffects {
                 }
                 Action::SweepTokens { joined, alive } => self.sweep(joined, alive, fence).await,
                 Action::ApplySecret(secret) => self.apply_secret(secret, fence).await,
+                Action::RecordSpend(cm) => self.record_spend(cm, fence).await,
                 Action::Span(record) => {
                     crate::otel::record(record);
                     Ok(())
@@ -537,7 +560,7 @@ async fn join_material(
     }
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "kube-system");
     let expires =
-        crate::controller::now() + core::Duration::from_secs(cloud.config.join_timeout.as_secs());
+        crate::clock::now() + core::Duration::from_secs(cloud.config.join_timeout.as_secs());
     let token = loop {
         let token = bootstrap::Token::generate().map_err(|e| Error::Token(e.to_string()))?;
         let secret = bootstrap::token_secret(&token, &launch.need, expires);

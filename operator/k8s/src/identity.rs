@@ -25,7 +25,7 @@ use spillway_identity::{Issued, KeyRing, Schedule};
 use tokio::net::TcpListener;
 
 use crate::error::Error;
-use crate::{labels, pods};
+use crate::labels;
 
 /// Where every pod finds its token.
 pub const TOKEN_DIR: &str = "/var/run/secrets/spillway.io/identity";
@@ -116,7 +116,7 @@ pub fn keys_secret(config: &IdentityConfig, ring: &KeyRing) -> Secret {
 
 /// A job's token Secret: owned by the job, so it goes with it.
 pub fn token_secret(job: &GpuJob, issued: &Issued) -> Secret {
-    let expires = crate::status::k8s_time(spillway_core::Time::from_millis(
+    let expires = crate::clock::k8s_time(spillway_core::Time::from_millis(
         issued.claims.exp.saturating_mul(1000),
     ));
     Secret {
@@ -131,7 +131,7 @@ pub fn token_secret(job: &GpuJob, issued: &Issued) -> Secret {
                 (EXPIRES_ANNOTATION.to_string(), expires.0.to_string()),
                 (KID_ANNOTATION.to_string(), issued.kid.clone()),
             ])),
-            owner_references: Some(vec![pods::owner_reference(job)]),
+            owner_references: Some(vec![labels::owner_reference(job)]),
             ..ObjectMeta::default()
         },
         type_: Some("Opaque".into()),

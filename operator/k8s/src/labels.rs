@@ -1,4 +1,21 @@
-//! The labels, annotations and names Spillway puts on (or reads from) Kubernetes objects.
+//! The labels, annotations, names and owner references Spillway puts on (or reads from)
+//! Kubernetes objects.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::{Resource, ResourceExt};
+use spillway_api::GpuJob;
+
+/// The controller owner reference to a GpuJob, on its pods and its token Secret.
+pub fn owner_reference(job: &GpuJob) -> OwnerReference {
+    OwnerReference {
+        api_version: GpuJob::api_version(&()).into_owned(),
+        kind: GpuJob::kind(&()).into_owned(),
+        name: job.name_any(),
+        uid: job.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
 
 /// On a job's pods: the GpuJob's name.
 pub const JOB_LABEL: &str = "spillway.io/job";

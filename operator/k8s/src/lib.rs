@@ -12,9 +12,11 @@
 //! - Nothing here decides where a job runs: that is the core's job. This crate observes,
 //!   assumes, and acts.
 
+pub mod action_kind;
 pub mod actions;
 pub mod bootstrap;
 pub mod caches;
+pub mod clock;
 pub mod cloud;
 pub mod controller;
 pub mod effects;
@@ -30,6 +32,7 @@ pub mod order;
 pub mod otel;
 pub mod pods;
 pub mod spend;
+pub mod spend_record;
 pub mod status;
 pub mod telemetry;
 pub mod turn;
@@ -125,6 +128,11 @@ pub async fn run(
         identity
             .as_ref()
             .map(|i| (i.namespace.as_str(), i.secret.as_str())),
+        config
+            .controller
+            .spend_record
+            .as_ref()
+            .map(|r| (r.namespace.as_str(), r.name.as_str())),
     );
     tasks.0.extend(watch_tasks);
     // Every replica serves the issuer's documents from its cache, leader or not.

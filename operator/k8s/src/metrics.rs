@@ -259,7 +259,7 @@ impl Metrics {
 
     /// An action's end: `ok`, `failed` (given up), `cancelled` (fenced), `superseded` (a
     /// newer status replaced it) or `skipped` (the same work was in flight).
-    pub fn action(&self, kind: crate::actions::ActionKind, result: &'static str) {
+    pub fn action(&self, kind: crate::action_kind::ActionKind, result: &'static str) {
         self.with(|m| {
             *m.actions
                 .entry(vec![
@@ -273,7 +273,7 @@ impl Metrics {
     /// One failed attempt of an action, by its error's category.
     pub fn action_error(
         &self,
-        kind: crate::actions::ActionKind,
+        kind: crate::action_kind::ActionKind,
         category: spillway_core::ErrorCategory,
     ) {
         self.with(|m| {
@@ -286,7 +286,7 @@ impl Metrics {
         });
     }
 
-    pub fn action_retried(&self, kind: crate::actions::ActionKind) {
+    pub fn action_retried(&self, kind: crate::action_kind::ActionKind) {
         self.with(|m| {
             *m.action_retries
                 .entry(vec![("kind", kind.as_str().into())])

@@ -22,8 +22,8 @@ use k8s_openapi::api::core::v1::{
     VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::{Resource, ResourceExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
 use spillway_api::{ComputePool, GpuJob};
 
 use crate::labels;
@@ -159,23 +159,11 @@ pub fn replica_pod(
             namespace: job.namespace(),
             labels: Some(pod_labels),
             annotations: Some(annotations),
-            owner_references: Some(vec![owner_reference(job)]),
+            owner_references: Some(vec![labels::owner_reference(job)]),
             ..ObjectMeta::default()
         },
         spec: Some(spec),
         status: None,
-    }
-}
-
-/// The controller owner reference to a GpuJob.
-pub fn owner_reference(job: &GpuJob) -> OwnerReference {
-    OwnerReference {
-        api_version: GpuJob::api_version(&()).into_owned(),
-        kind: GpuJob::kind(&()).into_owned(),
-        name: job.name_any(),
-        uid: job.metadata.uid.clone().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
     }
 }
 

@@ -6,41 +6,17 @@
 //! `desired == current` means "nothing to write", and a job that keeps waiting for the same
 //! reason costs no API writes.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, Time as K8sTime};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use spillway_api::GpuJobStatus;
 use spillway_api::job::{DecisionStatus, JobCost, JobPhase, OfferingStatus};
 use spillway_core::{self as core, Environment, Outcome, Time};
 
+use crate::clock::k8s_time;
 use crate::world::{JobView, Lifecycle};
 
 /// How stale the accrued cost may get before it is rewritten, in seconds of spend.
 const COST_REFRESH_SECONDS: f64 = 300.0;
-
-pub fn k8s_time(t: Time) -> K8sTime {
-    K8sTime(
-        k8s_openapi::jiff::Timestamp::from_millisecond(t.as_millis())
-            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
-    )
-}
-
-/// A Kubernetes time as the core's.
-pub fn core_time(t: &K8sTime) -> Time {
-    Time::from_millis(t.0.as_millisecond())
-}
-
-/// A Kubernetes micro-time as the core's (milliseconds kept).
-pub fn core_micro_time(t: &MicroTime) -> Time {
-    Time::from_millis(t.0.as_millisecond())
-}
-
-/// The core's time as a Kubernetes micro-time (to the millisecond).
-pub fn micro_time(t: Time) -> MicroTime {
-    MicroTime(
-        k8s_openapi::jiff::Timestamp::from_millisecond(t.as_millis())
-            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
-    )
-}
 
 /// Sets a condition, keeping its `lastTransitionTime` when its status did not change.
 pub fn set_condition(

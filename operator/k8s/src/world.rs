@@ -51,6 +51,8 @@ pub struct Inputs {
     pub unreadable: Vec<Unreadable>,
     /// The identity issuer's keys Secret, when it exists.
     pub identity_keys: Option<Arc<k8s_openapi::api::core::v1::Secret>>,
+    /// The spend ledger ConfigMap ([`crate::spend_record`]), when it exists.
+    pub spend_record: Option<Arc<k8s_openapi::api::core::v1::ConfigMap>>,
 }
 
 /// An object of one of Spillway's kinds that cannot be read as its type.

@@ -217,7 +217,7 @@ async fn a_failed_launch_cools_the_offering_down() {
     );
     let regions = ["us-east-1".to_string()].into_iter().collect();
     let view: CloudView = c.view(&regions);
-    let now = spillway_k8s::controller::now();
+    let now = spillway_k8s::clock::now();
     let offers = c.config.offerings(&[pool("on-demand")], &view, now);
     // The launch could not be pinned to a zone, so every zone of g6.xlarge on-demand cools.
     assert!(offers.len() > 1);
@@ -260,7 +260,7 @@ async fn provider_facts_and_spot_interruptions_shape_the_offerings() {
     let pools = [pool("spot")];
     assert!(c.refresh(&pools).await.is_empty());
     let regions = ["us-east-1".to_string()].into_iter().collect();
-    let now = spillway_k8s::controller::now();
+    let now = spillway_k8s::clock::now();
     let offers = c.config.offerings(&pools, &c.view(&regions), now);
     let got: Vec<(&str, f64, u32)> = offers
         .iter()
@@ -322,7 +322,7 @@ async fn a_failed_spot_price_read_keeps_the_other_facts_and_is_not_retried_every
     let regions = ["us-east-1".to_string()].into_iter().collect();
     let offers = c
         .config
-        .offerings(&pools, &c.view(&regions), spillway_k8s::controller::now());
+        .offerings(&pools, &c.view(&regions), spillway_k8s::clock::now());
     let mut prices: Vec<(String, f64)> = offers
         .iter()
         .map(|o| (o.zone.clone(), o.hourly_price))

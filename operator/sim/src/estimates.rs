@@ -9,6 +9,7 @@
 
 use std::fmt;
 
+use crate::seeded::mix;
 use crate::trace::TraceJob;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -72,14 +73,6 @@ impl Estimates {
             }
         }
     }
-}
-
-/// SplitMix64 of `x`: a well-mixed 64-bit value.
-pub(crate) fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// A standard normal draw that depends only on `(seed, index)` (Box-Muller).

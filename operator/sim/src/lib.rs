@@ -12,6 +12,7 @@ pub mod engine;
 pub mod estimates;
 pub mod html;
 pub mod report;
+mod seeded;
 pub mod setup;
 pub mod strategy;
 pub mod sweep;

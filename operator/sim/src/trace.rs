@@ -44,8 +44,7 @@ pub struct TraceJob {
 /// that depends only on `seed` and the job's position: `--restartable P`.
 pub fn mark_restartable(jobs: &mut [TraceJob], fraction: f64, seed: u64) {
     for (i, j) in jobs.iter_mut().enumerate() {
-        let draw = crate::estimates::mix(seed ^ crate::estimates::mix(i as u64 ^ 0x5e57_a27a))
-            as f64
+        let draw = crate::seeded::mix(seed ^ crate::seeded::mix(i as u64 ^ 0x5e57_a27a)) as f64
             / u64::MAX as f64;
         j.restartable = draw < fraction;
     }

@@ -55,6 +55,13 @@ fn read_yaml(path: &Path) -> Result<serde_json::Value, String> {
     })
 }
 
+/// Whether these arguments ask for a live job (`gpujob NAME`) rather than a `--job FILE`.
+#[cfg(feature = "cluster")]
+pub fn is_live(args: &ExplainArgs) -> bool {
+    args.job.is_none() && !args.target.is_empty()
+}
+
+/// Offline: the decision for `--job FILE` (the live form is `kubectl::explain`).
 pub fn run(args: ExplainArgs) -> ExitCode {
     let Some(job_file) = args.job.clone() else {
         if args.target.is_empty() {
@@ -62,9 +69,6 @@ pub fn run(args: ExplainArgs) -> ExitCode {
                 "give `gpujob NAME` (live, from the cluster) or `--job FILE` (offline)".into(),
             );
         }
-        #[cfg(feature = "cluster")]
-        return crate::kubectl::explain::explain_live(&args);
-        #[cfg(not(feature = "cluster"))]
         return fail(
             "this spillway was built without the `cluster` feature: explain live jobs with a full build, or give `--job FILE`".into(),
         );

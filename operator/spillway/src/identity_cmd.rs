@@ -92,7 +92,7 @@ pub fn token(command: TokenCommand) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::FAILURE);
         }
     };
-    match verifier.verify(&token, spillway_k8s::controller::now()) {
+    match verifier.verify(&token, spillway_k8s::clock::now()) {
         Ok(claims) => {
             println!("{}", serde_json::to_string_pretty(&claims)?);
             Ok(ExitCode::SUCCESS)

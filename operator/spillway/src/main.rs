@@ -101,6 +101,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Simulate(args) => simulate::run(*args),
         Command::Policy { command } => Ok(policy_cmd::run(command)),
+        #[cfg(feature = "cluster")]
+        Command::Explain(args) if explain::is_live(&args) => {
+            Ok(kubectl::explain::explain_live(&args))
+        }
         Command::Explain(args) => Ok(explain::run(*args)),
         #[cfg(feature = "cluster")]
         Command::Operator(args) => operator_cmd::run(*args),

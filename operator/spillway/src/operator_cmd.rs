@@ -122,6 +122,11 @@ pub struct OperatorArgs {
     /// ($POD_NAMESPACE, else the leader election namespace).
     #[arg(long, value_name = "NAME", default_value = "spillway-identity-keys")]
     pub identity_keys_secret: String,
+    /// Name of the ConfigMap, in the operator's namespace, that keeps each queue's and cloud
+    /// pool's month of spend besides their status, so a queue deleted and applied again keeps
+    /// it (docs/operations.md). Empty: status only.
+    #[arg(long, value_name = "NAME", default_value = "spillway-spend")]
+    pub spend_ledger: String,
 }
 
 pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
@@ -218,6 +223,12 @@ pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
                     .clone()
                     .or_else(|| std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok())
                     .filter(|e| !e.trim().is_empty()),
+                spend_record: (args.cloud && !args.spend_ledger.is_empty()).then(|| {
+                    spillway_k8s::spend_record::RecordRef {
+                        namespace: namespace.clone(),
+                        name: args.spend_ledger.clone(),
+                    }
+                }),
                 ..Settings::default()
             },
         };

@@ -74,7 +74,7 @@ async fn private_and_burst_pods_carry_tokens_of_one_issuer() {
     assert_eq!(code, 200, "{jwks}");
 
     let verifier = Verifier::new(jwks.as_bytes(), &issuer, "spillway").expect("verifier");
-    let now = spillway_k8s::controller::now();
+    let now = spillway_k8s::clock::now();
     let private = verifier
         .verify(&token(&w, "blocker").await, now)
         .expect("the private job's token verifies");

@@ -2,6 +2,7 @@
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use serde_json::json;
 use spillway_api::job::JobPhase;
@@ -117,5 +118,118 @@ async fn spend_after_a_restart_bills_the_gap_exactly_once() {
             through - launched
         );
     }
+    op.stop().await.expect("clean stop");
+}
+
+/// The queue's entry of this month in the spend ledger, in USD.
+async fn recorded_usd(w: &World) -> Result<f64, String> {
+    let cm = Api::<ConfigMap>::namespaced(w.client.clone(), &w.ns)
+        .get(World::SPEND_LEDGER)
+        .await
+        .map_err(|e| e.to_string())?;
+    let data = cm.data.unwrap_or_default();
+    let suffix = format!(".queue.{}", w.queue);
+    let (_, v) = data
+        .iter()
+        .find(|(k, _)| k.ends_with(&suffix))
+        .ok_or(format!("no *{suffix} in {data:?}"))?;
+    let v: serde_json::Value = serde_json::from_str(v).map_err(|e| e.to_string())?;
+    v["usd"].as_f64().ok_or(format!("no usd in {v}"))
+}
+
+/// A GitOps sync deletes the queue and applies it again mid-month: its spend comes back from
+/// the ledger, and the monthly budget that one run nearly spent still holds the next job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_applied_again_mid_month_keeps_its_spend_and_its_budget_holds() {
+    let _turn = serial().await;
+    // One 10 s estimate of a g6.xlarge (0.0022 USD) fits in 0.005; a 20 s run, with the boot and
+    // the idle timeout around it, spends more than what is left.
+    let w = World::new("aws-ledger", json!({"budget": {"monthlyUSD": 0.005}})).await;
+    let _machines = w.boot_machines(Some(Duration::from_secs(1)));
+    let op = w.operator().await;
+    w.fill_private_gpu().await;
+    w.submit("paid", json!({"estimatedRuntime": "10s"}), Some(20))
+        .await;
+    w.wait_phase("paid", JobPhase::Succeeded).await;
+    let spent = eventually(WAIT, "the run's spend in the ledger", || async {
+        let usd = recorded_usd(&w).await?;
+        if usd > 0.005 - 0.8048 * 10.0 / 3600.0 {
+            Ok(usd)
+        } else {
+            Err(format!("{usd} USD recorded"))
+        }
+    })
+    .await;
+
+    let queues = Api::<GpuQueue>::all(w.client.clone());
+    let mut q = queues.get(&w.queue).await.expect("queue");
+    queues
+        .delete(&w.queue, &Default::default())
+        .await
+        .expect("delete the queue");
+    eventually(WAIT, "the queue gone", || async {
+        match queues.get_opt(&w.queue).await {
+            Ok(None) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    q.metadata = kube::api::ObjectMeta {
+        name: Some(w.queue.clone()),
+        ..Default::default()
+    };
+    q.status = None;
+    queues
+        .create(&Default::default(), &q)
+        .await
+        .expect("apply the queue again");
+    w.submit("more", json!({"estimatedRuntime": "10s"}), Some(20))
+        .await;
+    let usd = eventually(WAIT, "the queue's spend back from the ledger", || async {
+        let q = queues.get(&w.queue).await.map_err(|e| e.to_string())?;
+        let usd = q
+            .status
+            .and_then(|s| s.spend)
+            .map(|s| s.this_month_usd)
+            .ok_or("no spend yet")?;
+        if usd >= spent - 0.0001 {
+            Ok(usd)
+        } else {
+            Err(format!("{usd} USD in status, {spent} recorded"))
+        }
+    })
+    .await;
+    eventually(WAIT, "the next job held by the budget", || async {
+        let j = w.jobs().get("more").await.map_err(|e| e.to_string())?;
+        let reason = j
+            .status
+            .and_then(|s| s.decision)
+            .and_then(|d| d.reason)
+            .unwrap_or_default();
+        if reason == "BudgetExhausted" {
+            Ok(())
+        } else {
+            Err(format!("reason {reason:?}"))
+        }
+    })
+    .await;
+    let instances = w
+        .ec2
+        .describe_instances()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("tag:spillway.io/cluster")
+                .values(&w.cluster_tag)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("describe");
+    let launched = instances
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .count();
+    assert_eq!(launched, 1, "only the first run launched ({usd} USD spent)");
     op.stop().await.expect("clean stop");
 }

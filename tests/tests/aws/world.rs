@@ -161,10 +161,17 @@ impl World {
         self.operator_with(self.cloud_with(ec2)).await
     }
 
-    /// An operator with this cloud configuration.
+    /// The spend ledger ConfigMap of this test's operators, in the test's namespace.
+    pub const SPEND_LEDGER: &str = "spillway-spend";
+
+    /// An operator with this cloud configuration (its spend ledger in the test's namespace).
     pub async fn operator_with(&self, cloud: CloudConfig) -> RunningOperator {
         let mut settings = test_settings("aws-test");
         settings.cloud = Some(cloud);
+        settings.spend_record = Some(spillway_k8s::spend_record::RecordRef {
+            namespace: self.ns.clone(),
+            name: Self::SPEND_LEDGER.into(),
+        });
         RunningOperator::start_with(self.client.clone(), None, settings)
             .await
             .expect("operator")

@@ -34,7 +34,7 @@ async fn token(w: &World, job: &str) -> Result<(String, String, spillway_core::T
     Ok((
         String::from_utf8(t.0).map_err(|e| e.to_string())?,
         kid,
-        spillway_k8s::controller::now(),
+        spillway_k8s::clock::now(),
     ))
 }
 

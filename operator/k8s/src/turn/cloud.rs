@@ -15,6 +15,7 @@ use crate::actions::{Action, LaunchOrder};
 use crate::labels;
 use crate::metrics::Metrics;
 use crate::spend::{Ledger, Rates};
+use crate::spend_record::{self, Kind, Record};
 use crate::world::{self, Inputs, Lifecycle};
 
 /// Launches under way whose instances are not listed yet, as instances of the snapshot with no
@@ -130,12 +131,17 @@ impl State {
         if !cloud.is_some_and(|c| c.view.complete) {
             return Rates::default();
         }
+        let recorded = self.recorded_spend(inputs);
         for q in &inputs.queues {
             let spend = q.status.as_ref().and_then(|s| s.spend.as_ref());
             let through = spend
                 .and_then(|s| s.accrued_through.as_ref())
-                .map(crate::status::core_micro_time);
+                .map(crate::clock::core_micro_time);
             let usd = spend.map(|s| s.this_month_usd);
+            let (usd, through) = spend_record::later(
+                (usd, through),
+                recorded.get(Kind::Queue, &q.name_any(), now),
+            );
             if Ledger::open(&mut self.ledger.queues, &q.name_any(), usd, through, now) {
                 self.opened_accounts
                     .insert(format!("GpuQueue/{}", q.name_any()));
@@ -145,8 +151,10 @@ impl State {
             let st = p.status.as_ref();
             let through = st
                 .and_then(|s| s.accrued_through.as_ref())
-                .map(crate::status::core_micro_time);
+                .map(crate::clock::core_micro_time);
             let usd = st.and_then(|s| s.this_month_usd);
+            let (usd, through) =
+                spend_record::later((usd, through), recorded.get(Kind::Pool, &p.name_any(), now));
             if Ledger::open(&mut self.ledger.pools, &p.name_any(), usd, through, now) {
                 self.opened_accounts
                     .insert(format!("ComputePool/{}", p.name_any()));
@@ -162,7 +170,38 @@ impl State {
                 q.spent_this_month_usd = a.usd;
             }
         }
+        if let Some(at) = self.settings.spend_record.clone()
+            && let Some(data) = recorded.to_write(
+                &self.ledger,
+                &rates,
+                &|k| self.opened_accounts.contains(k),
+                now,
+            )
+        {
+            self.spend_written = Some(data.clone());
+            self.emit(Action::RecordSpend(Box::new(spend_record::config_map(
+                &at, data,
+            ))));
+        }
         rates
+    }
+
+    /// The spend ledger as this turn knows it: what the loop last wrote until the cache
+    /// shows it, else the cache.
+    fn recorded_spend(&mut self, inputs: &Inputs) -> Record {
+        let cached = inputs.spend_record.as_deref();
+        if self.spend_written.is_some()
+            && self.spend_written.as_ref() == cached.and_then(|c| c.data.as_ref())
+        {
+            self.spend_written = None;
+        }
+        match &self.spend_written {
+            Some(data) => Record::read(Some(&k8s_openapi::api::core::v1::ConfigMap {
+                data: Some(data.clone()),
+                ..Default::default()
+            })),
+            None => Record::read(cached),
+        }
     }
 
     /// The plan's launches, and its scale-down terminations (cordon first).

@@ -460,7 +460,7 @@ impl State {
             self.publish(view.job.object_ref(&()), false, "Requeued", "Requeue", note);
         } else {
             st.phase = Some(JobPhase::Failed);
-            st.finished_at = Some(status::k8s_time(now));
+            st.finished_at = Some(crate::clock::k8s_time(now));
             let note = format!("{message} The job is not restartable, so it failed.");
             status::set_condition(
                 &mut st.conditions,

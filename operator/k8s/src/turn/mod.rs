@@ -66,6 +66,8 @@ pub struct TurnSettings {
     pub identity: Option<crate::identity::IdentityConfig>,
     /// The OTLP endpoint of pods whose pool and queue name none.
     pub pod_otlp_endpoint: Option<String>,
+    /// The spend ledger; `None` keeps spend in status only.
+    pub spend_record: Option<crate::spend_record::RecordRef>,
 }
 
 impl Default for TurnSettings {
@@ -76,6 +78,7 @@ impl Default for TurnSettings {
             sweep_every: core::Duration::from_secs(30),
             identity: None,
             pod_otlp_endpoint: None,
+            spend_record: None,
         }
     }
 }
@@ -133,6 +136,8 @@ pub struct State {
     /// Cloud nodes seen idle, since when.
     idle_since: HashMap<String, Time>,
     last_sweep: Option<Time>,
+    /// The spend ledger's data last written, until the cache shows it.
+    spend_written: Option<std::collections::BTreeMap<String, String>>,
     /// The issuer's key ring last written, until the cache shows it.
     keys_written: Option<spillway_identity::KeyRing>,
     /// Tokens issued, by job id.
@@ -173,6 +178,7 @@ impl State {
             idle_since: HashMap::new(),
             last_sweep: None,
             keys_written: None,
+            spend_written: None,
             tokens: HashMap::new(),
             annotated: HashSet::new(),
             scheduler: core::Scheduler::default(),
@@ -405,6 +411,11 @@ impl State {
             Action::ApplySecret(secret) => {
                 tracing::warn!(secret = %format!("{}/{}", secret.namespace(), secret.name()), error = %f.error, "writing a Secret failed; writing it again at the next turn");
                 self.token_failed(secret.namespace(), secret.name());
+                Vec::new()
+            }
+            Action::RecordSpend(_) => {
+                tracing::warn!(error = %f.error, "writing the spend ledger failed; writing it again at the next turn");
+                self.spend_written = None;
                 Vec::new()
             }
             Action::Cordon { node } | Action::DeleteNode { node, .. } => {

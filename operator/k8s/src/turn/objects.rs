@@ -19,10 +19,11 @@ use spillway_core::{self as core, Time};
 use super::policies::Verdict;
 use super::{CloudInputs, State};
 use crate::actions::{Action, StatusKind, StatusPatch};
+use crate::clock::{self, k8s_time};
 use crate::cloud::LAUNCH_ERROR_MEMORY;
 use crate::metrics::Metrics;
 use crate::spend::{Account, Rates};
-use crate::status::{self, k8s_time, round_cents};
+use crate::status::{self, round_cents};
 use crate::world::{self, Inputs, Lifecycle};
 
 /// How old the spend in a status may get before it is written again (while it moves).
@@ -238,10 +239,7 @@ impl State {
                 match spend_to_write(
                     self.ledger.queues.get(&name),
                     written.this_month_usd,
-                    written
-                        .accrued_through
-                        .as_ref()
-                        .map(status::core_micro_time),
+                    written.accrued_through.as_ref().map(clock::core_micro_time),
                     written.hourly_usd != hourly
                         || self.opened_accounts.contains(&format!("GpuQueue/{name}")),
                     now,
@@ -316,7 +314,7 @@ impl State {
                 && let Some((usd, through)) = spend_to_write(
                     self.ledger.pools.get(&name),
                     base.this_month_usd.unwrap_or(0.0),
-                    base.accrued_through.as_ref().map(status::core_micro_time),
+                    base.accrued_through.as_ref().map(clock::core_micro_time),
                     base.hourly_usd != st.hourly_usd
                         || self
                             .opened_accounts
@@ -610,7 +608,7 @@ fn spend_to_write(
                 || (usd != written_usd && now.since(t) >= SPEND_REFRESH)
         }
     };
-    stale.then(|| (usd, status::micro_time(a.through)))
+    stale.then(|| (usd, clock::micro_time(a.through)))
 }
 
 /// A cloud pool's `LaunchHealthy`: False while an offering cools down after a failed launch

@@ -9,8 +9,8 @@ use spillway_core::Time;
 
 use super::State;
 use crate::actions::Action;
+use crate::clock::core_time;
 use crate::otel::{SpanRecord, Value};
-use crate::status::core_time;
 use crate::telemetry::{self, TraceParent};
 use crate::world::JobView;
 

@@ -155,7 +155,7 @@ async fn explain_job(
                 .join("\n")
         ))
     })?;
-    let now = spillway_k8s::controller::now();
+    let now = spillway_k8s::clock::now();
     let built = world::build(
         &inputs,
         &Default::default(),

@@ -309,6 +309,7 @@ async fn lifecycle(helm: Helm) {
         format!("PodDisruptionBudget {ns}/{fullname}"),
         format!("Lease {ns}/{fullname}"),
         format!("Secret {ns}/{fullname}-identity-keys"),
+        format!("ConfigMap {ns}/{fullname}-spend"),
     ] {
         assert!(
             objects.contains(&want),
@@ -548,10 +549,26 @@ async fn lifecycle(helm: Helm) {
         }
     })
     .await;
+    // The operator, with the chart's Role, recorded the queue's and the pool's spend in the
+    // ledger.
+    let ledgers = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns);
+    let ledger_name = format!("{fullname}-spend");
+    let recorded = ledgers
+        .get(&ledger_name)
+        .await
+        .unwrap()
+        .data
+        .unwrap_or_default();
+    for suffix in [format!(".queue.{ns}"), format!(".pool.{aws}")] {
+        assert!(
+            recorded.keys().any(|k| k.ends_with(&suffix)),
+            "no *{suffix} in the spend ledger: {recorded:?}"
+        );
+    }
     drop(machines);
     op.stop();
 
-    // helm uninstall: nothing of the release is left but the CRDs.
+    // helm uninstall: nothing of the release is left but the CRDs and the spend ledger.
     let uninstall = helm.run(&[
         "uninstall",
         &release,
@@ -566,9 +583,10 @@ async fn lifecycle(helm: Helm) {
         helm.major,
         text(&uninstall)
     );
+    let kept = vec![format!("ConfigMap {ns}/{ledger_name}")];
     eventually(WAIT, "no object of the release left", || async {
         let left = release_objects(&client, &release).await;
-        if left.is_empty() {
+        if left == kept {
             Ok(())
         } else {
             Err(format!("{left:?}"))
@@ -598,6 +616,7 @@ async fn lifecycle(helm: Helm) {
     let _ = Api::<GpuQueue>::all(client.clone())
         .delete(&ns, &DeleteParams::default())
         .await;
+    let _ = ledgers.delete(&ledger_name, &DeleteParams::default()).await;
     let _ = kubelet.remove(&format!("{ns}-gpu-0")).await;
     let _ = std::fs::remove_dir_all(&dir);
 }

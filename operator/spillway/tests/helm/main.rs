@@ -222,6 +222,7 @@ fn the_default_render_is_hardened_and_least_privilege() {
             "--leader-election-id=spillway",
             "--identity-keys-secret=spillway-identity-keys",
             "--identity-issuer=https://spillway-identity.spillway-system.svc",
+            "--spend-ledger=spillway-spend",
         ] {
             assert!(args.contains(&want), "{want} in {args:?}");
         }
@@ -262,6 +263,22 @@ fn the_default_render_is_hardened_and_least_privilege() {
             one(&objects, "Lease", "spillway")["metadata"]["namespace"],
             "spillway-system"
         );
+        // The spend ledger outlives the release (a reinstall must not reset budgets), and the
+        // operator reads and patches that one ConfigMap only.
+        let ledger = one(&objects, "ConfigMap", "spillway-spend");
+        assert_eq!(
+            ledger["metadata"]["annotations"]["helm.sh/resource-policy"],
+            "keep"
+        );
+        let configmap_rules: Vec<_> = rules(&objects)
+            .into_iter()
+            .filter(|(_, r)| strings(&r["resources"]).contains(&"configmaps"))
+            .collect();
+        assert_eq!(configmap_rules.len(), 1, "{configmap_rules:?}");
+        let (at, r) = &configmap_rules[0];
+        assert_eq!(at, "namespace spillway-system");
+        assert_eq!(strings(&r["resourceNames"]), ["spillway-spend"]);
+        assert_eq!(strings(&r["verbs"]), ["get", "list", "watch", "patch"]);
         let keys = one(&objects, "Secret", "spillway-identity-keys");
         assert!(
             keys.get("data").is_none_or(Value::is_null),

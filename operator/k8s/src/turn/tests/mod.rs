@@ -10,4 +10,5 @@ mod kept;
 mod objects;
 mod reclaim;
 mod repatriate;
+mod spend;
 mod telemetry;

@@ -1,0 +1,44 @@
+//! The bounded kinds of [`crate::actions::Action`]: metric labels and retry policy. Below both
+//! the actions and the metrics, so each imports it and neither imports the other for it.
+
+/// Every kind of action, for metrics labels and retry policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ActionKind {
+    CreatePod,
+    DeletePod,
+    EvictPod,
+    ApplyStatus,
+    Publish,
+    Launch,
+    Cordon,
+    Terminate,
+    DeleteNode,
+    PatchFinalizer,
+    SweepTokens,
+    ApplySecret,
+    RecordSpend,
+    Annotate,
+    Span,
+}
+
+impl ActionKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionKind::CreatePod => "create_pod",
+            ActionKind::DeletePod => "delete_pod",
+            ActionKind::EvictPod => "evict_pod",
+            ActionKind::ApplyStatus => "apply_status",
+            ActionKind::Publish => "publish_event",
+            ActionKind::Launch => "launch",
+            ActionKind::Cordon => "cordon",
+            ActionKind::Terminate => "terminate",
+            ActionKind::DeleteNode => "delete_node",
+            ActionKind::PatchFinalizer => "patch_finalizer",
+            ActionKind::SweepTokens => "sweep_tokens",
+            ActionKind::ApplySecret => "apply_secret",
+            ActionKind::RecordSpend => "record_spend",
+            ActionKind::Annotate => "annotate",
+            ActionKind::Span => "span",
+        }
+    }
+}
