@@ -209,7 +209,9 @@ impl TestCluster {
                 format!("--kubeconfig={kc}"),
                 format!("--service-account-private-key-file={}", sa_key.display()),
                 format!("--root-ca-file={}", cluster.ca_file.display()),
-                "--controllers=*,-nodelifecycle".into(),
+                // The token cleaner deletes expired bootstrap tokens (off by default, as on a
+                // kubeadm-less cluster; kubeadm turns it on), which the operator only creates.
+                "--controllers=*,tokencleaner,-nodelifecycle".into(),
                 "--use-service-account-credentials=false".into(),
                 "--leader-elect=false".into(),
                 "--port=0".into(),

@@ -4,7 +4,6 @@
 //! acts on ([`Key`]), which the executor uses to keep one object's actions in order and to
 //! retry them; each has a bounded [`ActionKind`] for metrics.
 
-use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 
@@ -171,12 +170,6 @@ pub enum Action {
         name: String,
         add: bool,
     },
-    /// Deletes Spillway's bootstrap tokens that are done: expired, made for a need whose
-    /// instances all joined, or for a need with no instance left.
-    SweepTokens {
-        joined: BTreeSet<String>,
-        alive: BTreeSet<String>,
-    },
     /// Writes a Secret (a job's identity token, the issuer's keys) by server-side apply.
     ApplySecret(SecretApply),
     /// Writes the spend ledger ConfigMap ([`crate::spend_record`]) by server-side apply: the
@@ -207,7 +200,6 @@ impl Action {
             Action::Terminate { .. } => ActionKind::Terminate,
             Action::DeleteNode { .. } => ActionKind::DeleteNode,
             Action::PatchFinalizer { .. } => ActionKind::PatchFinalizer,
-            Action::SweepTokens { .. } => ActionKind::SweepTokens,
             Action::ApplySecret(_) => ActionKind::ApplySecret,
             Action::RecordSpend(_) => ActionKind::RecordSpend,
             Action::Annotate { .. } => ActionKind::Annotate,
@@ -256,7 +248,6 @@ impl Action {
             | Action::Annotate {
                 namespace, name, ..
             } => Key::new("GpuJob", format!("{namespace}/{name}")),
-            Action::SweepTokens { .. } => Key::new("Secret", "bootstrap-tokens"),
             Action::ApplySecret(s) => Key::new("Secret", format!("{}/{}", s.namespace(), s.name())),
             Action::RecordSpend(c) => Key::new(
                 "ConfigMap",

@@ -1,6 +1,7 @@
 //! How a launched machine joins the cluster: a bootstrap token made for the launch (a
-//! `bootstrap.kubernetes.io/token` Secret in `kube-system` that expires at the join timeout),
-//! and user data rendered from the pool's template or Spillway's kubelet bootstrap script.
+//! `bootstrap.kubernetes.io/token` Secret in `kube-system` that expires at the join timeout;
+//! the operator only creates it, and Kubernetes' token cleaner deletes it once expired), and
+//! user data rendered from the pool's template or Spillway's kubelet bootstrap script.
 
 use std::collections::BTreeMap;
 use std::io::Read;

@@ -126,7 +126,6 @@ impl Controller {
         let state = State::new(TurnSettings {
             core: settings.core.clone(),
             assume_timeout: core_duration(settings.assume_timeout),
-            sweep_every: core_duration(settings.resync),
             identity: settings.identity.clone(),
             pod_otlp_endpoint: settings.pod_otlp_endpoint.clone(),
             spend_record: settings.spend_record.clone(),

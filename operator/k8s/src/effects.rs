@@ -4,19 +4,17 @@
 //! more. Outcomes that mean the work is done count as success: a pod that already exists
 //! (created before a restart), a pod, node or job already gone.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
-    Preconditions,
+    Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
 };
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, ResourceExt};
 use spillway_api::{BurstPolicy, ComputePool, Dataset, GpuJob, GpuQueue};
-use spillway_core::{self as core, Time};
+use spillway_core::{self as core};
 use tokio::sync::Notify;
 
 use crate::actions::{Action, LaunchOrder, Note, SecretApply, StatusKind, StatusPatch};
@@ -360,53 +358,6 @@ impl KubeEffects {
         }
         Ok(())
     }
-
-    async fn sweep(
-        &self,
-        joined: &BTreeSet<String>,
-        alive: &BTreeSet<String>,
-        fence: &Fence,
-    ) -> Result<(), Error> {
-        use crate::bootstrap::{NEED_ANNOTATION, TOKEN_LABEL};
-        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), "kube-system");
-        fence.check()?;
-        let list = secrets
-            .list(&ListParams::default().labels(&format!("{TOKEN_LABEL}=true")))
-            .await?;
-        let now = crate::clock::now();
-        for s in list.items {
-            let need = s
-                .annotations()
-                .get(NEED_ANNOTATION)
-                .cloned()
-                .unwrap_or_default();
-            let expired = s
-                .data
-                .as_ref()
-                .and_then(|d| d.get("expiration"))
-                .and_then(|e| String::from_utf8(e.0.clone()).ok())
-                .and_then(|e| e.parse::<k8s_openapi::jiff::Timestamp>().ok())
-                .is_some_and(|t| t.as_millisecond() <= now.as_millis());
-            let age = s
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| {
-                    now.since(Time::from_millis(t.0.as_millisecond()))
-                        .as_secs_f64()
-                })
-                .unwrap_or(0.0);
-            let done = joined.contains(&need) || (!alive.contains(&need) && age > 120.0);
-            if expired || done {
-                fence.check()?;
-                let r = secrets
-                    .delete(&s.name_any(), &DeleteParams::default())
-                    .await;
-                self.wrote("secret-delete", r, &[404])?;
-            }
-        }
-        Ok(())
-    }
 }
 
 impl Effects for KubeEffects {
@@ -459,7 +410,6 @@ impl Effects for KubeEffects {
                     self.metrics.api_write("finalizer", r.is_ok());
                     r
                 }
-                Action::SweepTokens { joined, alive } => self.sweep(joined, alive, fence).await,
                 Action::ApplySecret(secret) => self.apply_secret(secret, fence).await,
                 Action::RecordSpend(cm) => self.record_spend(cm, fence).await,
                 Action::Span(record) => {

@@ -115,11 +115,10 @@ impl Default for RetryPolicy {
 
 impl RetryPolicy {
     /// Attempts an action of `kind` gets: launches are re-planned by the loop instead (a failed
-    /// launch cools its offering down), a token sweep waits for the next sweep, and an Event
-    /// is worth a few tries only.
+    /// launch cools its offering down), and an Event is worth a few tries only.
     pub fn attempts_for(&self, kind: ActionKind) -> u32 {
         match kind {
-            ActionKind::Launch | ActionKind::SweepTokens => 1,
+            ActionKind::Launch => 1,
             ActionKind::Publish => self.attempts.min(3),
             _ => self.attempts,
         }

@@ -1,6 +1,11 @@
 //! The operator's side of workload identity: its settings, the Secrets it keeps (the issuer's
-//! keys in its own namespace; one token per GpuJob in the job's namespace), and the issuer's
+//! keys in its own namespace; in each namespace with running GpuJobs, one Secret
+//! [`TOKENS_SECRET`] holding each running job's token under the job's name), and the issuer's
 //! HTTP endpoint (OIDC discovery and JWKS), served by every replica from its watch cache.
+//!
+//! One Secret of a fixed name per namespace, not one per job, so that the chart can grant
+//! Secret writes by name (`resourceNames`): the operator can create and patch `spillway-tokens`
+//! and no other Secret of a job's namespace.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -17,11 +22,9 @@ use hyper_util::rt::TokioIo;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::ResourceExt;
 use kube::runtime::reflector::Store;
-use spillway_api::GpuJob;
 use spillway_identity::documents::{self, DISCOVERY_PATH, JWKS_PATH};
-use spillway_identity::{Issued, KeyRing, Schedule};
+use spillway_identity::{KeyRing, Schedule};
 use tokio::net::TcpListener;
 
 use crate::error::Error;
@@ -33,14 +36,15 @@ pub const TOKEN_DIR: &str = "/var/run/secrets/spillway.io/identity";
 pub const TOKEN_FILE: &str = "/var/run/secrets/spillway.io/identity/token";
 /// The volume that carries it.
 pub const VOLUME: &str = "spillway-identity";
-/// The key of the token in its Secret, and of the keys in the issuer's Secret.
+/// The Secret, in each job namespace, holding the tokens of its running jobs (key: the job's
+/// name).
+pub const TOKENS_SECRET: &str = "spillway-tokens";
+/// The file name of the token in the pods' volume.
 pub const TOKEN_KEY: &str = "token";
+/// The key of the key ring in the issuer's Secret.
 pub const KEYS_KEY: &str = "keys.json";
-/// On token Secrets: what they are.
+/// On the tokens Secrets: what they are.
 pub const IDENTITY_LABEL: &str = "spillway.io/identity";
-/// On token Secrets: when the token expires, and the key that signed it.
-pub const EXPIRES_ANNOTATION: &str = "spillway.io/token-expires";
-pub const KID_ANNOTATION: &str = "spillway.io/token-kid";
 /// How long the discovery document and the JWKS may be cached (well under a token lifetime,
 /// which is how long a new key is published before it signs).
 pub const CACHE_SECONDS: u32 = 300;
@@ -66,11 +70,6 @@ pub struct IdentityConfig {
     /// Where discovery and the JWKS are served; `None` serves nothing (tests).
     pub addr: Option<SocketAddr>,
     pub tls: Option<TlsFiles>,
-}
-
-/// The name of a job's token Secret.
-pub fn token_secret_name(job: &str) -> String {
-    format!("{job}-identity")
 }
 
 /// Whether a keys Secret holds a key ring at all (the chart creates it empty).
@@ -114,31 +113,29 @@ pub fn keys_secret(config: &IdentityConfig, ring: &KeyRing) -> Secret {
     }
 }
 
-/// A job's token Secret: owned by the job, so it goes with it.
-pub fn token_secret(job: &GpuJob, issued: &Issued) -> Secret {
-    let expires = crate::clock::k8s_time(spillway_core::Time::from_millis(
-        issued.claims.exp.saturating_mul(1000),
-    ));
+/// A namespace's tokens Secret holding `tokens` (job name -> token): written whole by
+/// server-side apply, so a job's key that is no longer sent (the job ended) is removed.
+pub fn tokens_secret(namespace: &str, tokens: &BTreeMap<String, String>) -> Secret {
     Secret {
         metadata: ObjectMeta {
-            name: Some(token_secret_name(&job.name_any())),
-            namespace: job.namespace(),
+            name: Some(TOKENS_SECRET.into()),
+            namespace: Some(namespace.into()),
             labels: Some(BTreeMap::from([
-                (labels::JOB_LABEL.to_string(), job.name_any()),
-                (IDENTITY_LABEL.to_string(), "token".to_string()),
+                (IDENTITY_LABEL.to_string(), "tokens".to_string()),
+                (
+                    "app.kubernetes.io/managed-by".to_string(),
+                    labels::FIELD_MANAGER.to_string(),
+                ),
             ])),
-            annotations: Some(BTreeMap::from([
-                (EXPIRES_ANNOTATION.to_string(), expires.0.to_string()),
-                (KID_ANNOTATION.to_string(), issued.kid.clone()),
-            ])),
-            owner_references: Some(vec![labels::owner_reference(job)]),
             ..ObjectMeta::default()
         },
         type_: Some("Opaque".into()),
-        data: Some(BTreeMap::from([(
-            TOKEN_KEY.to_string(),
-            ByteString(issued.token.clone().into_bytes()),
-        )])),
+        data: Some(
+            tokens
+                .iter()
+                .map(|(job, token)| (job.clone(), ByteString(token.clone().into_bytes())))
+                .collect(),
+        ),
         ..Secret::default()
     }
 }

@@ -42,10 +42,9 @@ pub fn check(job: &GpuJob) -> Result<(), String> {
         );
     }
     let longest = pod_name(&job.name_any(), 999, job.spec.replicas.max(1) as u32);
-    let token = crate::identity::token_secret_name(&job.name_any());
-    if longest.len() > 253 || token.len() > 253 {
+    if longest.len() > 253 {
         return Err(format!(
-            "metadata.name: too long to name its pods and token Secret ({} characters; at most 240)",
+            "metadata.name: too long to name its pods ({} characters; at most 240)",
             job.name_any().len()
         ));
     }
@@ -170,8 +169,10 @@ pub fn replica_pod(
 /// What a pod needs to carry its workload identity.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PodIdentity {
-    /// The job's token Secret.
+    /// The Secret holding the job's token ([`crate::identity::TOKENS_SECRET`]).
     pub secret: String,
+    /// The token's key in it (the job's name).
+    pub key: String,
     /// The queue's AWS role, if it names one.
     pub aws_role_arn: Option<String>,
 }
@@ -197,8 +198,8 @@ pub fn inject_identity(pod: &mut Pod, identity: &PodIdentity) -> Vec<String> {
             secret: Some(SecretVolumeSource {
                 secret_name: Some(identity.secret.clone()),
                 items: Some(vec![KeyToPath {
-                    key: TOKEN_KEY.into(),
-                    path: "token".into(),
+                    key: identity.key.clone(),
+                    path: TOKEN_KEY.into(),
                     ..KeyToPath::default()
                 }]),
                 // Readable by the owner and group only (the pod's fsGroup applies).

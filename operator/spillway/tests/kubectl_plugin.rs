@@ -398,13 +398,13 @@ async fn operator_binary_and_kubectl_plugin() {
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
     let token = eventually(Duration::from_secs(60), "the token Secret", || async {
         let s = secrets
-            .get_opt("fits-identity")
+            .get_opt("spillway-tokens")
             .await
             .map_err(|e| e.to_string())?
             .ok_or("no Secret yet")?;
         let t = s
             .data
-            .and_then(|d| d.get("token").cloned())
+            .and_then(|d| d.get("fits").cloned())
             .ok_or("no token")?;
         String::from_utf8(t.0).map_err(|e| e.to_string())
     })

@@ -21,13 +21,13 @@ async fn token(w: &World, job: &str) -> String {
     let secrets: Api<Secret> = Api::namespaced(w.client.clone(), &w.ns);
     eventually(WAIT, &format!("{job}'s token"), || async {
         let s = secrets
-            .get_opt(&format!("{job}-identity"))
+            .get_opt("spillway-tokens")
             .await
             .map_err(|e| e.to_string())?
             .ok_or("no Secret yet")?;
         let t = s
             .data
-            .and_then(|d| d.get("token").cloned())
+            .and_then(|d| d.get(job).cloned())
             .ok_or("no token key")?;
         String::from_utf8(t.0).map_err(|e| e.to_string())
     })
@@ -119,8 +119,9 @@ async fn private_and_burst_pods_carry_tokens_of_one_issuer() {
             .flatten()
             .find(|v| v.name == "spillway-identity")
             .and_then(|v| v.secret.clone())
-            .and_then(|s| s.secret_name);
-        assert_eq!(secret, Some(format!("{job}-identity")));
+            .expect("the identity volume");
+        assert_eq!(secret.secret_name.as_deref(), Some("spillway-tokens"));
+        assert_eq!(secret.items.unwrap_or_default()[0].key, job);
     }
     op.stop().await.expect("clean stop");
 }

@@ -14,28 +14,33 @@ use spillway_tests::operator::{
 
 use crate::world::World;
 
-/// (token, kid, when read) of a job's token Secret.
+/// (token, kid, when read) of a job's token in the namespace's tokens Secret.
 async fn token(w: &World, job: &str) -> Result<(String, String, spillway_core::Time), String> {
     let s = Api::<Secret>::namespaced(w.client.clone(), &w.ns)
-        .get_opt(&format!("{job}-identity"))
+        .get_opt("spillway-tokens")
         .await
         .map_err(|e| e.to_string())?
-        .ok_or("no token Secret yet")?;
-    let kid = s
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get("spillway.io/token-kid").cloned())
-        .ok_or("no kid annotation")?;
+        .ok_or("no tokens Secret yet")?;
     let t = s
         .data
-        .and_then(|d| d.get("token").cloned())
-        .ok_or("no token")?;
-    Ok((
-        String::from_utf8(t.0).map_err(|e| e.to_string())?,
-        kid,
-        spillway_k8s::clock::now(),
-    ))
+        .and_then(|d| d.get(job).cloned())
+        .ok_or(format!("no {job} key"))?;
+    let token = String::from_utf8(t.0).map_err(|e| e.to_string())?;
+    Ok((token.clone(), kid_of(&token)?, spillway_k8s::clock::now()))
+}
+
+/// The `kid` in a JWT's header.
+fn kid_of(token: &str) -> Result<String, String> {
+    use base64::Engine;
+    let header = token.split('.').next().unwrap_or_default();
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(header)
+        .map_err(|e| e.to_string())?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
+    v["kid"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or(format!("no kid in {v}"))
 }
 
 async fn kids(addr: std::net::SocketAddr) -> Result<(Vec<String>, String), String> {

@@ -1,9 +1,7 @@
 //! The cloud's part of a turn: facts into the snapshot, spend, launches and scale-down, the
-//! release of deleted jobs' instances, garbage collection and the bootstrap-token sweep.
+//! release of deleted jobs' instances and garbage collection.
 
-use std::collections::BTreeSet;
-
-use crate::hashing::{HashMap, HashMapExt, HashSet, HashSetExt};
+use crate::hashing::{HashMap, HashSet, HashSetExt};
 use std::sync::Arc;
 
 use kube::{Resource, ResourceExt};
@@ -457,44 +455,5 @@ impl State {
             Some(("node", n)) => nodes.contains(n),
             _ => false,
         });
-    }
-
-    /// Every sweep period, deletes the bootstrap tokens that are done.
-    pub(super) fn maybe_sweep_tokens(
-        &mut self,
-        built: &world::Built,
-        cloud: CloudInputs<'_>,
-        now: Time,
-    ) {
-        if cloud.config.join.is_none()
-            || self
-                .last_sweep
-                .is_some_and(|t| now.since(t) < self.settings.sweep_every)
-        {
-            return;
-        }
-        self.last_sweep = Some(now);
-        let joined_ids: HashSet<&str> = built
-            .snapshot
-            .nodes
-            .iter()
-            .filter_map(|n| n.instance_id.as_deref())
-            .collect();
-        let mut by_need: HashMap<&str, (usize, usize)> = HashMap::new();
-        for i in &cloud.view.instances {
-            let e = by_need.entry(i.need.as_str()).or_default();
-            e.0 += 1;
-            if joined_ids.contains(i.id.as_str()) {
-                e.1 += 1;
-            }
-        }
-        let joined: BTreeSet<String> = by_need
-            .iter()
-            .filter(|(_, (n, j))| n == j)
-            .map(|(need, _)| need.to_string())
-            .collect();
-        let mut alive: BTreeSet<String> = by_need.keys().map(|n| n.to_string()).collect();
-        alive.extend(cloud.view.launching.keys().cloned());
-        self.emit(Action::SweepTokens { joined, alive });
     }
 }

@@ -1,9 +1,12 @@
 //! Identity's part of a turn: the issuer's keys rotated on schedule, and a token for every
 //! running job, issued when it starts (or moves) and refreshed at 80 % of its lifetime, until
 //! it ends. Tokens are signed only with keys the keys Secret already holds (seen in the cache),
-//! so no token can name a key that was never published.
+//! so no token can name a key that was never published. A namespace's tokens are written
+//! together, into its [`identity::TOKENS_SECRET`], whenever one of them is issued or a job of
+//! the namespace stops running (its key is then left out, and server-side apply removes it).
 
 use crate::hashing::{HashMap, HashSet, HashSetExt};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use kube::ResourceExt;
@@ -19,11 +22,24 @@ use crate::pods::PodIdentity;
 use crate::world::{self, Inputs, Lifecycle};
 
 /// A token issued, and when to issue the next.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub(super) struct TokenRecord {
     /// (attempt, pool) it was issued for: a job that moves gets a new one.
     placement: (u32, String),
     refresh_at: Time,
+    namespace: String,
+    job: String,
+    token: String,
+}
+
+impl std::fmt::Debug for TokenRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenRecord")
+            .field("placement", &self.placement)
+            .field("refresh_at", &self.refresh_at)
+            .field("token", &"(hidden)")
+            .finish()
+    }
 }
 
 impl State {
@@ -75,7 +91,8 @@ impl State {
     ) -> Option<PodIdentity> {
         self.identity_config()?;
         Some(PodIdentity {
-            secret: identity::token_secret_name(&view.job.name_any()),
+            secret: identity::TOKENS_SECRET.into(),
+            key: view.job.name_any(),
             aws_role_arn: queues
                 .get(&view.job.spec.queue)
                 .and_then(|q| q.spec.identity.as_ref())
@@ -136,6 +153,7 @@ impl State {
         let mut wake: Option<Time> =
             ring.and_then(|r| rotation::next_change(r, &cfg.schedule, now));
         let mut running = HashSet::new();
+        let mut write: BTreeSet<String> = BTreeSet::new();
         for view in built.jobs.values() {
             let Lifecycle::Running {
                 pool: Some(pool), ..
@@ -181,28 +199,47 @@ impl State {
             match token::issue(ring, request, now) {
                 Ok(issued) => {
                     let refresh_at = now + refresh_after(cfg.schedule.token_lifetime);
-                    self.emit(Action::ApplySecret(SecretApply(Box::new(
-                        identity::token_secret(&view.job, &issued),
-                    ))));
+                    let namespace = view.namespace_or_default();
+                    write.insert(namespace.clone());
                     self.tokens.insert(
                         view.id.clone(),
                         TokenRecord {
                             placement,
                             refresh_at,
+                            namespace,
+                            job: view.job.name_any(),
+                            token: issued.token,
                         },
                     );
                 }
                 Err(e) => tracing::error!(job = %view.id, error = %e, "cannot issue a token"),
             }
         }
-        self.tokens.retain(|id, _| running.contains(id));
+        self.tokens.retain(|id, t| {
+            let keep = running.contains(id);
+            if !keep {
+                write.insert(t.namespace.clone());
+            }
+            keep
+        });
+        for namespace in write {
+            let tokens: BTreeMap<String, String> = self
+                .tokens
+                .values()
+                .filter(|t| t.namespace == namespace)
+                .map(|t| (t.job.clone(), t.token.clone()))
+                .collect();
+            self.emit(Action::ApplySecret(SecretApply(Box::new(
+                identity::tokens_secret(&namespace, &tokens),
+            ))));
+        }
         for t in self.tokens.values() {
             wake = Some(wake.map_or(t.refresh_at, |w| w.min(t.refresh_at)));
         }
         wake
     }
 
-    /// A token write failed: issue it again next turn.
+    /// A token write failed: issue that namespace's tokens again next turn.
     pub(super) fn token_failed(&mut self, namespace: &str, name: &str) {
         if let Some(cfg) = self.identity_config()
             && cfg.namespace == namespace
@@ -211,9 +248,9 @@ impl State {
             self.keys_written = None;
             return;
         }
-        let secret = format!("{namespace}/{name}");
-        self.tokens
-            .retain(|id, _| identity::token_secret_name(id) != secret);
+        if name == identity::TOKENS_SECRET {
+            self.tokens.retain(|_, t| t.namespace != namespace);
+        }
     }
 }
 

@@ -60,8 +60,6 @@ pub struct TurnSettings {
     pub core: core::Settings,
     /// An assumed start whose pods have not all appeared after this long is dropped.
     pub assume_timeout: core::Duration,
-    /// Bootstrap tokens are swept this often.
-    pub sweep_every: core::Duration,
     /// Workload identity; `None` issues no tokens.
     pub identity: Option<crate::identity::IdentityConfig>,
     /// The OTLP endpoint of pods whose pool and queue name none.
@@ -75,7 +73,6 @@ impl Default for TurnSettings {
         TurnSettings {
             core: core::Settings::default(),
             assume_timeout: core::Duration::from_secs(120),
-            sweep_every: core::Duration::from_secs(30),
             identity: None,
             pod_otlp_endpoint: None,
             spend_record: None,
@@ -135,7 +132,6 @@ pub struct State {
     opened_accounts: HashSet<String>,
     /// Cloud nodes seen idle, since when.
     idle_since: HashMap<String, Time>,
-    last_sweep: Option<Time>,
     /// The spend ledger's data last written, until the cache shows it.
     spend_written: Option<std::collections::BTreeMap<String, String>>,
     /// The issuer's key ring last written, until the cache shows it.
@@ -176,7 +172,6 @@ impl State {
             ledger: Ledger::default(),
             opened_accounts: HashSet::new(),
             idle_since: HashMap::new(),
-            last_sweep: None,
             keys_written: None,
             spend_written: None,
             tokens: HashMap::new(),
@@ -314,7 +309,6 @@ impl State {
             self.launches_and_terminations(&plan, &pools, &built, c, now);
             self.release_deleted_jobs(&built, &inputs, c);
             self.collect_garbage(&built, &inputs, c, metrics, now);
-            self.maybe_sweep_tokens(&built, c, now);
         }
         let wake = self.jobs(&plan, &built, &inputs, &pools, metrics, now);
         let wake = match (wake, identity_wake) {

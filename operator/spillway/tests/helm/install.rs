@@ -19,7 +19,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::discovery::{self, Scope};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -272,6 +272,9 @@ async fn lifecycle(helm: Helm) {
         &format!("aws.clusterName={ns}"),
         "--set",
         "resync=5",
+        // Bootstrap tokens expire at the join timeout; the token cleaner then deletes them.
+        "--set",
+        "aws.joinTimeout=20",
     ]);
     assert!(
         install.status.success(),
@@ -342,6 +345,23 @@ async fn lifecycle(helm: Helm) {
         matches!(&refused, Err(kube::Error::Api(s)) if s.code == 403),
         "only the issuer's keys may be read in the release namespace: {refused:?}"
     );
+    // Secrets Spillway did not make, in the job namespace, in another and in kube-system: the
+    // operator can neither read, list, change nor delete them.
+    let other = cluster
+        .namespace(&client, &format!("{ns}-other"))
+        .await
+        .expect("ns");
+    let victims = [ns.clone(), other, "kube-system".to_string()];
+    for at in &victims {
+        create(
+            Api::<Secret>::namespaced(client.clone(), at),
+            json!({"apiVersion": "v1", "kind": "Secret",
+                   "metadata": {"name": format!("{ns}-users-own")},
+                   "stringData": {"password": "hunter2"}}),
+        )
+        .await;
+        assert_refused_everything(&sa, at, &format!("{ns}-users-own")).await;
+    }
     let op = LocalOperator::start(&client, &ns, &fullname, &sa_kubeconfig, &dir).await;
 
     // A world of its own: one private GPU, a queue that bursts after 2 s to an AWS pool in moto.
@@ -407,17 +427,36 @@ async fn lifecycle(helm: Helm) {
         "{}",
         op.log_tail()
     );
-    // Each running job got its identity token (a Secret written in its namespace).
+    // Each running job got its identity token (in its namespace's tokens Secret).
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     for job in ["private", "burst"] {
         eventually(WAIT, &format!("{job}'s token"), || async {
-            secrets
-                .get_opt(&format!("{job}-identity"))
+            let s = secrets
+                .get_opt("spillway-tokens")
                 .await
                 .map_err(|e| e.to_string())?
-                .ok_or("none yet".to_string())
+                .ok_or("none yet".to_string())?;
+            s.data
+                .and_then(|d| d.get(job).cloned())
+                .ok_or(format!("no {job} key yet"))
         })
         .await;
+    }
+    // The Secrets the operator could not touch are as they were.
+    for at in &victims {
+        let s = Api::<Secret>::namespaced(client.clone(), at)
+            .get(&format!("{ns}-users-own"))
+            .await
+            .expect("still there");
+        assert_eq!(
+            s.data.unwrap_or_default()["password"].0,
+            b"hunter2",
+            "in {at}"
+        );
+        assert_refused_everything(&sa, at, &format!("{ns}-users-own")).await;
+        let _ = Api::<Secret>::namespaced(client.clone(), at)
+            .delete(&format!("{ns}-users-own"), &DeleteParams::default())
+            .await;
     }
     let keys_name = format!("{fullname}-identity-keys");
     let keys_before = secrets_in(&client, &ns)
@@ -429,8 +468,8 @@ async fn lifecycle(helm: Helm) {
 
     let kube_system: Api<Secret> = Api::namespaced(client.clone(), "kube-system");
     eventually(
-        WAIT,
-        "the bootstrap token swept once its machine joined",
+        Duration::from_secs(90),
+        "the bootstrap token deleted by Kubernetes' token cleaner once expired",
         || async {
             let left = kube_system
                 .list(&ListParams::default().labels("spillway.io/bootstrap"))
@@ -619,6 +658,43 @@ async fn lifecycle(helm: Helm) {
     let _ = ledgers.delete(&ledger_name, &DeleteParams::default()).await;
     let _ = kubelet.remove(&format!("{ns}-gpu-0")).await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// With the operator's ServiceAccount token, every get, list, patch and delete of `name` in
+/// `ns` (and a list of the namespace's Secrets) is refused.
+async fn assert_refused_everything(sa: &Client, ns: &str, name: &str) {
+    let api = Api::<Secret>::namespaced(sa.clone(), ns);
+    let forbidden = |what: &str, r: Result<(), kube::Error>| {
+        assert!(
+            matches!(&r, Err(kube::Error::Api(s)) if s.code == 403),
+            "{what} {ns}/{name} with the operator's token must be refused: {r:?}"
+        );
+    };
+    forbidden("get", api.get(name).await.map(|_| ()));
+    forbidden("list", api.list(&ListParams::default()).await.map(|_| ()));
+    let patch = json!({"metadata": {"labels": {"touched": "yes"}}});
+    forbidden(
+        "merge-patch",
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ()),
+    );
+    let apply = json!({"apiVersion": "v1", "kind": "Secret",
+                       "metadata": {"name": name}, "stringData": {"password": "x"}});
+    forbidden(
+        "apply",
+        api.patch(
+            name,
+            &PatchParams::apply("spillway").force(),
+            &Patch::Apply(&apply),
+        )
+        .await
+        .map(|_| ()),
+    );
+    forbidden(
+        "delete",
+        api.delete(name, &DeleteParams::default()).await.map(|_| ()),
+    );
 }
 
 fn secrets_in(client: &Client, ns: &str) -> Api<Secret> {

@@ -54,8 +54,9 @@ fn secret(t: &Turn, name: &str) -> Option<Secret> {
         .find(|s| s.metadata.name.as_deref() == Some(name))
 }
 
+/// The token of job `train` in a namespace's tokens Secret.
 fn token_of(s: &Secret) -> String {
-    String::from_utf8(s.data.as_ref().unwrap()["token"].0.clone()).unwrap()
+    String::from_utf8(s.data.as_ref().unwrap()["train"].0.clone()).unwrap()
 }
 
 fn pods(t: &Turn) -> Vec<Pod> {
@@ -125,7 +126,7 @@ fn the_first_turn_makes_the_keys_and_signs_nothing_before_they_are_stored() {
     assert_eq!(keys.metadata.namespace.as_deref(), Some("spillway-system"));
     assert_eq!(ring_of(&keys).unwrap().keys.len(), 1);
     assert!(
-        secret(&t, "train-identity").is_none(),
+        secret(&t, "spillway-tokens").is_none(),
         "not signed with unstored keys"
     );
     // The pod is created anyway, mounting the token (the kubelet waits for it).
@@ -137,9 +138,12 @@ fn the_first_turn_makes_the_keys_and_signs_nothing_before_they_are_stored() {
         .flatten()
         .find(|v| v.name == "spillway-identity")
         .expect("the identity volume");
+    let source = volume.secret.as_ref().unwrap();
+    assert_eq!(source.secret_name.as_deref(), Some("spillway-tokens"));
+    let items = source.items.as_ref().unwrap();
     assert_eq!(
-        volume.secret.as_ref().unwrap().secret_name.as_deref(),
-        Some("train-identity")
+        (items[0].key.as_str(), items[0].path.as_str()),
+        ("train", "token")
     );
     let c = &spec.containers[0];
     assert!(c.volume_mounts.iter().flatten().any(|m| {
@@ -156,7 +160,7 @@ fn the_first_turn_makes_the_keys_and_signs_nothing_before_they_are_stored() {
     let mut i2 = i.clone();
     i2.identity_keys = Some(Arc::new(keys));
     let t = l.turn(&i2, None, noon() + Duration::from_secs(1));
-    assert!(secret(&t, "train-identity").is_some(), "{:?}", kinds(&t));
+    assert!(secret(&t, "spillway-tokens").is_some(), "{:?}", kinds(&t));
 }
 
 #[test]
@@ -170,12 +174,12 @@ fn a_running_job_gets_a_token_that_verifies_with_its_claims_and_is_refreshed_at_
     i.jobs = vec![j];
     let mut l = with_identity();
     let t = l.turn(&i, None, noon());
-    let s = secret(&t, "train-identity").expect("a token Secret");
+    let s = secret(&t, "spillway-tokens").expect("the namespace's tokens Secret");
     assert_eq!(s.metadata.namespace.as_deref(), Some(NS));
-    let owner = &s.metadata.owner_references.as_ref().unwrap()[0];
     assert_eq!(
-        (owner.kind.as_str(), owner.name.as_str()),
-        ("GpuJob", "train")
+        s.data.as_ref().unwrap().keys().collect::<Vec<_>>(),
+        ["train"],
+        "one key per running job"
     );
     let claims = verifier(&ring, "spillway")
         .verify(&token_of(&s), noon())
@@ -192,15 +196,21 @@ fn a_running_job_gets_a_token_that_verifies_with_its_claims_and_is_refreshed_at_
         "never printed"
     );
 
-    assert!(secret(&l.turn(&i, None, noon() + minutes(47)), "train-identity").is_none());
+    assert!(secret(&l.turn(&i, None, noon() + minutes(47)), "spillway-tokens").is_none());
     let t = l.turn(&i, None, noon() + minutes(48));
-    assert!(secret(&t, "train-identity").is_some(), "refreshed at 80 %");
+    assert!(secret(&t, "spillway-tokens").is_some(), "refreshed at 80 %");
     assert!(t.wake.is_some_and(|w| w <= noon() + minutes(48 + 48)));
 
-    // Finished: no more refreshes.
+    // Finished: its key is taken out of the Secret, and no more refreshes.
     i.pods = vec![pod(&i.jobs[0], 0, 0, "a", "Succeeded")];
-    l.turn(&i, None, noon() + minutes(50));
-    assert!(secret(&l.turn(&i, None, noon() + minutes(200)), "train-identity").is_none());
+    let t = l.turn(&i, None, noon() + minutes(50));
+    let s = secret(&t, "spillway-tokens").expect("the Secret without the job's key");
+    assert!(
+        s.data.as_ref().is_none_or(|d| d.is_empty()),
+        "{:?}",
+        s.data.as_ref().map(|d| d.keys().collect::<Vec<_>>())
+    );
+    assert!(secret(&l.turn(&i, None, noon() + minutes(200)), "spillway-tokens").is_none());
 }
 
 #[test]
@@ -229,7 +239,7 @@ fn a_queue_narrows_the_audiences_and_names_an_aws_role() {
         "AWS_WEB_IDENTITY_TOKEN_FILE".into(),
         "/var/run/secrets/spillway.io/identity/token".into()
     )));
-    let s = secret(&t, "train-identity").expect("token");
+    let s = secret(&t, "spillway-tokens").expect("token");
     let claims = verifier(&ring, "sts.amazonaws.com")
         .verify(&token_of(&s), noon())
         .unwrap();
@@ -324,7 +334,7 @@ fn a_job_that_moves_gets_a_new_token_for_its_new_place() {
     i.jobs = vec![j.clone()];
     let mut l = with_identity();
     let t = l.turn(&i, None, noon());
-    let private = token_of(&secret(&t, "train-identity").unwrap());
+    let private = token_of(&secret(&t, "spillway-tokens").unwrap());
     // Requeued and running again on the cloud node (attempt 1).
     let moved = job("train")
         .restartable()
@@ -333,7 +343,7 @@ fn a_job_that_moves_gets_a_new_token_for_its_new_place() {
     i.pods = vec![pod(&moved, 1, 0, "ip-1", "Running")];
     i.jobs = vec![moved];
     let t = l.turn(&i, None, noon() + minutes(5));
-    let cloud = token_of(&secret(&t, "train-identity").expect("a new token"));
+    let cloud = token_of(&secret(&t, "spillway-tokens").expect("a new token"));
     let v = verifier(&ring, "spillway");
     let (a, b) = (
         v.verify(&private, noon()).unwrap(),
