@@ -3,11 +3,15 @@
 //! Spillway's own kinds are read through `DeserializeGuard`, so one object that does not fit
 //! its type cannot stop a watch: it is kept aside as [`Unreadable`] and reported on.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, Namespace, Node, Pod, PodSpec, PodStatus, ResourceRequirements, Secret,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
 use kube::core::DeserializeGuard;
 use kube::runtime::reflector::{self, Store};
@@ -95,6 +99,73 @@ fn strip_meta<K: Resource>(o: &mut K) {
     o.meta_mut().managed_fields = None;
 }
 
+/// Of a pod that is not Spillway's, the cache keeps only what the turn reads of it: its
+/// name, uid, version and deletion, its node, its phase, and the GPUs its containers ask for
+/// (their names and `nvidia.com/gpu` limits and requests). Spillway's own pods (labelled with
+/// their job, or owned by a GpuJob) are kept whole but for `managedFields`. In a cluster of
+/// 50,000 ordinary pods this is most of the operator's memory (docs/performance.md).
+pub fn strip_pod(p: &mut Pod) {
+    p.metadata.managed_fields = None;
+    let ours = p
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(crate::labels::JOB_LABEL))
+        || p.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(crate::labels::NODE_ANNOTATION))
+        || p.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "GpuJob" && o.api_version.starts_with("spillway.io/"));
+    if ours {
+        return;
+    }
+    let meta = std::mem::take(&mut p.metadata);
+    p.metadata = ObjectMeta {
+        name: meta.name,
+        namespace: meta.namespace,
+        uid: meta.uid,
+        resource_version: meta.resource_version,
+        deletion_timestamp: meta.deletion_timestamp,
+        ..ObjectMeta::default()
+    };
+    fn gpus_only(c: Container) -> Option<Container> {
+        let keep = |m: Option<BTreeMap<String, Quantity>>| {
+            m.and_then(|m| m.get(crate::labels::GPU_RESOURCE).cloned())
+                .map(|q| BTreeMap::from([(crate::labels::GPU_RESOURCE.to_string(), q)]))
+        };
+        let r = c.resources?;
+        let resources = ResourceRequirements {
+            limits: keep(r.limits),
+            requests: keep(r.requests),
+            ..ResourceRequirements::default()
+        };
+        (resources.limits.is_some() || resources.requests.is_some()).then(|| Container {
+            name: c.name,
+            resources: Some(resources),
+            ..Container::default()
+        })
+    }
+    if let Some(spec) = p.spec.take() {
+        let init: Vec<Container> = (spec.init_containers.into_iter().flatten())
+            .filter_map(gpus_only)
+            .collect();
+        p.spec = Some(PodSpec {
+            node_name: spec.node_name,
+            containers: spec.containers.into_iter().filter_map(gpus_only).collect(),
+            init_containers: (!init.is_empty()).then_some(init),
+            ..PodSpec::default()
+        });
+    }
+    p.status = p.status.take().map(|s| PodStatus {
+        phase: s.phase,
+        ..PodStatus::default()
+    });
+}
+
 fn strip_guard<K: Resource>(o: &mut DeserializeGuard<K>) {
     if let Ok(k) = o.0.as_mut() {
         k.meta_mut().managed_fields = None;
@@ -162,7 +233,7 @@ impl Caches {
                 Api::all(client.clone()),
                 all(),
                 c.clone(),
-                strip_meta,
+                strip_pod,
                 &mut t,
             ),
             namespaces: spawn_reflector(
@@ -335,6 +406,10 @@ impl Inputs {
         n
     }
 }
+
+#[cfg(test)]
+#[path = "caches_strip_tests.rs"]
+mod strip_tests;
 
 #[cfg(test)]
 mod tests {

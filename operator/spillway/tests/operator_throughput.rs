@@ -13,6 +13,10 @@ use spillway_api::{ComputePool, GpuJob, GpuQueue};
 use spillway_tests::cluster::TestCluster;
 use spillway_tests::kubelet::{FakeKubelet, FakeNode};
 
+/// The operator's memory among 50,000 pods that are not Spillway's (`scripts/bench-pods.sh`).
+#[path = "operator_throughput/foreign_pods.rs"]
+mod foreign_pods;
+
 const JOBS: usize = 1000;
 const NODES: usize = 125;
 
