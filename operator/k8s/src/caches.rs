@@ -172,6 +172,33 @@ fn strip_guard<K: Resource>(o: &mut DeserializeGuard<K>) {
     }
 }
 
+/// A watch on the one object `namespace/name` (RBAC may grant it by name: the list and watch
+/// select it with `metadata.name`).
+fn one_named<K>(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    changed: &Arc<Notify>,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Store<K>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    spawn_reflector(
+        Api::namespaced(client.clone(), namespace),
+        watcher::Config::default().fields(&format!("metadata.name={name}")),
+        changed.clone(),
+        strip_meta,
+        tasks,
+    )
+}
+
 impl Caches {
     /// Starts one watch per kind; `changed` is notified on every change. The watch tasks are
     /// returned for the caller to stop.
@@ -243,24 +270,8 @@ impl Caches {
                 strip_meta,
                 &mut t,
             ),
-            keys: keys.map(|(ns, name)| {
-                spawn_reflector(
-                    Api::namespaced(client.clone(), ns),
-                    watcher::Config::default().fields(&format!("metadata.name={name}")),
-                    c.clone(),
-                    strip_meta,
-                    &mut t,
-                )
-            }),
-            spend: spend.map(|(ns, name)| {
-                spawn_reflector(
-                    Api::namespaced(client.clone(), ns),
-                    watcher::Config::default().fields(&format!("metadata.name={name}")),
-                    c.clone(),
-                    strip_meta,
-                    &mut t,
-                )
-            }),
+            keys: keys.map(|(ns, name)| one_named(client, ns, name, c, &mut t)),
+            spend: spend.map(|(ns, name)| one_named(client, ns, name, c, &mut t)),
         };
         (caches, t)
     }

@@ -165,12 +165,7 @@ async fn place_1000_jobs() {
 }
 
 async fn get_metrics(port: u16) -> std::io::Result<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .await?;
-    let mut out = String::new();
-    stream.read_to_string(&mut out).await?;
-    Ok(out)
+    foreign_pods::get(port, "/metrics")
+        .await
+        .map(|(_, body)| body)
 }

@@ -158,7 +158,7 @@ async fn operator_memory_with_50000_foreign_pods() {
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut ready_at = None;
     while Instant::now() < deadline && ready_at.is_none() {
-        if let Ok((200, _, _)) = get(port, "/readyz").await {
+        if let Ok((200, _)) = get(port, "/readyz").await {
             ready_at = Some(started.elapsed());
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -169,7 +169,7 @@ async fn operator_memory_with_50000_foreign_pods() {
         rss_kib(operator.id(), "VmHWM:"),
         rss_kib(operator.id(), "VmRSS:"),
     );
-    let metrics = get(port, "/metrics").await.map(|m| m.2).unwrap_or_default();
+    let metrics = get(port, "/metrics").await.map(|m| m.1).unwrap_or_default();
     let cycles = metrics
         .lines()
         .find(|l| l.starts_with("spillway_reconcile_duration_seconds_count"))
@@ -190,7 +190,8 @@ async fn operator_memory_with_50000_foreign_pods() {
     );
 }
 
-async fn get(port: u16, path: &str) -> std::io::Result<(u16, String, String)> {
+/// `GET path` on the operator's metrics port: (status code, body).
+pub async fn get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
     stream
@@ -207,5 +208,5 @@ async fn get(port: u16, path: &str) -> std::io::Result<(u16, String, String)> {
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     let body = out.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
-    Ok((code, String::new(), body))
+    Ok((code, body))
 }
