@@ -178,6 +178,24 @@ async fn schema_validation_rejects_bad_objects() {
         ("where", json!({"placement": "Anywhere"}), "spec.placement"),
         ("dur", json!({"maxRuntime": "4 hours"}), "spec.maxRuntime"),
         ("gang", json!({"replicas": 0}), "spec.replicas"),
+        // A set: the server refuses the second copy.
+        (
+            "twice",
+            json!({"gpuModels": ["A100", "A100"]}),
+            "spec.gpuModels[1]",
+        ),
+        ("caps", json!({"queue": "Research"}), "spec.queue"),
+        ("ds", json!({"datasets": ["Patients"]}), "spec.datasets"),
+        (
+            "empty",
+            json!({"template": {"spec": {"containers": []}}}),
+            "spec.template.spec.containers",
+        ),
+        (
+            "nospec",
+            json!({"template": {"metadata": {"labels": {"a": "b"}}}}),
+            "spec.template.spec",
+        ),
     ];
     for (name, overrides, field) in bad_jobs {
         let err = try_create(
@@ -241,6 +259,51 @@ async fn schema_validation_rejects_bad_objects() {
         .await
         .expect_err("an aws pool with neither amiId nor launchTemplate must be rejected");
     assert!(err.contains("spec.aws"), "{err}");
+
+    // Formats and sets the schema states (checked by every supported version).
+    for (name, aws, field) in [
+        (
+            "type",
+            json!({"instanceTypes": ["g5"]}),
+            "spec.aws.instanceTypes",
+        ),
+        (
+            "types",
+            json!({"instanceTypes": ["g5.xlarge", "g5.xlarge"]}),
+            "spec.aws.instanceTypes[1]",
+        ),
+        ("img", json!({"amiId": "img-1"}), "spec.aws.amiId"),
+    ] {
+        let mut spec =
+            json!({"region": "us-east-1", "amiId": "ami-1", "instanceTypes": ["g5.xlarge"]});
+        for (k, v) in aws.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        let err = try_create(
+            &client,
+            "ComputePool",
+            "computepools",
+            None,
+            pool(name, json!({"aws": spec})),
+        )
+        .await
+        .expect_err(&format!("{aws} must be rejected"));
+        assert!(err.contains(field), "{aws}: {err}");
+    }
+    let twice = json!({"apiVersion": "spillway.io/v1alpha1", "kind": "BurstPolicy",
+        "metadata": {"name": spillway_tests::unique_name("twice")},
+        "spec": {"rules": [{"name": "r", "forbid": "cloud"}, {"name": "r", "maxWait": "1m"}]}});
+    let err = try_create(&client, "BurstPolicy", "burstpolicies", None, twice)
+        .await
+        .expect_err("two rules of one name must be rejected");
+    assert!(err.contains("spec.rules[1]"), "{err}");
+    let endpoint = json!({"apiVersion": "spillway.io/v1alpha1", "kind": "GpuQueue",
+        "metadata": {"name": spillway_tests::unique_name("otlp")},
+        "spec": {"telemetry": {"otlpEndpoint": "collector:4317"}}});
+    let err = try_create(&client, "GpuQueue", "gpuqueues", None, endpoint)
+        .await
+        .expect_err("an endpoint that is not a URL must be rejected");
+    assert!(err.contains("spec.telemetry.otlpEndpoint"), "{err}");
 
     let bad_class = json!({"apiVersion": "spillway.io/v1alpha1", "kind": "Dataset",
         "metadata": {"name": spillway_tests::unique_name("ds")},

@@ -35,8 +35,17 @@ pub(crate) fn preserve_unknown_object(
     })
 }
 
+/// The name of a Kubernetes object: lower-case letters, digits, `-` and `.`, starting and
+/// ending with a letter or digit (with a length of at most 253, checked apart). The same rule
+/// as [`crate::validate::check_dns_subdomain`].
+pub const DNS_SUBDOMAIN_PATTERN: &str = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$";
+
 /// Dollar budgets. Either limit may be left out.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "!has(self.monthlyUSD) || !has(self.hourlyUSD) || self.hourlyUSD <= self.monthlyUSD",
+     "message": "hourlyUSD exceeds monthlyUSD: the month's budget would be spent within the hour"},
+]))]
 pub struct Budget {
     /// Maximum cloud spend per calendar month (UTC), in USD.
     #[serde(

@@ -57,6 +57,10 @@ pub enum LocationEnvironment {
 /// One copy of a dataset.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "self.environment != 'aws' || (has(self.region) && size(self.region) > 0)",
+     "message": "an aws location needs a region"},
+]))]
 pub struct DatasetLocation {
     /// `private` (the organisation's storage) or `aws`.
     pub environment: LocationEnvironment,

@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use spillway_core::{CapacityType, Environment, Placement};
 
-use crate::common::{optional_duration_schema, preserve_unknown_object};
+use crate::common::optional_duration_schema;
 
 /// A GPU workload: `replicas` pods of `gpusPerReplica` GPUs each, started together or not at
 /// all, on private GPU nodes first and on cloud instances when its queue and the burst policies
@@ -36,7 +36,7 @@ use crate::common::{optional_duration_schema, preserve_unknown_object};
 #[serde(rename_all = "camelCase")]
 pub struct GpuJobSpec {
     /// Name of the GpuQueue this job is submitted to. The queue must admit the job's namespace.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 253), regex(pattern = crate::common::DNS_SUBDOMAIN_PATTERN))]
     pub queue: String,
 
     /// Higher runs first within a queue. Jobs of equal priority run in arrival order.
@@ -55,11 +55,14 @@ pub struct GpuJobSpec {
     /// Acceptable GPU models, for example `H100`, `A100-80GB`, `L40S`, `A10G`, `V100`. Empty
     /// means any model.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(length(min = 1)), extend("x-kubernetes-list-type" = "set"))]
     pub gpu_models: Vec<String>,
 
     /// Names of the Datasets the job reads. Their classification decides where it may run, and
     /// their locations whether a cloud placement pays data egress.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(length(max = 253), regex(pattern = crate::common::DNS_SUBDOMAIN_PATTERN)))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub datasets: Vec<String>,
 
     /// The job checkpoints and may be stopped and resumed. Allows spot capacity, preemption when
@@ -108,8 +111,37 @@ pub struct GpuJobSpec {
     /// `OTEL_SERVICE_NAME`, `OTEL_EXPORTER_OTLP_ENDPOINT` of its pool or queue, and the job's
     /// `TRACEPARENT`); variables and volumes of its own win. The API server checks it fully
     /// when the pods are created.
-    #[schemars(schema_with = "preserve_unknown_object")]
+    #[schemars(schema_with = "pod_template_schema")]
     pub template: PodTemplateSpec,
+}
+
+/// The pod template's schema: the API server keeps every field (so that the admission webhook
+/// can name a misspelt one instead of the server dropping it unseen) and requires a pod spec
+/// with at least one container. The whole template is checked by the API server against the
+/// Pod schema when Spillway creates the pods.
+fn pod_template_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let _ = generator;
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+        "required": ["spec"],
+        "properties": {
+            "spec": {
+                "description": "The pods' spec, a Kubernetes PodSpec.",
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": true,
+                "required": ["containers"],
+                "properties": {
+                    "containers": {
+                        "description": "The pods' containers, at least one.",
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    },
+                },
+            },
+        },
+    })
 }
 
 /// The annotation a restartable job's pods (or a sidecar) set on their GpuJob, an RFC 3339

@@ -46,7 +46,39 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     ]
     .into_iter()
     .map(without_null_enum_values)
+    .map(with_object_rules)
     .collect()
+}
+
+/// Rules about a whole object, which see its status beside its spec: a GpuJob's queue and
+/// gang shape are fixed once it has left the `Queued` phase (it has been admitted and placed).
+///
+/// They are CEL transition rules (`oldSelf`), checked by API servers that evaluate
+/// `x-kubernetes-validations` (1.25 and later); the admission webhook refuses the same changes
+/// on every version.
+fn with_object_rules(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    const ADMITTED: &str =
+        "has(oldSelf.status) && has(oldSelf.status.phase) && oldSelf.status.phase != 'Queued'";
+    if crd.spec.names.kind != "GpuJob" {
+        return crd;
+    }
+    let rules = serde_json::json!([
+        {"rule": format!("!({ADMITTED}) || self.spec.queue == oldSelf.spec.queue"),
+         "message": "spec.queue cannot change once the job has been admitted: delete the job and submit it to the other queue"},
+        {"rule": format!("!({ADMITTED}) || (self.spec.replicas == oldSelf.spec.replicas && self.spec.gpusPerReplica == oldSelf.spec.gpusPerReplica)"),
+         "message": "spec.replicas and spec.gpusPerReplica cannot change once the job has been admitted: delete the job and submit it again"},
+    ]);
+    for version in &mut crd.spec.versions {
+        if let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+            && let Ok(rules) = serde_json::from_value(rules.clone())
+        {
+            schema.x_kubernetes_validations = Some(rules);
+        }
+    }
+    crd
 }
 
 /// Drops `null` from `enum` lists (an optional enum is already `nullable: true`).

@@ -37,16 +37,24 @@ pub struct BurstPolicySpec {
     pub order: i32,
     /// The rules, evaluated top to bottom.
     #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub rules: Vec<PolicyRule>,
     /// Examples that `spillway policy test` checks: a job, a situation and the expected
     /// decision.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub tests: Vec<PolicyTest>,
 }
 
 /// One rule: a condition and what it does when the condition holds.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "!has(self.forbid) || !has(self.require) || self.forbid != self.require",
+     "message": "a rule cannot forbid and require the same environment"},
+    {"rule": "!has(self.allowClassifications) || !self.allowClassifications.exists(c, c == 'Restricted')",
+     "message": "Restricted data never leaves private nodes and cannot be allowed in the cloud"},
+]))]
 pub struct PolicyRule {
     /// A name unique within the policy; decisions cite it as `policy/rule`.
     #[schemars(length(min = 1))]
@@ -82,6 +90,7 @@ pub struct PolicyRule {
     /// Allowed capacity types (`spot`, `on-demand`). Listing `spot` here also allows spot for
     /// jobs that are not restartable.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub capacity_types: Vec<CapacityType>,
     /// Allowed instance types; `*` matches any run of characters, as in `p4d.*`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -92,6 +101,7 @@ pub struct PolicyRule {
     /// Dataset classifications allowed in the cloud by this rule (only `Confidential` can be
     /// allowed; `Restricted` data never leaves private nodes).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 4), extend("x-kubernetes-list-type" = "set"))]
     pub allow_classifications: Vec<Classification>,
     /// A CEL expression over `offering` (and `job`, `queue`): offerings for which it is false
     /// are not used.

@@ -34,7 +34,15 @@ use crate::common::duration_schema;
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("oneOf" = [{"required": ["private"]}, {"required": ["aws"]}]))]
+#[schemars(extend(
+    "oneOf" = [{"required": ["private"]}, {"required": ["aws"]}],
+    "x-kubernetes-validations" = [
+        {"rule": "has(self.private) != has(self.aws)",
+         "message": "set exactly one of private and aws"},
+        {"rule": "has(self.aws) == has(oldSelf.aws)",
+         "message": "a pool cannot change between private and aws: create another pool and delete this one"},
+    ],
+))]
 pub struct ComputePoolSpec {
     /// Existing private GPU nodes. Exactly one of `private` and `aws` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -60,6 +68,15 @@ pub struct ComputePoolSpec {
 
     /// Taints of the pool's nodes; Spillway gives the job's pods matching tolerations.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    #[schemars(extend(
+        "x-kubernetes-list-type" = "map",
+        "x-kubernetes-list-map-keys" = ["key", "effect"],
+        "x-kubernetes-validations" = [
+            {"rule": "self.all(t, t.effect in ['NoSchedule', 'PreferNoSchedule', 'NoExecute'])",
+             "message": "a taint's effect is NoSchedule, PreferNoSchedule or NoExecute"},
+        ],
+    ))]
     pub node_taints: Vec<Taint>,
 
     /// Telemetry of the pods that run in this pool.
@@ -74,6 +91,10 @@ fn default_idle_timeout() -> String {
 /// A pool of existing private GPU nodes.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "has(self.nodeSelector) && size(self.nodeSelector) > 0",
+     "message": "nodeSelector must name at least one label, or the pool would claim every node of the cluster"},
+]))]
 pub struct PrivatePool {
     /// Labels that select the pool's nodes. A node's GPUs are its allocatable
     /// `nvidia.com/gpu`; its model is the label `spillway.io/gpu-model`, else
@@ -96,6 +117,7 @@ pub struct AwsPool {
     pub region: String,
     /// Zones to launch in. Empty means every zone of the subnets.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub availability_zones: Vec<String>,
     /// Subnets to launch into; instances spread over their zones.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -103,8 +125,9 @@ pub struct AwsPool {
     /// Security groups of the instances.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub security_group_ids: Vec<String>,
-    /// The AMI to boot. Set this or `launchTemplate`.
+    /// The AMI to boot (`ami-...`). Set this or `launchTemplate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^ami-\S+$"))]
     pub ami_id: Option<String>,
     /// A launch template to start from. Set this or `amiId`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -113,10 +136,12 @@ pub struct AwsPool {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iam_instance_profile: Option<String>,
     /// Instance types Spillway may launch, for example `p4d.24xlarge`, `g5.12xlarge`.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1), inner(regex(pattern = r"^[^.\s]+\.\S+$")))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub instance_types: Vec<String>,
     /// Allowed capacity types, a subset of `on-demand` and `spot`. Empty means both.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub capacity_types: Vec<CapacityType>,
     /// Extra tags on every instance (Spillway adds its own `spillway.io/*` tags).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -133,6 +158,9 @@ pub struct AwsPool {
 /// A reference to an EC2 launch template, by id or by name.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "has(self.id) != has(self.name)", "message": "set exactly one of id and name"},
+]))]
 pub struct LaunchTemplateRef {
     /// Launch template id (`lt-...`). Set this or `name`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -175,6 +203,7 @@ pub struct PoolTelemetry {
     /// example `http://otel-collector:4317`: the collector this pool's nodes can reach. It wins
     /// over the queue's; the pod template's own value wins over both.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^https?://\S+$"))]
     pub otlp_endpoint: Option<String>,
 }
 

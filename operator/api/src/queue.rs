@@ -30,10 +30,16 @@ use crate::common::{Budget, duration_schema, optional_duration_schema};
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "!has(self.namespaces) || size(self.namespaces) == 0 || !has(self.namespaceSelector)",
+     "message": "set either namespaces or namespaceSelector, not both"},
+]))]
 pub struct GpuQueueSpec {
     /// Namespaces whose GpuJobs may use this queue. Leave empty and set `namespaceSelector`
     /// to select namespaces by label; leave both empty to admit every namespace.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(length(max = 253), regex(pattern = crate::common::DNS_SUBDOMAIN_PATTERN)))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub namespaces: Vec<String>,
 
     /// Selects the namespaces whose GpuJobs may use this queue, by label. Mutually exclusive
@@ -112,6 +118,7 @@ pub struct QueueTelemetry {
     /// OTLP endpoint of this queue's pods (`OTEL_EXPORTER_OTLP_ENDPOINT`) when their pool sets
     /// none, for example `http://otel-collector.research:4317`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^https?://\S+$"))]
     pub otlp_endpoint: Option<String>,
 }
 
@@ -122,11 +129,13 @@ pub struct QueueIdentity {
     /// The audiences of this queue's tokens: a subset of the operator's `--identity-audience`
     /// values. Empty means all of them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(length(min = 1)), extend("x-kubernetes-list-type" = "set"))]
     pub audiences: Vec<String>,
     /// An IAM role the pods assume through STS with their token, on private and cloud nodes
     /// alike: they get `AWS_ROLE_ARN` and `AWS_WEB_IDENTITY_TOKEN_FILE`, which every AWS SDK
     /// reads. Its trust policy must trust Spillway's issuer (see docs/identity.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^arn:aws[^:]*:iam:[^:]*:[^:]*:role/.+$"))]
     pub aws_role_arn: Option<String>,
 }
 
@@ -185,10 +194,13 @@ pub struct QueueBurst {
     pub compute_wait_factor: Option<f64>,
     /// The cloud ComputePools this queue may burst to. Empty means every cloud pool.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(length(max = 253), regex(pattern = crate::common::DNS_SUBDOMAIN_PATTERN)))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub pools: Vec<String>,
     /// Allowed capacity types, a subset of `spot` and `on-demand`. Empty means both, with
     /// spot only for restartable jobs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub capacity_types: Vec<CapacityType>,
 }
 

@@ -71,8 +71,37 @@ fn constraints(schema: &Value) -> Vec<String> {
     if let Some(p) = schema["pattern"].as_str() {
         out.push(format!("pattern `{}`", p.replace('|', "\\|")));
     }
+    if let Some(p) = schema["items"]["pattern"].as_str() {
+        out.push(format!("each item matches `{}`", p.replace('|', "\\|")));
+    }
+    match schema["x-kubernetes-list-type"].as_str() {
+        Some("set") => out.push("items unique".into()),
+        Some("map") => {
+            let keys: Vec<String> = schema["x-kubernetes-list-map-keys"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(|k| format!("`{k}`"))
+                .collect();
+            out.push(format!("unique by {}", keys.join(" and ")));
+        }
+        _ => {}
+    }
+    for rule in schema["x-kubernetes-validations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        if let Some(m) = rule["message"].as_str() {
+            out.push(format!("rule: {}", cell(m)));
+        }
+    }
     out
 }
+
+/// What the `rule:` constraints are, once per page.
+const RULES_NOTE: &str = "Constraints marked `rule:` are CEL validation rules (`x-kubernetes-validations`), which API servers check from Kubernetes 1.25 on; the others are checked by every supported version. On older servers the operator reports what a `rule:` refuses in a new object as its `Invalid` condition (see docs/operations.md, \"What is refused when\").\n\n";
 
 struct Row {
     path: String,
@@ -175,6 +204,19 @@ pub fn markdown(crd: &CustomResourceDefinition) -> String {
         );
         out.push_str(".\n\n");
     }
+    let object_rules: Vec<String> = schema["x-kubernetes-validations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["message"].as_str().map(cell))
+        .collect();
+    if !object_rules.is_empty() {
+        out.push_str(&format!(
+            "Rules on the whole object, checked on every update: {}.\n\n",
+            object_rules.join("; ")
+        ));
+    }
+    out.push_str(RULES_NOTE);
     for part in ["spec", "status"] {
         let Some(part_schema) = schema["properties"].get(part) else {
             continue;

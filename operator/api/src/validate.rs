@@ -89,6 +89,7 @@ impl FieldErrors {
     fn url(&mut self, path: &str, value: Option<&str>) {
         if let Some(v) = value
             && !(v.starts_with("http://") || v.starts_with("https://"))
+                | v.contains(char::is_whitespace)
         {
             self.push(path, format!("{v:?} must be an http:// or https:// URL"));
         }
@@ -243,6 +244,14 @@ pub fn gpu_queue(spec: &GpuQueueSpec) -> Result<(), FieldErrors> {
     if let Some(b) = &spec.budget {
         errs.non_negative("spec.budget.monthlyUSD", b.monthly_usd);
         errs.non_negative("spec.budget.hourlyUSD", b.hourly_usd);
+        if let (Some(month), Some(hour)) = (b.monthly_usd, b.hourly_usd)
+            && hour > month
+        {
+            errs.push(
+                "spec.budget.hourlyUSD",
+                format!("{hour} exceeds monthlyUSD {month}: the month's budget would be spent within the hour"),
+            );
+        }
     }
     errs.url(
         "spec.telemetry.otlpEndpoint",

@@ -212,6 +212,20 @@ fn queue_rules() {
         "spec.budget.monthlyUSD",
         ">= 0",
     );
+    assert_one(
+        validate::gpu_queue(&queue(
+            json!({"budget": {"monthlyUSD": 100, "hourlyUSD": 101}}),
+        )),
+        "spec.budget.hourlyUSD",
+        "within the hour",
+    );
+    assert_one(
+        validate::gpu_queue(&queue(
+            json!({"telemetry": {"otlpEndpoint": "http://collector :4317"}}),
+        )),
+        "spec.telemetry.otlpEndpoint",
+        "URL",
+    );
 }
 
 fn aws(overrides: Value) -> Value {
