@@ -35,6 +35,7 @@ pub mod operator;
 pub mod otlp;
 pub mod partition;
 mod process;
+pub use process::free_port;
 pub mod workload;
 
 /// A name unique within this test process, for namespaces, nodes and tags: `prefix-<pid>-<n>`.

@@ -61,11 +61,22 @@ impl RunningOperator {
         election: Option<Election>,
         settings: Settings,
     ) -> anyhow::Result<Self> {
+        Self::start_full(client, election, settings, None).await
+    }
+
+    /// Starts an operator that also serves the admission webhook.
+    pub async fn start_full(
+        client: Client,
+        election: Option<Election>,
+        settings: Settings,
+        webhook: Option<spillway_k8s::webhook::WebhookConfig>,
+    ) -> anyhow::Result<Self> {
         let port = crate::process::free_port()?;
         let metrics_addr: SocketAddr = ([127, 0, 0, 1], port).into();
         let metrics = Arc::new(Metrics::default());
         let (shutdown, rx) = watch::channel(false);
         let config = OperatorConfig {
+            webhook,
             metrics_addr,
             election,
             controller: settings,

@@ -36,6 +36,7 @@ pub mod spend_record;
 pub mod status;
 pub mod telemetry;
 pub mod turn;
+pub mod webhook;
 pub mod world;
 
 use std::net::SocketAddr;
@@ -61,6 +62,8 @@ pub struct OperatorConfig {
     /// Leader election; `None` runs as the only replica.
     pub election: Option<Election>,
     pub controller: Settings,
+    /// The admission webhook every replica serves; `None` serves none.
+    pub webhook: Option<webhook::WebhookConfig>,
 }
 
 /// Aborts its tasks when dropped, so an operator stopped by any means leaves nothing running.
@@ -149,6 +152,32 @@ pub async fn run(
             id.issuer.clone(),
             keys.clone(),
             tls,
+        )));
+    }
+    // Every replica serves the admission webhook from its caches, leader or not.
+    if let Some(w) = &config.webhook {
+        let listener = TcpListener::bind(w.addr)
+            .await
+            .map_err(|source| Error::Listen {
+                addr: w.addr,
+                source,
+            })?;
+        let resolver = Arc::new(webhook::Resolver::default());
+        let world = webhook::CacheLookup {
+            queues: caches.queues.clone(),
+            namespaces: caches.namespaces.clone(),
+            jobs: caches.jobs.clone(),
+        };
+        tracing::info!(addr = %w.addr, secret = %format!("{}/{}", w.namespace, w.secret), self_signed = w.self_signed, "serving the admission webhook");
+        tasks.0.push(tokio::spawn(webhook::serve(
+            listener,
+            resolver.clone(),
+            world,
+        )));
+        tasks.0.push(tokio::spawn(webhook::keep(
+            client.clone(),
+            w.clone(),
+            resolver,
         )));
     }
     tokio::select! {

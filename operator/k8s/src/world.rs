@@ -320,7 +320,7 @@ pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, Stri
 /// A job's view is kept across turns while its queue and namespace read the same as far as
 /// this goes (`memo.rs`: `queue_alike`, `namespace_alike`): what it reads of them must stay in
 /// step with those.
-fn admission_problem(
+pub(crate) fn admission_problem(
     queue: &GpuQueue,
     namespace: &str,
     namespaces: &HashMap<&str, &Arc<Namespace>>,
@@ -354,7 +354,7 @@ fn admission_problem(
 /// Why `job` may not start in `queue`, if its `priority` is above the queue's `maxPriority`.
 /// A job already started keeps running with its priority capped at the ceiling (it neither
 /// ranks nor reclaims above it), so lowering a queue's ceiling never loses a running job.
-fn priority_problem(queue: &GpuQueue, job: &GpuJob) -> Option<String> {
+pub(crate) fn priority_problem(queue: &GpuQueue, job: &GpuJob) -> Option<String> {
     (job.spec.priority > queue.spec.max_priority).then(|| {
         format!(
             "spec.priority {} is above GpuQueue {:?}'s maxPriority {}: lower the job's priority, or ask the platform team to raise the queue's spec.maxPriority.",

@@ -127,6 +127,29 @@ pub struct OperatorArgs {
     /// it (docs/operations.md). Empty: status only.
     #[arg(long, value_name = "NAME", default_value = "spillway-spend")]
     pub spend_ledger: String,
+    /// Serve the validating admission webhook (every replica) on --webhook-addr.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub webhook: bool,
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:9443")]
+    pub webhook_addr: SocketAddr,
+    /// The Secret (in the operator's namespace) holding the webhook's certificate.
+    #[arg(long, value_name = "NAME", default_value = "spillway-webhook-tls")]
+    pub webhook_secret: String,
+    /// Make and renew the webhook's certificate (and its CA) and keep the caBundle of
+    /// --webhook-configuration current. False: another (cert-manager) writes both.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub webhook_self_signed: bool,
+    /// A host name (or IP address) the serving certificate is for, such as
+    /// `spillway-webhook.spillway-system.svc`; repeat for more.
+    #[arg(long = "webhook-host", value_name = "HOST")]
+    pub webhook_hosts: Vec<String>,
+    /// How long a self-made serving certificate is valid (renewed with a third left), such as
+    /// `90d`. Its CA lives ten times as long.
+    #[arg(long, value_name = "DURATION", default_value = "90d")]
+    pub webhook_cert_lifetime: String,
+    /// The ValidatingWebhookConfiguration whose caBundle a self-signing operator keeps current.
+    #[arg(long, value_name = "NAME", default_value = "spillway")]
+    pub webhook_configuration: String,
 }
 
 pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
@@ -209,7 +232,12 @@ pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
             .identity
             .then(|| identity_config(&args, &namespace))
             .transpose()?;
+        let webhook = args
+            .webhook
+            .then(|| webhook_config(&args, &namespace))
+            .transpose()?;
         let config = OperatorConfig {
+            webhook,
             metrics_addr: args.metrics_addr,
             election,
             controller: Settings {
@@ -283,6 +311,38 @@ fn identity_config(
             }),
             _ => None,
         },
+    })
+}
+
+/// The admission webhook's settings from the flags.
+fn webhook_config(
+    args: &OperatorArgs,
+    namespace: &str,
+) -> anyhow::Result<spillway_k8s::webhook::WebhookConfig> {
+    let lifetime = spillway_core::Duration::parse(&args.webhook_cert_lifetime).map_err(|e| {
+        anyhow::anyhow!(
+            "--webhook-cert-lifetime {:?}: {e}",
+            args.webhook_cert_lifetime
+        )
+    })?;
+    let lifetime = std::time::Duration::from_millis(lifetime.as_millis());
+    if args.webhook_self_signed && lifetime < Duration::from_secs(60) {
+        anyhow::bail!("--webhook-cert-lifetime must be at least 1m");
+    }
+    if args.webhook_self_signed && args.webhook_hosts.is_empty() {
+        anyhow::bail!(
+            "--webhook-host is needed with --webhook-self-signed: the name the API server calls the webhook by, such as spillway-webhook.{namespace}.svc"
+        );
+    }
+    Ok(spillway_k8s::webhook::WebhookConfig {
+        addr: args.webhook_addr,
+        namespace: namespace.to_string(),
+        secret: args.webhook_secret.clone(),
+        hosts: args.webhook_hosts.clone(),
+        self_signed: args.webhook_self_signed,
+        lifetime,
+        configuration: (args.webhook_self_signed && !args.webhook_configuration.is_empty())
+            .then(|| args.webhook_configuration.clone()),
     })
 }
 

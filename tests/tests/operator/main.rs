@@ -1,5 +1,6 @@
 //! The operator end to end: the real API server and scheduler, the fake kubelet for GPU nodes.
 
+mod admission;
 mod identity;
 mod leadership;
 mod lifecycle;

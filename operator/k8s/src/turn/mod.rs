@@ -26,7 +26,7 @@ mod cloud;
 mod identity;
 mod jobs;
 mod objects;
-mod policies;
+pub(crate) mod policies;
 mod reclaim;
 mod repatriate;
 mod spans;

@@ -77,7 +77,7 @@ impl Compiled {
 }
 
 /// Whether a policy can be used: its fields, then each rule's expressions.
-fn verdict(p: &BurstPolicy) -> Verdict {
+pub(crate) fn verdict(p: &BurstPolicy) -> Verdict {
     if let Err(errors) = validate::burst_policy(&p.spec) {
         return Verdict::Invalid(errors.to_string());
     }

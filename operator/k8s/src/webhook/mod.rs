@@ -1,0 +1,373 @@
+//! The validating admission webhook every replica serves (`--webhook-addr`, path `/validate`):
+//! Spillway's five kinds are checked at `kubectl apply` by the operator's own rules
+//! ([`review`]), with the reason, instead of being reported after the fact.
+//!
+//! TLS: the certificate comes from one Secret of the operator's namespace, which the replicas
+//! read every minute and serve from as soon as it changes. With `self_signed` the operator
+//! makes and renews that Secret itself ([`certs`]) and keeps the webhook configuration's
+//! `caBundle` current (trusting a new CA before serving from it); otherwise something else
+//! (cert-manager) writes the Secret and the `caBundle`, and the operator only reads it.
+
+pub mod certs;
+pub mod review;
+#[cfg(test)]
+mod tests;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use kube::core::DeserializeGuard;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::runtime::reflector::{ObjectRef, Store};
+use spillway_api::{Environment, GpuJob, GpuQueue, job::JobPhase};
+use tokio::net::TcpListener;
+use tokio_rustls::rustls;
+
+use crate::labels;
+
+/// The webhook's settings.
+#[derive(Clone, Debug)]
+pub struct WebhookConfig {
+    pub addr: SocketAddr,
+    /// The operator's namespace, where the certificate's Secret is.
+    pub namespace: String,
+    /// The certificate's Secret.
+    pub secret: String,
+    /// The serving certificate's host names (DNS names or IP addresses) when self-signed.
+    pub hosts: Vec<String>,
+    /// The operator makes and renews the certificate and keeps the `caBundle` current.
+    pub self_signed: bool,
+    /// The serving certificate's lifetime when self-signed.
+    pub lifetime: Duration,
+    /// The ValidatingWebhookConfiguration whose `caBundle` is kept current (self-signed only).
+    pub configuration: Option<String>,
+}
+
+/// The largest AdmissionReview read (the API server's own request limit is 3 MiB).
+const MAX_BODY: usize = 6 * 1024 * 1024;
+
+/// The serving certificate, swapped in place when the Secret changes.
+#[derive(Debug, Default)]
+pub struct Resolver {
+    current: RwLock<Option<(Vec<u8>, Arc<rustls::sign::CertifiedKey>)>>,
+}
+
+impl Resolver {
+    /// Serves `cert` (PEM chain) and `key` (PEM) from now on; a no-op when they are the ones
+    /// served already.
+    pub fn load(&self, cert: &[u8], key: &[u8]) -> Result<bool, String> {
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        let mut fingerprint = cert.to_vec();
+        fingerprint.extend_from_slice(key);
+        if let Ok(g) = self.current.read()
+            && g.as_ref().is_some_and(|(f, _)| *f == fingerprint)
+        {
+            return Ok(false);
+        }
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert)
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("tls.crt: {e}"))?;
+        if chain.is_empty() {
+            return Err("tls.crt holds no certificate".into());
+        }
+        let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| format!("tls.key: {e}"))?;
+        let provider = rustls::crypto::aws_lc_rs::default_provider();
+        let signing = provider
+            .key_provider
+            .load_private_key(key)
+            .map_err(|e| format!("tls.key: {e}"))?;
+        let certified = Arc::new(rustls::sign::CertifiedKey::new(chain, signing));
+        if let Ok(mut g) = self.current.write() {
+            *g = Some((fingerprint, certified));
+        }
+        Ok(true)
+    }
+
+    fn served(&self) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        self.current
+            .read()
+            .ok()
+            .and_then(|g| g.as_ref().map(|(_, k)| k.clone()))
+    }
+}
+
+impl rustls::server::ResolvesServerCert for Resolver {
+    fn resolve(
+        &self,
+        _hello: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        self.served()
+    }
+}
+
+/// What the webhook reads of the cluster: the watch caches every replica keeps.
+#[derive(Clone)]
+pub struct CacheLookup {
+    pub queues: Store<DeserializeGuard<GpuQueue>>,
+    pub namespaces: Store<Namespace>,
+    pub jobs: Store<DeserializeGuard<GpuJob>>,
+}
+
+impl review::Lookup for CacheLookup {
+    fn queue(&self, name: &str) -> Option<Arc<GpuQueue>> {
+        let q = self.queues.get(&ObjectRef::new(name))?;
+        q.0.as_ref().ok().map(|q| Arc::new(q.clone()))
+    }
+
+    fn namespace(&self, name: &str) -> Option<Arc<Namespace>> {
+        self.namespaces.get(&ObjectRef::new(name))
+    }
+
+    fn cloud_readers(&self, dataset: &str) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .jobs
+            .state()
+            .iter()
+            .filter_map(|g| g.0.as_ref().ok())
+            .filter(|j| j.spec.datasets.iter().any(|d| d == dataset))
+            .filter(|j| {
+                j.status.as_ref().is_some_and(|s| {
+                    s.environment == Some(Environment::Cloud)
+                        && matches!(s.phase, Some(JobPhase::Provisioning | JobPhase::Running))
+                })
+            })
+            .map(|j| {
+                format!(
+                    "{}/{}",
+                    j.metadata.namespace.as_deref().unwrap_or_default(),
+                    j.metadata.name.as_deref().unwrap_or_default()
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    }
+}
+
+/// The answer to one AdmissionReview (a body the API server sent).
+pub fn answer(body: &[u8], world: &dyn review::Lookup) -> Result<Vec<u8>, String> {
+    let review: AdmissionReview<DynamicObject> =
+        serde_json::from_slice(body).map_err(|e| format!("not an AdmissionReview: {e}"))?;
+    let request: AdmissionRequest<DynamicObject> = review
+        .try_into()
+        .map_err(|e| format!("an AdmissionReview without a request: {e}"))?;
+    let mut response = AdmissionResponse::from(&request);
+    if matches!(request.operation, Operation::Create | Operation::Update)
+        && request.kind.group == spillway_api::GROUP
+        && let Some(object) = &request.object
+    {
+        let to_json = |o: &DynamicObject| serde_json::to_value(o).unwrap_or_default();
+        let old = request.old_object.as_ref().map(to_json);
+        let verdict = review::review(&request.kind.kind, &to_json(object), old.as_ref(), world);
+        if !verdict.refusals.is_empty() {
+            tracing::info!(kind = %request.kind.kind, name = %request.name, namespace = ?request.namespace, reason = %verdict.message(), "admission refused");
+            response = response.deny(verdict.message());
+        }
+        if !verdict.warnings.is_empty() {
+            response.warnings = Some(verdict.warnings);
+        }
+    }
+    serde_json::to_vec(&response.into_review()).map_err(|e| e.to_string())
+}
+
+fn respond(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+async fn handle(req: Request<Incoming>, world: CacheLookup) -> Response<Full<Bytes>> {
+    if req.method() != Method::POST || req.uri().path() != "/validate" {
+        return respond(
+            StatusCode::NOT_FOUND,
+            br#"{"error":"POST /validate"}"#.to_vec(),
+        );
+    }
+    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return respond(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(r#"{{"error":"{e}"}}"#).into_bytes(),
+            );
+        }
+    };
+    match answer(&body, &world) {
+        Ok(out) => respond(StatusCode::OK, out),
+        Err(e) => respond(
+            StatusCode::BAD_REQUEST,
+            serde_json::json!({"error": e}).to_string().into_bytes(),
+        ),
+    }
+}
+
+/// Serves the webhook over TLS until the task is dropped. Connections wait for a certificate
+/// (the handshake fails, so the API server applies the configuration's `failurePolicy`) until
+/// the keeper has loaded one.
+pub async fn serve(listener: TcpListener, resolver: Arc<Resolver>, world: CacheLookup) {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = match rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+    {
+        Ok(b) => b.with_no_client_auth().with_cert_resolver(resolver),
+        Err(e) => {
+            tracing::error!(error = %e, "webhook: TLS cannot be set up; not serving");
+            return;
+        }
+    };
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    // The connections end with this task: a stopped operator answers no more reviews on the
+    // API server's kept-alive connections.
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        while connections.try_join_next().is_some() {}
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "webhook: accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let (acceptor, world) = (acceptor.clone(), world.clone());
+        connections.spawn(async move {
+            let stream = match acceptor.accept(stream).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::debug!(error = %e, "webhook: TLS handshake failed");
+                    return;
+                }
+            };
+            let service = service_fn(move |req| {
+                let world = world.clone();
+                async move { Ok::<_, Infallible>(handle(req, world).await) }
+            });
+            if let Err(e) = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await
+            {
+                tracing::debug!(error = %e, "webhook: connection ended with an error");
+            }
+        });
+    }
+}
+
+/// Keeps the certificate: every minute (or a tenth of its lifetime), reads the Secret, renews
+/// it when self-signed and due, keeps the `caBundle` current and serves what the Secret holds.
+pub async fn keep(client: Client, config: WebhookConfig, resolver: Arc<Resolver>) {
+    let period = Duration::from_secs(60)
+        .min(config.lifetime / 10)
+        .max(Duration::from_secs(1));
+    loop {
+        let wait = match pass(&client, &config, &resolver).await {
+            Ok(()) => period,
+            Err(e) => {
+                tracing::warn!(error = %e, secret = %format!("{}/{}", config.namespace, config.secret), "webhook certificate not kept this time");
+                period.min(Duration::from_secs(10))
+            }
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
+
+async fn pass(client: &Client, config: &WebhookConfig, resolver: &Resolver) -> Result<(), String> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &config.namespace);
+    let mut secret = secrets
+        .get_opt(&config.secret)
+        .await
+        .map_err(|e| e.to_string())?;
+    if config.self_signed {
+        let now = crate::clock::now().as_millis() / 1000;
+        let held = secret.as_ref().and_then(certs::Material::from_secret);
+        let lifetime = config.lifetime.as_secs() as i64;
+        if let Some(new) = certs::renewed(held.as_ref(), &config.hosts, lifetime, now)
+            .map_err(|e| e.to_string())?
+        {
+            // Trust the new CA before any replica serves a certificate it signed.
+            if let Some(name) = &config.configuration {
+                set_ca_bundle(client, name, &new.bundle()).await?;
+            }
+            let object = new.to_secret(&config.namespace, &config.secret);
+            secrets
+                .patch(
+                    &config.secret,
+                    &PatchParams::apply(labels::FIELD_MANAGER).force(),
+                    &Patch::Apply(&object),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            tracing::info!(secret = %config.secret, not_after = new.not_after, ca_rotated = held.as_ref().is_none_or(|h| h.ca_pem != new.ca_pem), "webhook certificate made");
+            // Another replica may have written at the same moment: serve what was stored.
+            secret = secrets
+                .get_opt(&config.secret)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        if let (Some(name), Some(m)) = (
+            &config.configuration,
+            secret.as_ref().and_then(certs::Material::from_secret),
+        ) {
+            set_ca_bundle(client, name, &m.bundle()).await?;
+        }
+    }
+    match secret.as_ref().and_then(certs::serving_pair) {
+        Some((cert, key)) => {
+            if resolver.load(&cert, &key)? {
+                tracing::info!(secret = %config.secret, "webhook serving certificate loaded");
+            }
+            Ok(())
+        }
+        None => Err(format!(
+            "Secret {}/{} holds no tls.crt and tls.key yet",
+            config.namespace, config.secret
+        )),
+    }
+}
+
+/// Sets every webhook's `caBundle` of the configuration `name` to `bundle` (PEM), when it is
+/// not that already. A configuration that does not exist (yet) is left to be made.
+async fn set_ca_bundle(client: &Client, name: &str, bundle: &str) -> Result<(), String> {
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let Some(mut current) = api.get_opt(name).await.map_err(|e| e.to_string())? else {
+        tracing::warn!(configuration = %name, "ValidatingWebhookConfiguration not found; its caBundle is set once it exists");
+        return Ok(());
+    };
+    let want = k8s_openapi::ByteString(bundle.as_bytes().to_vec());
+    let mut hooks = current.webhooks.take().unwrap_or_default();
+    if hooks
+        .iter()
+        .all(|h| h.client_config.ca_bundle.as_ref() == Some(&want))
+    {
+        return Ok(());
+    }
+    for h in &mut hooks {
+        h.client_config.ca_bundle = Some(want.clone());
+    }
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": current.metadata.resource_version},
+        "webhooks": hooks,
+    });
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::info!(configuration = %name, "webhook caBundle updated");
+    Ok(())
+}
