@@ -51,6 +51,18 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if not (lt (int $le.retryPeriod) (int $le.renewDeadline)) -}}
 {{- fail "leaderElection.retryPeriod must be shorter than leaderElection.renewDeadline" -}}
 {{- end -}}
+{{- $ports := dict (toString .Values.metrics.port) "metrics.port" -}}
+{{- if .Values.identity.enabled -}}
+{{- if hasKey $ports (toString .Values.identity.port) -}}
+{{- fail (printf "identity.port %v is also %s: give each its own port" .Values.identity.port (get $ports (toString .Values.identity.port))) -}}
+{{- end -}}
+{{- $_ := set $ports (toString .Values.identity.port) "identity.port" -}}
+{{- end -}}
+{{- if .Values.webhook.enabled -}}
+{{- if hasKey $ports (toString .Values.webhook.port) -}}
+{{- fail (printf "webhook.port %v is also %s: give each its own port" .Values.webhook.port (get $ports (toString .Values.webhook.port))) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Non-empty when there are BurstPolicy files to mount (the policies/ directory or value). */}}

@@ -131,7 +131,6 @@ async fn bad_objects_are_refused_at_apply_and_an_outage_blocks_nothing() {
         .get("spillway-webhook-tls")
         .await
         .expect("the certificate's Secret");
-    assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
     assert_eq!(secret.data.as_ref().unwrap()["ca.crt"], bundle);
 
     let labels = json!({LABEL: run});

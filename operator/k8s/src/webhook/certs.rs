@@ -1,8 +1,9 @@
 //! The webhook's own certificates: a CA the API server trusts through the webhook
 //! configuration's `caBundle`, and a serving certificate it signs for the webhook's host names.
 //!
-//! Both live in one Secret of the operator's namespace (`kubernetes.io/tls`: `tls.crt`,
-//! `tls.key`, `ca.crt`, plus `ca.key`), so every replica serves the same certificate. The
+//! Both live in one Secret of the operator's namespace (the keys of a `kubernetes.io/tls`
+//! Secret, `tls.crt`, `tls.key` and `ca.crt`, plus `ca.key`; the chart creates it empty), so
+//! every replica serves the same certificate. The
 //! serving certificate is renewed when a third of its lifetime is left or its host names
 //! changed; the CA lives ten serving lifetimes and is replaced when two are left, the old CA
 //! staying in `ca.crt` (the bundle) until it expires, so a replica still serving a certificate
@@ -191,13 +192,8 @@ impl Material {
                 name: Some(name.into()),
                 namespace: Some(namespace.into()),
                 annotations: Some(annotations),
-                labels: Some(BTreeMap::from([(
-                    "app.kubernetes.io/managed-by".to_string(),
-                    "spillway".to_string(),
-                )])),
                 ..Default::default()
             },
-            type_: Some("kubernetes.io/tls".into()),
             data: Some(data),
             ..Default::default()
         }

@@ -162,10 +162,11 @@ fn the_default_render_is_hardened_and_least_privilege() {
             ("ClusterRoleBinding", 1),
             ("Role", 2),
             ("RoleBinding", 2),
-            ("Service", 2),
+            ("Service", 3),
             ("PodDisruptionBudget", 1),
             ("Lease", 1),
-            ("Secret", 1),
+            ("Secret", 2),
+            ("ValidatingWebhookConfiguration", 1),
         ] {
             assert_eq!(
                 k.get(kind),
@@ -223,6 +224,11 @@ fn the_default_render_is_hardened_and_least_privilege() {
             "--identity-keys-secret=spillway-identity-keys",
             "--identity-issuer=https://spillway-identity.spillway-system.svc",
             "--spend-ledger=spillway-spend",
+            "--webhook=true",
+            "--webhook-secret=spillway-webhook-tls",
+            "--webhook-self-signed=true",
+            "--webhook-host=spillway-webhook.spillway-system.svc",
+            "--webhook-configuration=spillway",
         ] {
             assert!(args.contains(&want), "{want} in {args:?}");
         }
@@ -257,6 +263,9 @@ fn the_default_render_is_hardened_and_least_privilege() {
                     assert_eq!(verbs, ["create", "patch"], "{r}")
                 }
                 ("namespace spillway-system", ["spillway-identity-keys"]) => {}
+                ("namespace spillway-system", ["spillway-webhook-tls"]) => {
+                    assert_eq!(verbs, ["get", "patch"], "{r}")
+                }
                 _ => panic!("a grant on Secrets beyond Spillway's own, in {at}: {r}"),
             }
         }
@@ -281,6 +290,29 @@ fn the_default_render_is_hardened_and_least_privilege() {
         assert_eq!(at, "namespace spillway-system");
         assert_eq!(strings(&r["resourceNames"]), ["spillway-spend"]);
         assert_eq!(strings(&r["verbs"]), ["get", "list", "watch", "patch"]);
+        // The webhook: only Spillway's kinds reach it, and an operator that is down blocks
+        // nothing by default; the operator may change this one configuration's caBundle only.
+        let hook = &one(&objects, "ValidatingWebhookConfiguration", "spillway")["webhooks"][0];
+        assert_eq!(hook["failurePolicy"], "Ignore");
+        assert_eq!(hook["sideEffects"], "None");
+        assert_eq!(hook["timeoutSeconds"], 5);
+        assert_eq!(strings(&hook["rules"][0]["apiGroups"]), ["spillway.io"]);
+        assert_eq!(
+            strings(&hook["rules"][0]["operations"]),
+            ["CREATE", "UPDATE"]
+        );
+        assert_eq!(hook["clientConfig"]["service"]["name"], "spillway-webhook");
+        assert_eq!(
+            one(&objects, "Service", "spillway-webhook")["spec"]["ports"][0]["targetPort"],
+            "webhook"
+        );
+        let webhook_rules: Vec<_> = rules(&objects)
+            .into_iter()
+            .filter(|(_, r)| strings(&r["apiGroups"]).contains(&"admissionregistration.k8s.io"))
+            .collect();
+        assert_eq!(webhook_rules.len(), 1, "{webhook_rules:?}");
+        assert_eq!(strings(&webhook_rules[0].1["resourceNames"]), ["spillway"]);
+        assert_eq!(strings(&webhook_rules[0].1["verbs"]), ["get", "patch"]);
         let keys = one(&objects, "Secret", "spillway-identity-keys");
         assert!(
             keys.get("data").is_none_or(Value::is_null),
@@ -376,6 +408,42 @@ fn every_setting_renders_where_it_should() {
                 && o["metadata"]["name"] == "gpu-scheduler-tokens"
                 && o["metadata"]["namespace"] == ns));
         }
+
+        // The webhook's certificate from cert-manager: the operator only reads its Secret and
+        // may not touch the configuration; cert-manager injects the caBundle.
+        for want in ["--webhook-addr=0.0.0.0:9444", "--webhook-self-signed=false"] {
+            assert!(args.contains(&want), "{want} in {args:?}");
+        }
+        let cert = one(&objects, "Certificate", "gpu-scheduler-webhook");
+        assert_eq!(cert["spec"]["secretName"], "gpu-scheduler-webhook-tls");
+        assert_eq!(cert["spec"]["issuerRef"]["kind"], "ClusterIssuer");
+        assert_eq!(cert["spec"]["issuerRef"]["name"], "platform-ca");
+        assert!(!k.contains_key("Issuer"), "{k:?}");
+        let config = one(&objects, "ValidatingWebhookConfiguration", "gpu-scheduler");
+        assert_eq!(
+            config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            "spillway-system/gpu-scheduler-webhook"
+        );
+        assert_eq!(config["webhooks"][0]["failurePolicy"], "Fail");
+        assert_eq!(config["webhooks"][0]["timeoutSeconds"], 10);
+        assert!(
+            !rules(&objects)
+                .iter()
+                .any(|(_, r)| strings(&r["apiGroups"]).contains(&"admissionregistration.k8s.io")),
+            "no caBundle rights with cert-manager"
+        );
+        let tls_rule = rules(&objects)
+            .into_iter()
+            .find(|(_, r)| strings(&r["resourceNames"]) == ["gpu-scheduler-webhook-tls"])
+            .expect("the certificate's Secret");
+        assert_eq!(strings(&tls_rule.1["verbs"]), ["get"]);
+        assert!(
+            !objects
+                .iter()
+                .any(|o| o["kind"] == "Secret"
+                    && o["metadata"]["name"] == "gpu-scheduler-webhook-tls"),
+            "cert-manager makes the Secret"
+        );
     }
 }
 
@@ -407,6 +475,12 @@ fn bad_values_are_refused_with_the_reason() {
             &["--set", "leaderElection.enabled=false"],
             "replicas > 1 needs leaderElection",
         ),
+        (
+            &["--set", "webhook.port=8443"],
+            "webhook.port 8443 is also identity.port",
+        ),
+        (&["--set", "webhook.failurePolicy=Retry"], "failurePolicy"),
+        (&["--set", "webhook.timeoutSeconds=60"], "timeoutSeconds"),
     ];
     for helm in Helm::all() {
         let chart = chart_dir().display().to_string();
