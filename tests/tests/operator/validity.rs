@@ -96,7 +96,8 @@ async fn invalid_objects_of_every_kind_say_so_and_are_left_out() {
     let dataset = format!("{}-nowhere", w.ns);
     let policy = format!("{}-typo", w.ns);
     let misnamed = format!("{}-misnamed", w.ns);
-    // Each passes the API server's schema; the operator finds what is wrong.
+    // Each passes the schema of the 1.20 API server (which ignores the CRDs' CEL rules), and no
+    // webhook runs here: the operator finds what is wrong.
     apply::<GpuQueue>(
         c,
         json!({"apiVersion": "spillway.io/v1alpha1", "kind": "GpuQueue",
