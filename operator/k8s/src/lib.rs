@@ -173,6 +173,7 @@ pub async fn run(
             listener,
             resolver.clone(),
             world,
+            metrics.clone(),
         )));
         tasks.0.push(tokio::spawn(webhook::keep(
             client.clone(),

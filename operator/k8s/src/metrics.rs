@@ -94,6 +94,7 @@ struct Inner {
     policy_errors: BTreeMap<Labels, u64>,
     cloud_calls: BTreeMap<Labels, u64>,
     garbage: BTreeMap<Labels, u64>,
+    webhook: BTreeMap<Labels, u64>,
     decide_cycles: BTreeMap<Labels, u64>,
     job_views: BTreeMap<Labels, u64>,
     spot_interruptions: BTreeMap<Labels, u64>,
@@ -206,6 +207,21 @@ impl Metrics {
 
     pub fn garbage(&self, kind: &'static str) {
         self.with(|m| *m.garbage.entry(vec![("kind", kind.into())]).or_default() += 1);
+    }
+
+    /// One admission review: `kind` (one of Spillway's five, else `other`) and `result`
+    /// (`allowed`, `warned`, `refused`, `malformed`).
+    pub fn webhook_review(&self, kind: &str, result: &'static str) {
+        let kind = if crate::webhook::review::KINDS.contains(&kind) {
+            kind.to_string()
+        } else {
+            "other".to_string()
+        };
+        self.with(|m| {
+            *m.webhook
+                .entry(vec![("kind", kind), ("result", result.into())])
+                .or_default() += 1
+        });
     }
 
     /// One turn's decision cycle: `decided` in full, or `skipped` because nothing could
@@ -445,6 +461,12 @@ impl Metrics {
                 Kind::Counter,
                 "Orphaned instances terminated and Nodes of vanished instances deleted, by kind.",
                 points(&m.garbage),
+            ),
+            Family(
+                "spillway_webhook_reviews_total",
+                Kind::Counter,
+                "Admission reviews this replica answered, by kind and result (allowed, warned, refused, malformed).",
+                points(&m.webhook),
             ),
             Family(
                 "spillway_spot_interruptions_total",

@@ -198,6 +198,32 @@ async fn bad_objects_are_refused_at_apply_and_an_outage_blocks_nothing() {
     .await
     .unwrap_err();
     assert!(refused.contains("spec.private.nodeSelector"), "{refused}");
+    let refused = create::<spillway_api::GpuQueue>(
+        &client,
+        None,
+        json!({"apiVersion": "spillway.io/v1alpha1", "kind": "GpuQueue",
+               "metadata": {"name": format!("{ns}-both"), "labels": labels},
+               "spec": {"namespaces": [ns], "namespaceSelector": {"matchLabels": {"a": "b"}}}}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        refused.contains("spec.namespaceSelector: set either namespaces or namespaceSelector"),
+        "{refused}"
+    );
+    let refused = create::<spillway_api::Dataset>(
+        &client,
+        None,
+        json!({"apiVersion": "spillway.io/v1alpha1", "kind": "Dataset",
+               "metadata": {"name": format!("{ns}-data"), "labels": labels},
+               "spec": {"classification": "Internal", "locations": [{"environment": "aws"}]}}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        refused.contains("spec.locations[0].region: an aws location needs a region"),
+        "{refused}"
+    );
 
     // A queue that does not exist yet: stored, with a warning kubectl prints.
     let warnings = warnings_of_create(
@@ -237,6 +263,13 @@ async fn bad_objects_are_refused_at_apply_and_an_outage_blocks_nothing() {
     )
     .await
     .expect("a label change goes through");
+
+    let metrics = operator.metrics.render();
+    for result in ["refused", "warned"] {
+        let series =
+            format!(r#"spillway_webhook_reviews_total{{kind="GpuJob",result="{result}"}}"#);
+        assert!(metrics.contains(&series), "{series} in\n{metrics}");
+    }
 
     // The operator down: Spillway's objects are still accepted (checked again by the operator
     // when it is back) and nothing else is touched.

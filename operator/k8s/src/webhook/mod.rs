@@ -37,6 +37,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::rustls;
 
 use crate::labels;
+use crate::metrics::Metrics;
 
 /// The webhook's settings.
 #[derive(Clone, Debug)]
@@ -158,14 +159,18 @@ impl review::Lookup for CacheLookup {
     }
 }
 
+/// What one review came to, for the metrics: the kind and `allowed`, `warned` or `refused`.
+pub type Outcome = (String, &'static str);
+
 /// The answer to one AdmissionReview (a body the API server sent).
-pub fn answer(body: &[u8], world: &dyn review::Lookup) -> Result<Vec<u8>, String> {
+pub fn answer(body: &[u8], world: &dyn review::Lookup) -> Result<(Vec<u8>, Outcome), String> {
     let review: AdmissionReview<DynamicObject> =
         serde_json::from_slice(body).map_err(|e| format!("not an AdmissionReview: {e}"))?;
     let request: AdmissionRequest<DynamicObject> = review
         .try_into()
         .map_err(|e| format!("an AdmissionReview without a request: {e}"))?;
     let mut response = AdmissionResponse::from(&request);
+    let mut result = "allowed";
     if matches!(request.operation, Operation::Create | Operation::Update)
         && request.kind.group == spillway_api::GROUP
         && let Some(object) = &request.object
@@ -176,12 +181,17 @@ pub fn answer(body: &[u8], world: &dyn review::Lookup) -> Result<Vec<u8>, String
         if !verdict.refusals.is_empty() {
             tracing::info!(kind = %request.kind.kind, name = %request.name, namespace = ?request.namespace, reason = %verdict.message(), "admission refused");
             response = response.deny(verdict.message());
+            result = "refused";
         }
         if !verdict.warnings.is_empty() {
             response.warnings = Some(verdict.warnings);
+            if result == "allowed" {
+                result = "warned";
+            }
         }
     }
-    serde_json::to_vec(&response.into_review()).map_err(|e| e.to_string())
+    let out = serde_json::to_vec(&response.into_review()).map_err(|e| e.to_string())?;
+    Ok((out, (request.kind.kind.clone(), result)))
 }
 
 fn respond(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
@@ -194,7 +204,11 @@ fn respond(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
     r
 }
 
-async fn handle(req: Request<Incoming>, world: CacheLookup) -> Response<Full<Bytes>> {
+async fn handle(
+    req: Request<Incoming>,
+    world: CacheLookup,
+    metrics: Arc<Metrics>,
+) -> Response<Full<Bytes>> {
     if req.method() != Method::POST || req.uri().path() != "/validate" {
         return respond(
             StatusCode::NOT_FOUND,
@@ -211,18 +225,29 @@ async fn handle(req: Request<Incoming>, world: CacheLookup) -> Response<Full<Byt
         }
     };
     match answer(&body, &world) {
-        Ok(out) => respond(StatusCode::OK, out),
-        Err(e) => respond(
-            StatusCode::BAD_REQUEST,
-            serde_json::json!({"error": e}).to_string().into_bytes(),
-        ),
+        Ok((out, (kind, result))) => {
+            metrics.webhook_review(&kind, result);
+            respond(StatusCode::OK, out)
+        }
+        Err(e) => {
+            metrics.webhook_review("", "malformed");
+            respond(
+                StatusCode::BAD_REQUEST,
+                serde_json::json!({"error": e}).to_string().into_bytes(),
+            )
+        }
     }
 }
 
 /// Serves the webhook over TLS until the task is dropped. Connections wait for a certificate
 /// (the handshake fails, so the API server applies the configuration's `failurePolicy`) until
 /// the keeper has loaded one.
-pub async fn serve(listener: TcpListener, resolver: Arc<Resolver>, world: CacheLookup) {
+pub async fn serve(
+    listener: TcpListener,
+    resolver: Arc<Resolver>,
+    world: CacheLookup,
+    metrics: Arc<Metrics>,
+) {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let config = match rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -247,7 +272,7 @@ pub async fn serve(listener: TcpListener, resolver: Arc<Resolver>, world: CacheL
                 continue;
             }
         };
-        let (acceptor, world) = (acceptor.clone(), world.clone());
+        let (acceptor, world, metrics) = (acceptor.clone(), world.clone(), metrics.clone());
         connections.spawn(async move {
             let stream = match acceptor.accept(stream).await {
                 Ok(s) => s,
@@ -257,8 +282,8 @@ pub async fn serve(listener: TcpListener, resolver: Arc<Resolver>, world: CacheL
                 }
             };
             let service = service_fn(move |req| {
-                let world = world.clone();
-                async move { Ok::<_, Infallible>(handle(req, world).await) }
+                let (world, metrics) = (world.clone(), metrics.clone());
+                async move { Ok::<_, Infallible>(handle(req, world, metrics).await) }
             });
             if let Err(e) = http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)

@@ -136,7 +136,7 @@ fn gpu_job(job: &GpuJob, object: &Value, old: Option<&Value>, world: &dyn Lookup
         let typed = serde_json::to_value(&job.spec.template).unwrap_or(Value::Null);
         for path in unknown_fields(raw, &typed, "spec.template") {
             v.refuse(format!(
-                "{path}: unknown field (misspelt, or not a field of a PodTemplateSpec): Kubernetes would drop it"
+                "{path}: unknown field (misspelt, or not a field of a Kubernetes 1.37 PodTemplateSpec): it would be dropped from the job's pods"
             ));
         }
     }

@@ -253,54 +253,33 @@ fn admission_review(object: &Value, operation: &str) -> Vec<u8> {
     .unwrap()
 }
 
+/// The answer to an AdmissionReview of `object`, and what the metrics count of it.
+fn answered(object: &Value, operation: &str) -> (Value, super::Outcome) {
+    let (body, outcome) = super::answer(&admission_review(object, operation), &world()).unwrap();
+    (serde_json::from_slice(&body).unwrap(), outcome)
+}
+
 #[test]
 fn an_admission_review_is_answered_with_its_uid_the_refusal_and_the_warnings() {
-    let out: Value = serde_json::from_slice(
-        &super::answer(
-            &admission_review(&job(json!({"priority": 11})), "CREATE"),
-            &world(),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let (out, outcome) = answered(&job(json!({"priority": 11})), "CREATE");
     let r = &out["response"];
     assert_eq!(out["kind"], "AdmissionReview");
     assert_eq!(r["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
     assert_eq!(r["allowed"], false);
-    assert!(
-        r["status"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("maxPriority 10"),
-        "{out}"
-    );
+    let message = r["status"]["message"].as_str().unwrap();
+    assert!(message.contains("maxPriority 10"), "{out}");
+    assert_eq!(outcome, ("GpuJob".to_string(), "refused"));
 
-    let out: Value = serde_json::from_slice(
-        &super::answer(
-            &admission_review(&job(json!({"queue": "later"})), "CREATE"),
-            &world(),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let (out, outcome) = answered(&job(json!({"queue": "later"})), "CREATE");
     assert_eq!(out["response"]["allowed"], true);
-    assert!(
-        out["response"]["warnings"][0]
-            .as_str()
-            .unwrap()
-            .contains("QueueNotFound")
-    );
+    let warning = out["response"]["warnings"][0].as_str().unwrap();
+    assert!(warning.contains("QueueNotFound"), "{out}");
+    assert_eq!(outcome.1, "warned");
 
     // A deletion is not reviewed.
-    let out: Value = serde_json::from_slice(
-        &super::answer(
-            &admission_review(&job(json!({"priority": 11})), "DELETE"),
-            &world(),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let (out, outcome) = answered(&job(json!({"priority": 11})), "DELETE");
     assert_eq!(out["response"]["allowed"], true);
+    assert_eq!(outcome.1, "allowed");
     assert!(super::answer(b"{}", &world()).is_err());
 }
 
