@@ -177,6 +177,33 @@ pub fn charts(runs: &[(Summary, Outcome)]) -> Result<Vec<(&'static str, String)>
             )
         })
         .collect();
+    // Cumulative cloud GPU-hours (the busy cloud GPUs integrated step by step), each with its
+    // limit as a flat line: how far a strategy is above the least any schedule could do.
+    let mut against_limit: Vec<Series> = Vec::new();
+    for (s, o) in runs {
+        let mut total = 0.0;
+        let mut points = vec![(0.0, 0.0)];
+        for pair in o.samples.windows(2) {
+            total += f64::from(pair[0].cloud_busy_gpus) * (pair[1].t_s - pair[0].t_s) / 3600.0;
+            points.push((hours(&pair[1], t0), total));
+        }
+        let step = (points.len() / MAX_POINTS).max(1);
+        let mut thinned: Vec<(f64, f64)> = points.iter().copied().step_by(step).collect();
+        if let Some(last) = points.last()
+            && thinned.last() != Some(last)
+        {
+            thinned.push(*last);
+        }
+        let end = thinned.last().map_or(0.0, |p| p.0);
+        against_limit.push((s.strategy.clone(), thinned));
+        against_limit.push((
+            format!("{} limit", s.strategy),
+            vec![
+                (0.0, s.cloud_gpu_hours_lower_bound),
+                (end, s.cloud_gpu_hours_lower_bound),
+            ],
+        ));
+    }
     let cdf: Vec<Series> = runs
         .iter()
         .map(|(s, o)| {
@@ -211,6 +238,16 @@ pub fn charts(runs: &[(Summary, Outcome)]) -> Result<Vec<(&'static str, String)>
             line_chart("Cloud GPUs busy", "hours", "GPUs", &cloud, false)?,
         ),
         (
+            "cloud-gpu-hours.svg",
+            line_chart(
+                "Cloud GPU-hours used, and the limit (the least any schedule could use)",
+                "hours",
+                "GPU-hours",
+                &against_limit,
+                false,
+            )?,
+        ),
+        (
             "cloud-spend.svg",
             line_chart("Cumulative cloud spend", "hours", "USD", &spend, false)?,
         ),
@@ -234,13 +271,13 @@ pub fn render(title: &str, runs: &[(Summary, Outcome)]) -> Result<String, String
     let mut rows = String::new();
     for (s, _) in runs {
         rows.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.1}</td><td>{:.1}%</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{}</td></tr>\n",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}%</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{}</td></tr>\n",
             escape(&s.strategy), s.jobs, s.burst_jobs, s.cloud_cost_usd, s.cloud_gpu_hours,
-            s.private_gpu_utilization * 100.0, s.avg_wait_s, s.p50_wait_s, s.p95_wait_s, s.avg_jct_s, s.unfinished_jobs
+            s.cloud_gpu_hours_lower_bound, s.private_gpu_utilization * 100.0, s.avg_wait_s, s.p50_wait_s, s.p95_wait_s, s.avg_jct_s, s.unfinished_jobs
         ));
     }
     let mut html = page_start(title);
-    html.push_str("<table><tr><th>strategy</th><th>jobs</th><th>burst jobs</th><th>cloud USD</th><th>cloud GPU-h</th><th>private util</th><th>avg wait s</th><th>p50 wait s</th><th>p95 wait s</th><th>avg JCT s</th><th>unfinished</th></tr>\n");
+    html.push_str("<table><tr><th>strategy</th><th>jobs</th><th>burst jobs</th><th>cloud USD</th><th>cloud GPU-h</th><th>limit GPU-h</th><th>private util</th><th>avg wait s</th><th>p50 wait s</th><th>p95 wait s</th><th>avg JCT s</th><th>unfinished</th></tr>\n");
     html.push_str(&rows);
     html.push_str("</table>\n");
     for (_, c) in charts {

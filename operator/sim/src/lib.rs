@@ -7,6 +7,7 @@
 //! what it simulates (machines, boot delays, capacity errors, spot interruptions) lives here
 //! ([`cloud::SimCloud`]), never in the core.
 
+pub mod bound;
 pub mod cloud;
 pub mod engine;
 pub mod estimates;

@@ -13,6 +13,10 @@ pub struct Summary {
     pub burst_jobs: u64,
     pub cloud_cost_usd: f64,
     pub cloud_gpu_hours: f64,
+    /// The physical limit ([`crate::bound`]): the fewest cloud GPU-hours with which any
+    /// schedule could have run this row's finished jobs on the same private GPUs, finishing
+    /// each no later than this row did.
+    pub cloud_gpu_hours_lower_bound: f64,
     pub private_gpu_utilization: f64,
     pub avg_wait_s: f64,
     pub p50_wait_s: f64,
@@ -90,6 +94,19 @@ pub fn summarize(strategy: &str, out: &Outcome, wall_s: f64) -> Summary {
         0.0
     };
     let capacity = out.private_gpus as f64 * makespan;
+    let finished: Vec<crate::bound::Work> = out
+        .jobs
+        .iter()
+        .filter(|j| !j.rejected)
+        .filter_map(|j| {
+            Some(crate::bound::Work {
+                arrival_s: j.arrival_s,
+                finish_s: j.finish_s?,
+                gpu_seconds: f64::from(j.gpus) * j.runtime_s,
+            })
+        })
+        .collect();
+    let limit = crate::bound::cloud_gpu_seconds_lower_bound(&finished, out.private_gpus);
     Summary {
         strategy: strategy.to_string(),
         jobs: out.jobs.len() as u64,
@@ -100,6 +117,7 @@ pub fn summarize(strategy: &str, out: &Outcome, wall_s: f64) -> Summary {
             .count() as u64,
         cloud_cost_usd: round(out.cloud_cost_usd, 2),
         cloud_gpu_hours: round(out.cloud_gpu_seconds / 3600.0, 2),
+        cloud_gpu_hours_lower_bound: round(limit / 3600.0, 2),
         private_gpu_utilization: if capacity > 0.0 {
             round(out.private_busy_gpu_seconds / capacity, 4)
         } else {
@@ -155,6 +173,7 @@ pub fn table(rows: &[Summary]) -> String {
         "burst",
         "cloud $",
         "cloud GPU-h",
+        "limit GPU-h",
         "private util",
         "avg wait",
         "p50 wait",
@@ -170,6 +189,7 @@ pub fn table(rows: &[Summary]) -> String {
             r.burst_jobs.to_string(),
             format!("{:.2}", r.cloud_cost_usd),
             format!("{:.1}", r.cloud_gpu_hours),
+            format!("{:.1}", r.cloud_gpu_hours_lower_bound),
             format!("{:.1}%", r.private_gpu_utilization * 100.0),
             human_secs(r.avg_wait_s),
             human_secs(r.p50_wait_s),

@@ -211,7 +211,19 @@ fn every_strategy_finishes_the_bundled_example() {
             "{}: every job accounted for",
             s.strategy
         );
+        // The limit holds for every schedule, so for every strategy's too.
+        assert!(
+            s.cloud_gpu_hours + 0.01 >= s.cloud_gpu_hours_lower_bound,
+            "{}: {} cloud GPU-hours, below the limit {}",
+            s.strategy,
+            s.cloud_gpu_hours,
+            s.cloud_gpu_hours_lower_bound
+        );
     }
+    // Finishing every job as soon as no-wait does overflows the private GPUs: its limit is
+    // above zero; never bursting finishes late enough to need no cloud at all.
+    assert!(r[2].cloud_gpu_hours_lower_bound > 0.0, "{:?}", r[2]);
+    assert_eq!(r[3].cloud_gpu_hours_lower_bound, 0.0);
     assert_eq!(r[3].burst_jobs, 0);
     assert!(r[2].avg_wait_s <= r[0].avg_wait_s, "no-wait waits least");
 }

@@ -64,6 +64,7 @@ fn json_has_the_spec_keys_and_a_report_is_written() {
         "burst_jobs",
         "cloud_cost_usd",
         "cloud_gpu_hours",
+        "cloud_gpu_hours_lower_bound",
         "private_gpu_utilization",
         "avg_wait_s",
         "p50_wait_s",
@@ -84,6 +85,7 @@ fn json_has_the_spec_keys_and_a_report_is_written() {
         "jobs-waiting.svg",
         "private-gpus-busy.svg",
         "cloud-gpus-busy.svg",
+        "cloud-gpu-hours.svg",
         "cloud-spend.svg",
         "wait-cdf.svg",
     ] {
