@@ -102,7 +102,8 @@ pub fn summarize(strategy: &str, out: &Outcome, wall_s: f64) -> Summary {
             Some(crate::bound::Work {
                 arrival_s: j.arrival_s,
                 finish_s: j.finish_s?,
-                gpu_seconds: f64::from(j.gpus) * j.runtime_s,
+                gpus: f64::from(j.gpus),
+                runtime_s: j.runtime_s,
             })
         })
         .collect();
