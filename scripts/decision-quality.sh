@@ -129,3 +129,8 @@ print("| {} | {} | {} | {:,.0f} | {:,.1f} | {:,.0f} s | {:,.0f} s | {} | {:,.2f}
     done
   done
 done
+
+echo
+echo "By load, against the limit (scripts/decision-quality-loads.sh):"
+echo
+scripts/decision-quality-loads.sh

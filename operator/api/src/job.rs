@@ -109,7 +109,8 @@ pub struct GpuJobSpec {
     /// `SPILLWAY_IDENTITY_TOKEN_FILE`, and with the queue's AWS role `AWS_ROLE_ARN` and
     /// `AWS_WEB_IDENTITY_TOKEN_FILE`) and the telemetry settings (`OTEL_RESOURCE_ATTRIBUTES`,
     /// `OTEL_SERVICE_NAME`, `OTEL_EXPORTER_OTLP_ENDPOINT` of its pool or queue, and the job's
-    /// `TRACEPARENT`); variables and volumes of its own win. The API server checks it fully
+    /// `TRACEPARENT`); variables and volumes of its own win. The admission webhook refuses a
+    /// field a PodTemplateSpec does not have (a misspelt one); the API server checks the rest
     /// when the pods are created.
     #[schemars(schema_with = "pod_template_schema")]
     pub template: PodTemplateSpec,
