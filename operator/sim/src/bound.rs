@@ -24,19 +24,10 @@ pub struct Work {
     pub runtime_s: f64,
 }
 
-/// The earliest of the streams' next events: (stream, position, change of slope).
-fn earliest(heads: &[Option<(f64, f64)>; 3]) -> Option<(usize, f64, f64)> {
-    heads
-        .iter()
-        .enumerate()
-        .filter_map(|(k, h)| h.map(|(e, c)| (k, e, c)))
-        .min_by(|a, b| a.1.total_cmp(&b.1))
-}
-
 /// How many (window start x job) steps the search takes, at most: every arrival is a window
-/// start on traces of up to about 14,000 jobs (openb has 6,171); longer traces use evenly
-/// spread arrivals, which keeps the bound valid and its cost near a second.
-const BUDGET: usize = 200_000_000;
+/// start on traces of up to about 7,000 jobs (openb has 6,171); longer traces use evenly
+/// spread arrivals, which keeps the bound valid and its cost near a tenth of a second.
+const BUDGET: usize = 50_000_000;
 
 /// The fewest GPU-seconds any schedule must do in the cloud to finish every job of `jobs` by
 /// its `finish_s` with `private_gpus` private GPUs.
@@ -48,41 +39,62 @@ const BUDGET: usize = 200_000_000;
 /// it, and `f`; so each start costs one merge, O(n).
 pub fn cloud_gpu_seconds_lower_bound(jobs: &[Work], private_gpus: u32) -> f64 {
     let capacity = f64::from(private_gpus);
-    let sorted_by = |key: &dyn Fn(&Work) -> f64| {
-        let mut v: Vec<(f64, usize)> = jobs.iter().enumerate().map(|(i, j)| (key(j), i)).collect();
+    // (key, arrival, finish, runtime, gpus), sorted by key.
+    let sorted_by = |key: fn(&Work) -> f64| {
+        let mut v: Vec<(f64, Work)> = jobs.iter().map(|j| (key(j), *j)).collect();
         v.sort_by(|a, b| a.0.total_cmp(&b.0));
         v
     };
-    let by_start_of_end = sorted_by(&|j| j.finish_s - j.runtime_s);
-    let by_slack = sorted_by(&|j| j.finish_s - j.arrival_s - j.runtime_s);
-    let by_finish = sorted_by(&|j| j.finish_s);
+    let orders = [
+        sorted_by(|j| j.finish_s - j.runtime_s),
+        sorted_by(|j| j.finish_s - j.arrival_s - j.runtime_s),
+        sorted_by(|j| j.finish_s),
+    ];
     let mut starts: Vec<f64> = jobs.iter().map(|j| j.arrival_s).collect();
     starts.sort_by(f64::total_cmp);
     starts.dedup();
     let every = (starts.len() * jobs.len()).div_ceil(BUDGET).max(1);
     let mut best = 0.0f64;
     for &s in starts.iter().step_by(every) {
-        let owes = |j: &Work| j.finish_s > s && j.runtime_s > (s - j.arrival_s).max(0.0);
-        // The next event of each order: (position, change of slope).
-        let mut streams: [Box<dyn Iterator<Item = (f64, f64)> + '_>; 3] = [
-            Box::new(by_start_of_end.iter().filter_map(|&(x, i)| {
-                let j = &jobs[i];
-                (j.arrival_s >= s && owes(j)).then_some((x, j.gpus))
-            })),
-            Box::new(by_slack.iter().filter_map(|&(x, i)| {
-                let j = &jobs[i];
-                (j.arrival_s < s && owes(j)).then_some((s + x, j.gpus))
-            })),
-            Box::new(by_finish.iter().filter_map(|&(x, i)| {
-                let j = &jobs[i];
-                owes(j).then_some((x, -j.gpus))
-            })),
-        ];
-        let mut heads: [Option<(f64, f64)>; 3] =
-            [streams[0].next(), streams[1].next(), streams[2].next()];
+        // The event of order k at position i, if that job takes part: (position, slope change).
+        let event = |k: usize, i: usize| -> Option<(f64, f64)> {
+            let (x, j) = &orders[k][i];
+            let owes = j.finish_s > s && j.runtime_s > (s - j.arrival_s).max(0.0);
+            match k {
+                0 => (owes && j.arrival_s >= s).then_some((*x, j.gpus)),
+                1 => (owes && j.arrival_s < s).then_some((s + x, j.gpus)),
+                _ => owes.then_some((*x, -j.gpus)),
+            }
+        };
+        let next = |k: usize, from: usize| -> (usize, Option<(f64, f64)>) {
+            let mut i = from;
+            while i < orders[k].len() {
+                if let Some(e) = event(k, i) {
+                    return (i + 1, Some(e));
+                }
+                i += 1;
+            }
+            (i, None)
+        };
+        let mut cursors = [0usize; 3];
+        let mut heads = [None; 3];
+        for k in 0..3 {
+            (cursors[k], heads[k]) = next(k, 0);
+        }
         let (mut inside, mut slope, mut at) = (0.0f64, 0.0f64, f64::NEG_INFINITY);
-        while let Some((k, e, change)) = earliest(&heads) {
-            heads[k] = streams[k].next();
+        loop {
+            let mut k = usize::MAX;
+            for c in 0..3 {
+                if let Some((e, _)) = heads[c]
+                    && (k == usize::MAX || heads[k].is_some_and(|(best_e, _)| e < best_e))
+                {
+                    k = c;
+                }
+            }
+            let Some((e, change)) = heads.get(k).copied().flatten() else {
+                break;
+            };
+            (cursors[k], heads[k]) = next(k, cursors[k]);
             if at.is_finite() {
                 inside += slope * (e - at);
             }
