@@ -89,7 +89,11 @@ fn route(path: &str, metrics: &Metrics, health: &Health) -> Response<Full<Bytes>
 
 /// Serves the endpoints on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, health: Arc<Health>) {
+    // The connections end with this task: a stopped operator answers nothing more on
+    // kept-alive connections.
+    let mut connections: tokio::task::JoinSet<()> = tokio::task::JoinSet::new();
     loop {
+        while connections.try_join_next().is_some() {}
         let (stream, _) = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
@@ -99,7 +103,7 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, health: Arc<Hea
             }
         };
         let (metrics, health) = (metrics.clone(), health.clone());
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let service = service_fn(move |req: Request<Incoming>| {
                 let r = route(req.uri().path(), &metrics, &health);
                 async move { Ok::<_, Infallible>(r) }
@@ -111,5 +115,40 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, health: Arc<Hea
                 tracing::debug!(error = %e, "metrics endpoint: connection ended with an error");
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn get(stream: &mut tokio::net::TcpStream) -> std::io::Result<String> {
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await?;
+        let mut buf = vec![0u8; 1024];
+        let n = stream.read(&mut buf).await?;
+        Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+    }
+
+    /// A stopped endpoint answers nothing more, not even on a connection kept alive from
+    /// before (the API server and Prometheus keep theirs).
+    #[tokio::test]
+    async fn stopping_the_endpoint_ends_its_kept_alive_connections() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(serve(
+            listener,
+            Arc::new(Metrics::default()),
+            Arc::new(Health::default()),
+        ));
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        assert!(get(&mut stream).await.unwrap().starts_with("HTTP/1.1 200"));
+        server.abort();
+        let _ = server.await;
+        let after = tokio::time::timeout(std::time::Duration::from_secs(5), get(&mut stream)).await;
+        let answered = matches!(&after, Ok(Ok(s)) if s.starts_with("HTTP/1.1 200"));
+        assert!(!answered, "answered after the stop: {after:?}");
     }
 }

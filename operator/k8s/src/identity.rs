@@ -228,7 +228,11 @@ pub async fn serve(
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
     let issuer = Arc::new(issuer);
+    // The connections end with this task: a stopped operator answers nothing more on
+    // kept-alive connections.
+    let mut connections = tokio::task::JoinSet::new();
     loop {
+        while connections.try_join_next().is_some() {}
         let (stream, _) = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
@@ -238,7 +242,7 @@ pub async fn serve(
             }
         };
         let (issuer, keys, tls) = (issuer.clone(), keys.clone(), tls.clone());
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let service = service_fn(move |req: Request<Incoming>| {
                 let ring = keys.state().first().and_then(|s| match ring_of(s) {
                     Ok(r) => Some(r),
