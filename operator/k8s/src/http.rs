@@ -87,23 +87,34 @@ fn route(path: &str, metrics: &Metrics, health: &Health) -> Response<Full<Bytes>
     }
 }
 
-/// Serves the endpoints on `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, health: Arc<Health>) {
-    // The connections end with this task: a stopped operator answers nothing more on
-    // kept-alive connections.
-    let mut connections: tokio::task::JoinSet<()> = tokio::task::JoinSet::new();
+/// Accepts connections on `listener` until the task is dropped, each served by `handle` in a
+/// task of its own that ends with this one: a stopped endpoint answers nothing more, not even
+/// on a connection kept alive from before. Shared by the metrics, issuer and webhook endpoints.
+pub async fn accept_each<F, Fut>(listener: TcpListener, endpoint: &'static str, mut handle: F)
+where
+    F: FnMut(tokio::net::TcpStream) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let mut connections = tokio::task::JoinSet::new();
     loop {
         while connections.try_join_next().is_some() {}
-        let (stream, _) = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "metrics endpoint: accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                continue;
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                connections.spawn(handle(stream));
             }
-        };
+            Err(e) => {
+                tracing::warn!(error = %e, endpoint, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// Serves the endpoints on `listener` until the task is dropped.
+pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, health: Arc<Health>) {
+    accept_each(listener, "metrics", move |stream| {
         let (metrics, health) = (metrics.clone(), health.clone());
-        connections.spawn(async move {
+        async move {
             let service = service_fn(move |req: Request<Incoming>| {
                 let r = route(req.uri().path(), &metrics, &health);
                 async move { Ok::<_, Infallible>(r) }
@@ -114,8 +125,9 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, health: Arc<Hea
             {
                 tracing::debug!(error = %e, "metrics endpoint: connection ended with an error");
             }
-        });
-    }
+        }
+    })
+    .await
 }
 
 #[cfg(test)]

@@ -228,21 +228,9 @@ pub async fn serve(
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
     let issuer = Arc::new(issuer);
-    // The connections end with this task: a stopped operator answers nothing more on
-    // kept-alive connections.
-    let mut connections = tokio::task::JoinSet::new();
-    loop {
-        while connections.try_join_next().is_some() {}
-        let (stream, _) = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "identity endpoint: accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+    crate::http::accept_each(listener, "identity", move |stream| {
         let (issuer, keys, tls) = (issuer.clone(), keys.clone(), tls.clone());
-        connections.spawn(async move {
+        async move {
             let service = service_fn(move |req: Request<Incoming>| {
                 let ring = keys.state().first().and_then(|s| match ring_of(s) {
                     Ok(r) => Some(r),
@@ -275,6 +263,7 @@ pub async fn serve(
             if let Err(e) = result {
                 tracing::debug!(error = %e, "identity endpoint: connection ended with an error");
             }
-        });
-    }
+        }
+    })
+    .await
 }

@@ -17,6 +17,34 @@ use spillway_tests::kubelet::{FakeKubelet, FakeNode};
 #[path = "operator_throughput/foreign_pods.rs"]
 mod foreign_pods;
 
+/// The operator binary against the test control plane, alone (no election), quiet, its
+/// metrics on a free loopback port: (the process, that port).
+fn start_operator(cluster: &TestCluster, extra: &[&str]) -> (std::process::Child, u16) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let metrics = format!("127.0.0.1:{port}");
+    let kubeconfig = cluster.kubeconfig.display().to_string();
+    let mut args = vec![
+        "operator",
+        "--kubeconfig",
+        &kubeconfig,
+        "--metrics-addr",
+        &metrics,
+        "--identity-addr",
+        "127.0.0.1:0",
+        "--leader-elect=false",
+    ];
+    args.extend_from_slice(extra);
+    let child = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(&args)
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .expect("operator");
+    (child, port)
+}
+
 const JOBS: usize = 1000;
 const NODES: usize = 125;
 
@@ -75,26 +103,8 @@ async fn place_1000_jobs() {
             .expect("create job");
     }
 
-    let kubeconfig = cluster.kubeconfig.display().to_string();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("port")
-        .port();
     let started = Instant::now();
-    let mut operator = Command::new(env!("CARGO_BIN_EXE_spillway"))
-        .args([
-            "operator",
-            "--kubeconfig",
-            &kubeconfig,
-            "--metrics-addr",
-            &format!("127.0.0.1:{port}"),
-            "--identity-addr",
-            "127.0.0.1:0",
-            "--leader-elect=false",
-        ])
-        .env("RUST_LOG", "warn")
-        .spawn()
-        .expect("operator");
+    let (mut operator, port) = start_operator(cluster, &[]);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     // Light polling (metadata only, 50 ms) so the measurement does not load the API server.
     let (mut first_pod, mut pods_at, mut status_at) = (None, None, None);

@@ -259,21 +259,9 @@ pub async fn serve(
         }
     };
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    // The connections end with this task: a stopped operator answers no more reviews on the
-    // API server's kept-alive connections.
-    let mut connections = tokio::task::JoinSet::new();
-    loop {
-        while connections.try_join_next().is_some() {}
-        let (stream, _) = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "webhook: accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+    crate::http::accept_each(listener, "webhook", move |stream| {
         let (acceptor, world, metrics) = (acceptor.clone(), world.clone(), metrics.clone());
-        connections.spawn(async move {
+        async move {
             let stream = match acceptor.accept(stream).await {
                 Ok(s) => s,
                 Err(e) => {
@@ -291,8 +279,9 @@ pub async fn serve(
             {
                 tracing::debug!(error = %e, "webhook: connection ended with an error");
             }
-        });
-    }
+        }
+    })
+    .await
 }
 
 /// Keeps the certificate: every minute (or a tenth of its lifetime), reads the Secret, renews

@@ -5,7 +5,6 @@
 //! default): `scripts/bench-pods.sh` runs it and prints the operator's RSS, which
 //! docs/performance.md reports.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -133,27 +132,8 @@ async fn operator_memory_with_50000_foreign_pods() {
         filled.elapsed().as_secs_f64()
     );
 
-    let kubeconfig = cluster.kubeconfig.display().to_string();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("port")
-        .port();
     let started = Instant::now();
-    let mut operator = Command::new(env!("CARGO_BIN_EXE_spillway"))
-        .args([
-            "operator",
-            "--kubeconfig",
-            &kubeconfig,
-            "--metrics-addr",
-            &format!("127.0.0.1:{port}"),
-            "--identity-addr",
-            "127.0.0.1:0",
-            "--leader-elect=false",
-            "--cloud=false",
-        ])
-        .env("RUST_LOG", "warn")
-        .spawn()
-        .expect("operator");
+    let (mut operator, port) = super::start_operator(cluster, &["--cloud=false"]);
     // Ready (every cache listed), then a minute of turns (resync every 30 s).
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut ready_at = None;
