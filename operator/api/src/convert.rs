@@ -57,15 +57,19 @@ pub fn queue(q: &GpuQueue) -> Result<core::Queue, FieldErrors> {
 pub fn pool(p: &ComputePool) -> Result<core::Pool, FieldErrors> {
     validate::compute_pool(&p.spec)?;
     let spec = &p.spec;
-    let kind = match (&spec.private, &spec.aws) {
-        (Some(private), _) => core::PoolKind::Private {
+    let kind = match (&spec.private, &spec.aws, &spec.cluster) {
+        (Some(private), _, _) => core::PoolKind::Private {
             gpu_cost_per_hour: private.gpu_cost_per_hour,
         },
-        (None, Some(aws)) => core::PoolKind::Cloud {
+        (None, Some(aws), _) => core::PoolKind::Cloud {
             region: aws.region.clone(),
             capacity_types: aws.capacity_types.clone(),
         },
-        (None, None) => unreachable_pool(),
+        (None, None, Some(cluster)) => core::PoolKind::Cluster {
+            gpu_cost_per_hour: cluster.gpu_cost_per_hour,
+            location: cluster.location.clone(),
+        },
+        (None, None, None) => unreachable_pool(),
     };
     let limits = spec.limits.clone().unwrap_or_default();
     Ok(core::Pool {
@@ -78,7 +82,7 @@ pub fn pool(p: &ComputePool) -> Result<core::Pool, FieldErrors> {
     })
 }
 
-/// Validation rejects a pool with neither `private` nor `aws`; this keeps the match total
+/// Validation rejects a pool with none of `private`, `aws` and `cluster`; this keeps the match total
 /// without a panic path.
 fn unreachable_pool() -> core::PoolKind {
     core::PoolKind::Private {

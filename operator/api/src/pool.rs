@@ -12,14 +12,15 @@ use spillway_core::CapacityType;
 
 use crate::common::duration_schema;
 
-/// A pool of GPU nodes: exactly one of `private` (existing nodes, selected by label) or `aws`
-/// (EC2 instances Spillway launches and terminates).
+/// A pool of GPU nodes: exactly one of `private` (existing nodes, selected by label), `aws`
+/// (EC2 instances Spillway launches and terminates) or `cluster` (the nodes of another
+/// Kubernetes cluster, reached through its API server).
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "spillway.io",
     version = "v1alpha1",
     kind = "ComputePool",
-    doc = "A pool of GPU nodes: private nodes selected by label, or EC2 instances that Spillway launches.",
+    doc = "A pool of GPU nodes: private nodes selected by label, EC2 instances that Spillway launches, or the nodes of another Kubernetes cluster.",
     plural = "computepools",
     singular = "computepool",
     shortname = "cpool",
@@ -35,23 +36,30 @@ use crate::common::duration_schema;
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend(
-    "oneOf" = [{"required": ["private"]}, {"required": ["aws"]}],
+    "oneOf" = [{"required": ["private"]}, {"required": ["aws"]}, {"required": ["cluster"]}],
     "x-kubernetes-validations" = [
-        {"rule": "has(self.private) != has(self.aws)",
-         "message": "set exactly one of private and aws"},
-        {"rule": "has(self.aws) == has(oldSelf.aws)",
-         "message": "a pool cannot change between private and aws: create another pool and delete this one"},
+        {"rule": "(has(self.private) ? 1 : 0) + (has(self.aws) ? 1 : 0) + (has(self.cluster) ? 1 : 0) == 1",
+         "message": "set exactly one of private, aws and cluster"},
+        {"rule": "has(self.aws) == has(oldSelf.aws) && has(self.cluster) == has(oldSelf.cluster)",
+         "message": "a pool cannot change between private, aws and cluster: create another pool and delete this one"},
     ],
 ))]
 pub struct ComputePoolSpec {
-    /// Existing private GPU nodes. Exactly one of `private` and `aws` is set.
+    /// Existing private GPU nodes. Exactly one of `private`, `aws` and `cluster` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub private: Option<PrivatePool>,
 
-    /// EC2 instances that Spillway launches on demand. Exactly one of `private` and `aws` is
-    /// set.
+    /// EC2 instances that Spillway launches on demand. Exactly one of `private`, `aws` and
+    /// `cluster` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aws: Option<AwsPool>,
+
+    /// The GPU nodes of another Kubernetes cluster (another datacenter, a partner's cluster,
+    /// an EKS cluster), which jobs spill to after the home cluster's private nodes and before
+    /// the cloud, in the order of the queue's `burst.pools`. Exactly one of `private`, `aws`
+    /// and `cluster` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterPool>,
 
     /// Caps on the pool's size and spend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -105,6 +113,54 @@ pub struct PrivatePool {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub gpu_cost_per_hour: Option<f64>,
+}
+
+/// The nodes of another Kubernetes cluster.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterPool {
+    /// The Secret holding a kubeconfig for the other cluster's API server, with credentials
+    /// bound to the worker Role (docs/multi-cluster.md; the chart's `worker` mode installs it).
+    pub kubeconfig_secret_ref: KubeconfigSecretRef,
+    /// The namespace of the other cluster where the jobs' pods are created.
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub namespace: String,
+    /// Labels that select the other cluster's GPU nodes that belong to this pool; empty means
+    /// every node there with `nvidia.com/gpu`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// What one GPU-hour there costs the organisation, in USD (0 is allowed): the price the
+    /// decision, the queue's budget and the cost reports count.
+    #[schemars(range(min = 0))]
+    pub gpu_cost_per_hour: f64,
+    /// Where the cluster is (a region such as `us-west-2`, or a site name): what data rules
+    /// and dataset locations are compared with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub location: Option<String>,
+}
+
+/// A key of a Secret holding a kubeconfig.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeconfigSecretRef {
+    /// The Secret's name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// The Secret's namespace (in the home cluster).
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: String,
+    /// The key holding the kubeconfig (default `kubeconfig`).
+    #[serde(default = "default_kubeconfig_key")]
+    #[schemars(length(min = 1))]
+    pub key: String,
+}
+
+fn default_kubeconfig_key() -> String {
+    "kubeconfig".to_string()
 }
 
 /// A pool of EC2 instances.

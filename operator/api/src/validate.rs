@@ -145,6 +145,17 @@ pub fn check_dns_subdomain(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A namespace name (RFC 1123 label): a subdomain of at most 63 characters without dots.
+pub fn check_dns_label(name: &str) -> Result<(), String> {
+    check_dns_subdomain(name)?;
+    if name.len() > 63 || name.contains('.') {
+        return Err(format!(
+            "{name:?} is not a namespace name: at most 63 lower-case letters, digits and '-'"
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a GpuJob spec.
 pub fn gpu_job(spec: &GpuJobSpec) -> Result<(), FieldErrors> {
     let mut errs = FieldErrors::default();
@@ -293,10 +304,40 @@ fn unique_capacity(errs: &mut FieldErrors, path: &str, types: &[CapacityType]) {
 /// Checks a ComputePool spec.
 pub fn compute_pool(spec: &ComputePoolSpec) -> Result<(), FieldErrors> {
     let mut errs = FieldErrors::default();
-    match (&spec.private, &spec.aws) {
-        (Some(_), Some(_)) => errs.push("spec", "set exactly one of private and aws, not both"),
-        (None, None) => errs.push("spec", "set exactly one of private and aws"),
-        _ => {}
+    let kinds = [
+        spec.private.is_some(),
+        spec.aws.is_some(),
+        spec.cluster.is_some(),
+    ];
+    if kinds.iter().filter(|&&k| k).count() != 1 {
+        errs.push("spec", "set exactly one of private, aws and cluster");
+    }
+    if let Some(c) = &spec.cluster {
+        let r = &c.kubeconfig_secret_ref;
+        for (field, v) in [
+            ("name", &r.name),
+            ("namespace", &r.namespace),
+            ("key", &r.key),
+        ] {
+            if v.trim().is_empty() {
+                errs.push(
+                    format!("spec.cluster.kubeconfigSecretRef.{field}"),
+                    "must not be empty",
+                );
+            }
+        }
+        if let Err(why) = check_dns_label(&c.namespace) {
+            errs.push("spec.cluster.namespace", why);
+        }
+        if !(c.gpu_cost_per_hour.is_finite() && c.gpu_cost_per_hour >= 0.0) {
+            errs.push(
+                "spec.cluster.gpuCostPerHour",
+                "must be a number of at least 0",
+            );
+        }
+        if c.location.as_ref().is_some_and(|l| l.trim().is_empty()) {
+            errs.push("spec.cluster.location", "must not be empty when set");
+        }
     }
     if let Some(p) = &spec.private {
         if p.node_selector.is_empty() {

@@ -227,6 +227,7 @@ struct Case {
 
 fn cases() -> Vec<Case> {
     let private = json!({"private": {"nodeSelector": {"gpu": "yes"}}});
+    let cluster = json!({"cluster": {"kubeconfigSecretRef": {"name": "dc2", "namespace": "spillway-system"}, "namespace": "gpu-jobs", "gpuCostPerHour": 0.8, "location": "dc-east"}});
     vec![
         Case {
             kind: "GpuJob",
@@ -326,14 +327,40 @@ fn cases() -> Vec<Case> {
                 json!({"private": {"nodeSelector": {"gpu": "yes"}}, "aws": aws(json!({}))}),
             ),
             old: None,
-            refusals: &["spec: set exactly one of private and aws"],
+            refusals: &["spec: set exactly one of private, aws and cluster"],
         },
         Case {
             kind: "ComputePool",
             what: "neither private nor aws",
             object: spec("ComputePool", json!({"idleTimeout": "5m"})),
             old: None,
-            refusals: &["spec: set exactly one of private and aws"],
+            refusals: &["spec: set exactly one of private, aws and cluster"],
+        },
+        Case {
+            kind: "ComputePool",
+            what: "a cluster pool",
+            object: spec("ComputePool", cluster.clone()),
+            old: None,
+            refusals: &[],
+        },
+        Case {
+            kind: "ComputePool",
+            what: "both private and cluster",
+            object: spec(
+                "ComputePool",
+                json!({"private": {"nodeSelector": {"gpu": "yes"}}, "cluster": cluster["cluster"].clone()}),
+            ),
+            old: None,
+            refusals: &["spec: set exactly one of private, aws and cluster"],
+        },
+        Case {
+            kind: "ComputePool",
+            what: "a cluster pool turned into a private one",
+            object: spec("ComputePool", private.clone()),
+            old: Some(spec("ComputePool", cluster.clone())),
+            refusals: &[
+                "spec: a pool cannot change between private, aws and cluster: create another pool and delete this one",
+            ],
         },
         Case {
             kind: "ComputePool",
@@ -391,7 +418,7 @@ fn cases() -> Vec<Case> {
             object: spec("ComputePool", json!({"aws": aws(json!({}))})),
             old: Some(spec("ComputePool", private.clone())),
             refusals: &[
-                "spec: a pool cannot change between private and aws: create another pool and delete this one",
+                "spec: a pool cannot change between private, aws and cluster: create another pool and delete this one",
             ],
         },
         Case {

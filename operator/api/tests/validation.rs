@@ -245,11 +245,48 @@ fn pool_rules() {
         vec![]
     );
     let both = json!({"private": {"nodeSelector": {"gpu": "yes"}}, "aws": aws(json!({}))["aws"]});
-    assert_one(validate::compute_pool(&pool(both)), "spec", "not both");
+    assert_one(
+        validate::compute_pool(&pool(both)),
+        "spec",
+        "exactly one of private, aws and cluster",
+    );
     assert_one(
         validate::compute_pool(&pool(json!({}))),
         "spec",
-        "exactly one of private and aws",
+        "exactly one of private, aws and cluster",
+    );
+    let cluster = |overrides: Value| {
+        json!({"cluster": merged(json!({
+            "kubeconfigSecretRef": {"name": "dc2", "namespace": "spillway-system"},
+            "namespace": "gpu-jobs",
+            "gpuCostPerHour": 0.0,
+        }), overrides)})
+    };
+    assert_eq!(
+        errors(validate::compute_pool(&pool(cluster(json!({}))))),
+        vec![]
+    );
+    assert_one(
+        validate::compute_pool(&pool(cluster(json!({"namespace": "Gpu.Jobs"})))),
+        "spec.cluster.namespace",
+        "not a valid name",
+    );
+    assert_one(
+        validate::compute_pool(&pool(cluster(json!({"namespace": "gpu.jobs"})))),
+        "spec.cluster.namespace",
+        "not a namespace name",
+    );
+    assert_one(
+        validate::compute_pool(&pool(cluster(json!({"gpuCostPerHour": -1.0})))),
+        "spec.cluster.gpuCostPerHour",
+        "at least 0",
+    );
+    assert_one(
+        validate::compute_pool(&pool(cluster(
+            json!({"kubeconfigSecretRef": {"name": " ", "namespace": "spillway-system"}}),
+        ))),
+        "spec.cluster.kubeconfigSecretRef.name",
+        "must not be empty",
     );
     assert_one(
         validate::compute_pool(&pool(json!({"private": {}}))),

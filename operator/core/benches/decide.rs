@@ -159,7 +159,7 @@ fn running_everywhere(nodes: usize, now: Time) -> Snapshot {
             j.state = JobState::Running {
                 nodes: vec![node.name.clone()],
                 started_at: now - Duration::from_secs(300),
-                cloud: false,
+                environment: Environment::Private,
             };
             s.jobs.push(j);
         }
@@ -192,7 +192,7 @@ fn settled(s: Snapshot, now: Time) -> Scheduler {
             job.state = JobState::Running {
                 nodes: st.nodes.clone(),
                 started_at: now,
-                cloud: false,
+                environment: Environment::Private,
             };
             changes.push(Change::Job(job));
         }

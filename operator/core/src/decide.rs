@@ -38,6 +38,7 @@ mod invalid;
 mod names;
 mod private;
 mod reclaim;
+mod remote;
 mod repatriate;
 mod scratch;
 mod settled;
@@ -150,7 +151,7 @@ struct Cycle<'a> {
     lanes: Vec<private::Lane>,
     waiting: Vec<Waiting>,
     private: PrivateIndex,
-    /// Free GPUs on cloud nodes (by node index), and whether the node is claimed.
+    /// Free GPUs on cloud and remote nodes (by node index), and whether the node is claimed.
     cloud_free: Vec<u32>,
     cloud_claimed: Vec<bool>,
     /// (end time, node, GPUs) of private work with a known end.
@@ -170,6 +171,10 @@ struct Cycle<'a> {
     fit_failures: Vec<(Shape, u32)>,
     /// Cloud nodes with free GPUs.
     cloud_nodes: Vec<usize>,
+    /// Nodes of cluster pools with free GPUs (their free GPUs are in `cloud_free`).
+    remote_nodes: Vec<usize>,
+    /// Some pool is a cluster pool: a job the rules keep from the cloud may still go there.
+    has_remote_pools: bool,
     /// Per offering: its pool, when that is a cloud pool.
     /// Built at first use: most cycles price no offering.
     offering_pool: std::cell::OnceCell<Vec<Option<&'a crate::Pool>>>,
@@ -217,32 +222,38 @@ impl<'a> Cycle<'a> {
         let pools = names::Names::new_in(&snap.pools, scratch::take(&mut scratch.pool_slots));
         // One pool lookup per node (nodes of one pool mostly come together: looked up again
         // only when the name differs from the last node's): private, cloud, or neither.
-        let mut last: Option<(&str, Option<bool>)> = None;
+        let mut last: Option<(&str, Option<Environment>)> = None;
         let mut private_flags = scratch::take(&mut scratch.private);
         let mut cloud_free = scratch::take(&mut scratch.cloud_free);
-        for n in &snap.nodes {
-            let private = match last {
-                Some((name, kind)) if name == n.pool => kind,
+        let mut cloud_nodes = scratch::take(&mut scratch.cloud_nodes);
+        let mut remote_nodes = Vec::new();
+        for (i, n) in snap.nodes.iter().enumerate() {
+            let env = match last {
+                Some((name, env)) if name == n.pool => env,
                 _ => {
-                    let kind = pools.item(&n.pool).and_then(|p| match p.kind {
-                        PoolKind::Private { .. } => Some(true),
-                        _ => p.is_cloud().then_some(false),
-                    });
-                    last = Some((n.pool.as_str(), kind));
-                    kind
+                    let env = pools.item(&n.pool).map(crate::Pool::environment);
+                    last = Some((n.pool.as_str(), env));
+                    env
                 }
             };
-            private_flags.push(private == Some(true));
-            cloud_free.push(if private == Some(false) && n.schedulable {
+            private_flags.push(env == Some(Environment::Private));
+            // Cloud and remote nodes: their free GPUs, taken as the cycle places jobs there.
+            let free = if env.is_some_and(|e| e != Environment::Private) && n.schedulable {
                 n.free_gpus.min(n.gpus)
             } else {
                 0
-            });
+            };
+            cloud_free.push(free);
+            if free > 0 {
+                match env {
+                    Some(Environment::Cloud) => cloud_nodes.push(i),
+                    Some(Environment::Remote) => remote_nodes.push(i),
+                    _ => {}
+                }
+            }
         }
         let mut cloud_claimed = scratch::take(&mut scratch.cloud_claimed);
         cloud_claimed.resize(snap.nodes.len(), false);
-        let mut cloud_nodes = scratch::take(&mut scratch.cloud_nodes);
-        cloud_nodes.extend((0..snap.nodes.len()).filter(|&n| cloud_free[n] > 0));
         let mut cycle = Cycle {
             snap,
             refs,
@@ -287,6 +298,8 @@ impl<'a> Cycle<'a> {
             capacity_slots: scratch::take(&mut scratch.capacity_slots),
             fit_failures: Vec::new(),
             cloud_nodes,
+            remote_nodes,
+            has_remote_pools: snap.pools.iter().any(crate::Pool::is_cluster),
             offering_pool: std::cell::OnceCell::new(),
             offerings_for: Default::default(),
             gpu_hour: FastMap::default(),
@@ -500,8 +513,8 @@ impl<'a> Cycle<'a> {
         None
     }
 
-    /// What moving the job's data to the region of cloud pool `pool` costs: every dataset it
-    /// reads with no copy there.
+    /// What moving the job's data to the region of cloud pool `pool` (the location of cluster
+    /// pool `pool`) costs: every dataset it reads with no copy there.
     fn egress_to(&self, job: &Job, pool: &str) -> f64 {
         let Some(region) = self
             .snap
@@ -510,6 +523,9 @@ impl<'a> Cycle<'a> {
             .find(|p| p.name == pool)
             .and_then(|p| match &p.kind {
                 crate::PoolKind::Cloud { region, .. } => Some(region.as_str()),
+                crate::PoolKind::Cluster { location, .. } => {
+                    Some(location.as_deref().unwrap_or(""))
+                }
                 crate::PoolKind::Private { .. } => None,
             })
         else {
@@ -539,10 +555,10 @@ impl<'a> Cycle<'a> {
             .iter()
             .map(|&n| self.snap.nodes[n].name.clone())
             .collect();
-        let outcome = if env == Environment::Private {
-            Outcome::StartPrivate
-        } else {
-            Outcome::StartCloud
+        let outcome = match env {
+            Environment::Private => Outcome::StartPrivate,
+            Environment::Cloud => Outcome::StartCloud,
+            Environment::Remote => Outcome::StartRemote,
         };
         self.plan.starts.push(Start {
             job: job.id.clone(),
@@ -550,7 +566,7 @@ impl<'a> Cycle<'a> {
             pool: pool.to_string(),
             nodes: names,
         });
-        let egress = (env == Environment::Cloud).then(|| self.egress_to(job, pool));
+        let egress = (env != Environment::Private).then(|| self.egress_to(job, pool));
         self.plan.decisions.push(Decision {
             estimated_wait: Some(Duration::ZERO),
             estimated_hourly_cost: hourly,
@@ -563,6 +579,7 @@ impl<'a> Cycle<'a> {
             match env {
                 Environment::Private => state.private_gpus_in_use += job.total_gpus(),
                 Environment::Cloud => state.cloud_gpus_in_use += job.total_gpus(),
+                Environment::Remote => state.remote_gpus_in_use += job.total_gpus(),
             }
         }
     }
@@ -670,7 +687,11 @@ impl<'a> Cycle<'a> {
                 None,
             ));
         }
-        if let Some(rule) = effects.forbids(Environment::Cloud) {
+        // With cluster pools, a rule that forbids the cloud leaves them open: the burst pass
+        // tries them and then says why the cloud is closed.
+        if let Some(rule) = effects.forbids(Environment::Cloud)
+            && !self.has_remote_pools
+        {
             return Some((
                 Reason::ForbiddenByPolicy,
                 self.say(|| format!("Rule {rule} forbids the cloud for this job.")),

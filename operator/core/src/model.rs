@@ -31,7 +31,8 @@ pub struct BurstSettings {
     pub wait_mode: WaitMode,
     /// Seconds of wait per GPU-second of work, in compute-wait mode.
     pub compute_wait_factor: f64,
-    /// Cloud pools the queue may use; empty means all.
+    /// Cloud and cluster pools the queue may use; empty means all. Cluster pools are tried in
+    /// this order (with an empty list: cheapest first, then by name), before any cloud pool.
     pub pools: Vec<String>,
     /// Allowed capacity types; empty means both (spot only for restartable jobs).
     pub capacity_types: Vec<CapacityType>,
@@ -102,6 +103,12 @@ pub enum PoolKind {
         region: String,
         capacity_types: Vec<CapacityType>,
     },
+    /// The nodes of another Kubernetes cluster: a GPU-hour there costs `gpu_cost_per_hour`;
+    /// `location` (a region or site) is what data rules compare.
+    Cluster {
+        gpu_cost_per_hour: f64,
+        location: Option<String>,
+    },
 }
 
 /// A ComputePool.
@@ -143,8 +150,32 @@ impl Pool {
         }
     }
 
+    /// A pool of another cluster's nodes, with its GPU-hour price.
+    pub fn cluster(name: impl Into<String>, gpu_cost_per_hour: f64) -> Pool {
+        Pool {
+            kind: PoolKind::Cluster {
+                gpu_cost_per_hour,
+                location: None,
+            },
+            ..Pool::private(name)
+        }
+    }
+
     pub fn is_cloud(&self) -> bool {
         matches!(self.kind, PoolKind::Cloud { .. })
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.kind, PoolKind::Cluster { .. })
+    }
+
+    /// Where the jobs of this pool run.
+    pub fn environment(&self) -> crate::Environment {
+        match self.kind {
+            PoolKind::Private { .. } => crate::Environment::Private,
+            PoolKind::Cloud { .. } => crate::Environment::Cloud,
+            PoolKind::Cluster { .. } => crate::Environment::Remote,
+        }
     }
 }
 
@@ -210,7 +241,7 @@ pub enum JobState {
     Running {
         nodes: Vec<String>,
         started_at: Time,
-        cloud: bool,
+        environment: crate::Environment,
     },
     /// Moving from the cloud to these private nodes (one per replica) of `pool`, which are held
     /// for it; `ready` once its cloud pods have stopped.

@@ -12,6 +12,8 @@ pub enum Outcome {
     StartPrivate,
     /// Start in the cloud: on existing cloud nodes, or on instances being launched for it.
     StartCloud,
+    /// Start on free GPUs of another cluster (a `cluster` pool).
+    StartRemote,
     /// Keep waiting.
     Wait,
     /// Cannot run as specified (for example, an unknown queue).
@@ -23,6 +25,7 @@ impl Outcome {
         match self {
             Outcome::StartPrivate => "StartPrivate",
             Outcome::StartCloud => "StartCloud",
+            Outcome::StartRemote => "StartRemote",
             Outcome::Wait => "Wait",
             Outcome::Reject => "Reject",
         }
@@ -59,6 +62,9 @@ pub enum Reason {
     FitsExistingCloudNodes,
     /// The instances launched for it have joined.
     InstancesReady,
+    /// Free GPUs of another cluster (a `cluster` pool) fit the whole gang, first in the
+    /// queue's order of such pools.
+    RemoteCapacity,
     /// No private node could hold it (size or GPU model), so waiting is pointless.
     NoPrivateCapacity,
     /// Waiting for private GPUs; may burst later.
@@ -122,6 +128,7 @@ impl Reason {
             Reason::RequiredByPolicy => "RequiredByPolicy",
             Reason::FitsExistingCloudNodes => "FitsExistingCloudNodes",
             Reason::InstancesReady => "InstancesReady",
+            Reason::RemoteCapacity => "RemoteCapacity",
             Reason::NoPrivateCapacity => "NoPrivateCapacity",
             Reason::WaitingForPrivate => "WaitingForPrivate",
             Reason::PrivateStartSoon => "PrivateStartSoon",

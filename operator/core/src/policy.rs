@@ -13,7 +13,9 @@ pub struct QueueState {
     pub running_jobs: u32,
     pub private_gpus_in_use: u32,
     pub cloud_gpus_in_use: u32,
-    /// Current cloud spend rate, USD per hour.
+    /// GPUs its jobs use in other clusters (`cluster` pools).
+    pub remote_gpus_in_use: u32,
+    /// Current cloud and remote spend rate, USD per hour.
     pub hourly_usd: f64,
     pub spent_this_month_usd: f64,
 }

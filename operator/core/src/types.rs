@@ -13,6 +13,8 @@ pub enum Environment {
     Private,
     // Public cloud instances launched by Spillway.
     Cloud,
+    // Nodes of another Kubernetes cluster (a `cluster` pool), reached through its API server.
+    Remote,
 }
 
 impl Environment {
@@ -20,6 +22,7 @@ impl Environment {
         match self {
             Environment::Private => "private",
             Environment::Cloud => "cloud",
+            Environment::Remote => "remote",
         }
     }
 }

@@ -15,7 +15,7 @@ struct Scenario {
 }
 
 fn scenario() -> impl Strategy<Value = Scenario> {
-    let nodes = prop::collection::vec((1u32..=8, 0u32..=8, 0usize..3), 0..6);
+    let nodes = prop::collection::vec((1u32..=8, 0u32..=8, 0usize..3, any::<bool>()), 0..6);
     let jobs = prop::collection::vec(
         (
             1u32..=3,
@@ -49,8 +49,18 @@ fn scenario() -> impl Strategy<Value = Scenario> {
         prop::option::of(0u32..24),
         prop::option::of(0.0f64..80.0),
     );
-    (nodes, jobs, queues, offers, pool_limits, 0i64..240).prop_map(
-        |(nodes, jobs, queues, offers, limits, now)| {
+    // A cluster pool "rc" at $1.50 per GPU-hour with an optional GPU limit.
+    let remote_limit = prop::option::of(0u32..16);
+    (
+        nodes,
+        jobs,
+        queues,
+        offers,
+        pool_limits,
+        0i64..240,
+        remote_limit,
+    )
+        .prop_map(|(nodes, jobs, queues, offers, limits, now, remote_limit)| {
             let models = ["A100", "H100", "A10G"];
             let mut s = base();
             s.offerings.clear();
@@ -69,11 +79,18 @@ fn scenario() -> impl Strategy<Value = Scenario> {
             s.pools[1].max_nodes = limits.0;
             s.pools[1].max_gpus = limits.1;
             s.pools[1].max_hourly_usd = limits.2;
+            let mut rc = Pool::cluster("rc", 1.5);
+            rc.max_gpus = remote_limit;
+            s.pools.push(rc);
             s.nodes = nodes
                 .iter()
                 .enumerate()
-                .map(|(i, &(gpus, free, m))| {
-                    private_node(&format!("n{i}"), gpus, free.min(gpus), models[m])
+                .map(|(i, &(gpus, free, m, remote))| {
+                    let mut n = private_node(&format!("n{i}"), gpus, free.min(gpus), models[m]);
+                    if remote {
+                        n.pool = "rc".into();
+                    }
+                    n
                 })
                 .collect();
             let catalog = [
@@ -139,19 +156,22 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                 snapshot: s,
                 now: at_min(now),
             }
-        },
-    )
+        })
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(400))]
 
     #[test]
-    fn restricted_data_never_goes_to_the_cloud(sc in scenario()) {
+    fn restricted_data_never_leaves_private_nodes(sc in scenario()) {
         let plan = decide(&sc.snapshot, &NoPolicy, sc.now);
         for job in sc.snapshot.jobs.iter().filter(|j| j.datasets.iter().any(|d| d == "secret")) {
             prop_assert!(!plan.launches.iter().any(|l| l.job == job.id));
-            prop_assert!(!plan.starts.iter().any(|s| s.job == job.id && s.environment == Environment::Cloud));
+            prop_assert!(!plan.starts.iter().any(|s| s.job == job.id && s.environment != Environment::Private));
+        }
+        // Confidential data (no rule allows it) stays home too.
+        for job in sc.snapshot.jobs.iter().filter(|j| j.datasets.iter().any(|d| d == "conf")) {
+            prop_assert!(!plan.starts.iter().any(|s| s.job == job.id && s.environment == Environment::Remote));
         }
     }
 
@@ -169,6 +189,14 @@ proptest! {
                 prop_assert!(job.accepts_model(node.gpu_model.as_ref()));
             }
             prop_assert!(job.placement != Placement::CloudOnly || start.environment == Environment::Cloud);
+            prop_assert!(job.placement != Placement::PrivateOnly || start.environment == Environment::Private);
+            // Each start is in the environment of its nodes' pool.
+            for n in &start.nodes {
+                let node = s.nodes.iter().find(|x| &x.name == n).unwrap();
+                let pool = s.pools.iter().find(|p| p.name == node.pool).unwrap();
+                prop_assert_eq!(pool.environment(), start.environment);
+                prop_assert_eq!(&pool.name, &start.pool);
+            }
         }
         for (n, gpus) in taken {
             let node = s.nodes.iter().find(|x| x.name == n).unwrap();
@@ -193,11 +221,24 @@ proptest! {
         if let Some(m) = pool.max_nodes { prop_assert!(count <= m); }
         if let Some(m) = pool.max_gpus { prop_assert!(gpus <= m); }
         if let Some(m) = pool.max_hourly_usd { prop_assert!(hourly <= m + 1e-6); }
+        let remote = |q: Option<&str>| -> (u32, f64) {
+            let gpus: u32 = plan.starts.iter()
+                .filter(|st| st.environment == Environment::Remote)
+                .map(|st| s.jobs.iter().find(|j| j.id == st.job).unwrap())
+                .filter(|j| q.is_none_or(|q| j.queue == q))
+                .map(|j| j.total_gpus())
+                .sum();
+            (gpus, gpus as f64 * 1.5)
+        };
+        if let Some(m) = s.pools[2].max_gpus { prop_assert!(remote(None).0 <= m); }
         for q in &s.queues {
             let launches: Vec<&Launch> = plan.launches.iter().filter(|l| l.queue == q.name).collect();
-            let hourly: f64 = launches.iter().map(|l| l.count as f64 * l.offering.hourly_price).sum();
+            let hourly: f64 = launches.iter().map(|l| l.count as f64 * l.offering.hourly_price).sum::<f64>() + remote(Some(&q.name)).1;
             if let Some(b) = q.budget_hourly_usd { prop_assert!(hourly <= b + 1e-6, "queue {} plans ${}/h over ${}/h", q.name, hourly, b); }
-            if !q.burst.enabled { prop_assert!(launches.is_empty(), "queue {} does not burst", q.name); }
+            if !q.burst.enabled {
+                prop_assert!(launches.is_empty(), "queue {} does not burst", q.name);
+                prop_assert_eq!(remote(Some(&q.name)).0, 0, "queue {} does not leave home", &q.name);
+            }
         }
     }
 

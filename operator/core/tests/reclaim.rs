@@ -187,7 +187,7 @@ fn cloud_jobs_and_unusable_nodes_are_not_victims() {
     cloud.state = JobState::Running {
         nodes: vec!["n2".into()],
         started_at: at_min(1),
-        cloud: true,
+        environment: Environment::Cloud,
     };
     s.jobs = vec![
         restartable(running(job("on-v100", 8, 0), &["n1"], 1, None)),
@@ -246,7 +246,7 @@ fn no_queue_within_its_quota_is_ever_preempted() {
                 j.state = JobState::Running {
                     nodes: vec![format!("n{n}")],
                     started_at: at_min(rng.below(10) as i64),
-                    cloud: false,
+                    environment: Environment::Private,
                 };
                 s.nodes[n].free_gpus -= g;
                 s.jobs.push(j);

@@ -36,7 +36,7 @@ fn world() -> Snapshot {
     j.state = JobState::Running {
         nodes: vec!["c1".into()],
         started_at: at_min(0),
-        cloud: true,
+        environment: Environment::Cloud,
     };
     s.jobs = vec![j];
     s

@@ -118,7 +118,7 @@ fn history() -> impl Strategy<Value = History> {
                     j.state = JobState::Running {
                         nodes: vec![s.nodes[k].name.clone()],
                         started_at: start - mins(ago as u64),
-                        cloud: false,
+                        environment: Environment::Private,
                     };
                     s.jobs.push(j);
                 }
@@ -187,7 +187,7 @@ impl World {
                     self.snap.jobs[j].state = JobState::Running {
                         nodes: st.nodes.clone(),
                         started_at: self.now,
-                        cloud: st.environment == Environment::Cloud,
+                        environment: st.environment,
                     };
                     out.push(Change::Job(self.snap.jobs[j].clone()));
                 }

@@ -77,7 +77,7 @@ pub fn running(mut j: Job, nodes: &[&str], started_min: i64, runtime_min: Option
     j.state = JobState::Running {
         nodes: nodes.iter().map(|s| s.to_string()).collect(),
         started_at: at_min(started_min),
-        cloud: false,
+        environment: Environment::Private,
     };
     j.estimated_runtime = runtime_min.map(mins);
     j

@@ -131,7 +131,7 @@ impl Both {
                     let state = JobState::Running {
                         nodes: start.nodes.clone(),
                         started_at: self.now,
-                        cloud: start.environment == Environment::Cloud,
+                        environment: start.environment,
                     };
                     self.plain.jobs[p].state = state.clone();
                     self.tracked.job_mut(p).state = state;

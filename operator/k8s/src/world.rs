@@ -251,6 +251,9 @@ fn node_ready(node: &Node) -> bool {
         .is_some_and(|c| c.status == "True")
 }
 
+/// What a `cluster` pool's `Ready=False` condition says in this version.
+pub const CLUSTER_POOLS_NOT_DISPATCHED: &str = "spec.cluster: this operator version does not dispatch jobs to other clusters; `spillway simulate` and `spillway explain` decide with cluster pools (docs/multi-cluster.md)";
+
 /// Ready, not cordoned, and without a NoSchedule/NoExecute taint the pool does not tolerate.
 fn node_schedulable(node: &Node, pool: &ComputePool) -> bool {
     let spec = node.spec.as_ref();
@@ -446,6 +449,14 @@ pub fn build_kept(
     }
     for p in &inputs.pools {
         match convert::pool(p) {
+            // This operator does not reach other clusters: such a pool is not used, and says
+            // so (`spillway simulate` and `spillway explain` decide with it).
+            Ok(c) if c.is_cluster() => {
+                built.invalid_objects.insert(
+                    format!("ComputePool/{}", p.name_any()),
+                    CLUSTER_POOLS_NOT_DISPATCHED.to_string(),
+                );
+            }
             Ok(p) => snap.pools.push(p),
             Err(e) => {
                 built

@@ -337,3 +337,25 @@ fn replica_pods_carry_limits_affinity_and_identity() {
     assert!(env.contains(&("SPILLWAY_REPLICAS".into(), "2".into())));
     assert_eq!(p.metadata.owner_references.unwrap()[0].uid, "uid-train");
 }
+
+#[test]
+fn cluster_pools_are_not_used_and_say_why() {
+    let mut i = inputs();
+    i.pools.push(Arc::new(
+        serde_json::from_value(json!({
+            "metadata": {"name": "dc2"},
+            "spec": {"cluster": {
+                "kubeconfigSecretRef": {"name": "dc2", "namespace": "spillway-system"},
+                "namespace": "gpu-jobs",
+                "gpuCostPerHour": 0.8,
+            }},
+        }))
+        .unwrap(),
+    ));
+    let b = build(&i, &HashMap::new());
+    assert!(!b.snapshot.pools.iter().any(|p| p.name == "dc2"));
+    assert_eq!(
+        b.invalid_objects.get("ComputePool/dc2").map(String::as_str),
+        Some(spillway_k8s::world::CLUSTER_POOLS_NOT_DISPATCHED)
+    );
+}

@@ -102,7 +102,16 @@ pub const VARIABLES: &[Variable] = &[
             f("runningJobs", "int", "jobs running from it"),
             f("privateGpusInUse", "int", "private GPUs its jobs hold"),
             f("cloudGpusInUse", "int", "cloud GPUs its jobs hold"),
-            f("hourlyUSD", "double", "its cloud spend rate, USD per hour"),
+            f(
+                "remoteGpusInUse",
+                "int",
+                "GPUs its jobs hold in other clusters (`cluster` pools)",
+            ),
+            f(
+                "hourlyUSD",
+                "double",
+                "its spend rate in the cloud and other clusters, USD per hour",
+            ),
             f(
                 "spentThisMonthUSD",
                 "double",

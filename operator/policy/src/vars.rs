@@ -47,12 +47,13 @@ pub(crate) const JOB_FIELDS: [&str; 15] = [
     "labels",
 ];
 
-pub(crate) const QUEUE_FIELDS: [&str; 9] = [
+pub(crate) const QUEUE_FIELDS: [&str; 10] = [
     "name",
     "pendingJobs",
     "runningJobs",
     "privateGpusInUse",
     "cloudGpusInUse",
+    "remoteGpusInUse",
     "hourlyUSD",
     "spentThisMonthUSD",
     "budgetLeftHourlyUSD",
@@ -227,6 +228,7 @@ fn queue_field<'a>(ctx: &PolicyContext<'a>, field: &str) -> Option<V<'a>> {
         "runningJobs" => u(u64::from(q.running_jobs)),
         "privateGpusInUse" => u(u64::from(q.private_gpus_in_use)),
         "cloudGpusInUse" => u(u64::from(q.cloud_gpus_in_use)),
+        "remoteGpusInUse" => u(u64::from(q.remote_gpus_in_use)),
         "hourlyUSD" => d(q.hourly_usd),
         "spentThisMonthUSD" => d(q.spent_this_month_usd),
         "budgetLeftHourlyUSD" => d((ctx.queue.budget_hourly_usd? - q.hourly_usd).max(0.0)),

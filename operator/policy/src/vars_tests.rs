@@ -53,6 +53,7 @@ struct QueueView<'a> {
     running_jobs: u64,
     private_gpus_in_use: u64,
     cloud_gpus_in_use: u64,
+    remote_gpus_in_use: u64,
     #[serde(rename = "hourlyUSD")]
     hourly_usd: f64,
     #[serde(rename = "spentThisMonthUSD")]
@@ -123,6 +124,7 @@ fn reference(
         running_jobs: u64::from(q.running_jobs),
         private_gpus_in_use: u64::from(q.private_gpus_in_use),
         cloud_gpus_in_use: u64::from(q.cloud_gpus_in_use),
+        remote_gpus_in_use: u64::from(q.remote_gpus_in_use),
         hourly_usd: q.hourly_usd,
         spent_this_month_usd: q.spent_this_month_usd,
         budget_left_hourly_usd: ctx
@@ -294,6 +296,7 @@ fn the_values_equal_serdes_rendering_of_the_same_views() {
         running_jobs: 2,
         private_gpus_in_use: 16,
         cloud_gpus_in_use: 8,
+        remote_gpus_in_use: 4,
         hourly_usd: 21.96,
         spent_this_month_usd: 1_234.5,
     };

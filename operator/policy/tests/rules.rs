@@ -237,7 +237,7 @@ fn repatriate_never_keeps_matching_cloud_jobs_where_they_are() {
     s.jobs[0].state = JobState::Running {
         nodes: vec!["c1".into()],
         started_at: at_min(0),
-        cloud: true,
+        environment: Environment::Cloud,
     };
     let mut cloud = s.nodes[0].clone();
     cloud.name = "c1".into();

@@ -24,7 +24,10 @@ use spillway_core::{
     Time, Tracked,
 };
 
+mod remote;
 mod stops;
+
+pub use remote::PoolSpend;
 
 use crate::cloud::{CloudModel, SimCloud, now_or_error};
 use crate::trace::TraceJob;
@@ -56,6 +59,8 @@ pub struct JobRecord {
     pub start_s: Option<f64>,
     pub finish_s: Option<f64>,
     pub cloud: bool,
+    /// Ran (first) in another cluster (a `cluster` pool).
+    pub remote: bool,
     pub gpus: u32,
     pub runtime_s: f64,
     pub rejected: bool,
@@ -72,6 +77,9 @@ pub struct Sample {
     pub private_busy_gpus: u32,
     pub cloud_busy_gpus: u32,
     pub cloud_spend_usd: f64,
+    /// GPUs busy in other clusters, and their spend so far.
+    pub remote_busy_gpus: u32,
+    pub remote_spend_usd: f64,
 }
 
 /// The outcome of a replay.
@@ -81,6 +89,10 @@ pub struct Outcome {
     pub samples: Vec<Sample>,
     pub cloud_cost_usd: f64,
     pub cloud_gpu_seconds: f64,
+    /// Per cluster pool, in the snapshot's order: GPU-seconds its jobs used and their cost.
+    pub remote: Vec<PoolSpend>,
+    /// Per cloud pool that launched: GPU-seconds of its instances and their cost.
+    pub cloud_by_pool: Vec<PoolSpend>,
     pub private_busy_gpu_seconds: f64,
     pub private_gpus: u32,
     pub instances_launched: u32,
@@ -161,6 +173,7 @@ struct Engine<'a> {
     next_arrival: usize,
     private_busy: u32,
     cloud_busy: u32,
+    remote: remote::RemoteUse,
     running: u32,
     last_t: i64,
     /// Consecutive cycles in which nothing but wake-ups happened and the plan changed nothing.
@@ -180,7 +193,11 @@ impl<'a> Engine<'a> {
         let private_gpus = snap
             .nodes
             .iter()
-            .filter(|n| snap.pools.iter().any(|p| p.name == n.pool && !p.is_cloud()))
+            .filter(|n| {
+                snap.pools.iter().any(|p| {
+                    p.name == n.pool && p.environment() == spillway_core::Environment::Private
+                })
+            })
             .map(|n| n.gpus)
             .sum();
         Engine {
@@ -224,6 +241,7 @@ impl<'a> Engine<'a> {
             next_arrival: 0,
             private_busy: 0,
             cloud_busy: 0,
+            remote: remote::RemoteUse::new(snap),
             running: 0,
             last_t: 0,
             idle_cycles: 0,
@@ -348,6 +366,7 @@ impl<'a> Engine<'a> {
             }
         }
         self.out.end_s = end as f64 / 1000.0;
+        self.out.remote = std::mem::take(&mut self.remote).into_spend();
         self.out
     }
 
@@ -369,6 +388,7 @@ impl<'a> Engine<'a> {
     fn advance(&mut self, t: i64) {
         let dt = (t - self.last_t).max(0) as f64 / 1000.0;
         self.out.private_busy_gpu_seconds += self.private_busy as f64 * dt;
+        self.remote.advance(dt);
         self.last_t = self.last_t.max(t);
     }
 
@@ -507,6 +527,9 @@ impl<'a> Engine<'a> {
                 if node.free_gpus == node.gpus {
                     node.idle_since = Some(Time::from_millis(t));
                 }
+            } else if self.remote.is_remote(&node.pool) {
+                let pool = node.pool.clone();
+                self.remote.give_back(&pool, g);
             } else {
                 self.private_busy = self.private_busy.saturating_sub(g);
             }
@@ -533,8 +556,18 @@ impl<'a> Engine<'a> {
         }
         inst.alive = false;
         let secs = ((t - inst.core.launched_at.as_millis()) as f64 / 1000.0).max(60.0);
-        self.out.cloud_cost_usd += inst.core.hourly_price * secs / 3600.0;
-        self.out.cloud_gpu_seconds += inst.core.gpus as f64 * secs;
+        let (cost, gpu_seconds) = (
+            inst.core.hourly_price * secs / 3600.0,
+            inst.core.gpus as f64 * secs,
+        );
+        self.out.cloud_cost_usd += cost;
+        self.out.cloud_gpu_seconds += gpu_seconds;
+        remote::add_spend(
+            &mut self.out.cloud_by_pool,
+            &inst.core.pool,
+            gpu_seconds,
+            cost,
+        );
         let id = inst.core.id.clone();
         if let Some(node) = inst.core.node.as_deref()
             && let Some(p) = self.snap.node_position(node)
@@ -573,23 +606,24 @@ impl<'a> Engine<'a> {
             };
             let Some(p) = self.pos.get(i) else { continue };
             let g = self.snap.snapshot().jobs[p].gpus_per_replica;
-            let cloud = start.environment == spillway_core::Environment::Cloud;
+            let environment = start.environment;
+            let cloud = environment == spillway_core::Environment::Cloud;
             for n in &start.nodes {
                 if let Some(ni) = self.snap.node_position(n) {
                     let mut node = self.snap.node_mut(ni);
                     node.free_gpus = node.free_gpus.saturating_sub(g);
                     node.idle_since = None;
                 }
-                if cloud {
-                    self.cloud_busy += g;
-                } else {
-                    self.private_busy += g;
+                match environment {
+                    spillway_core::Environment::Cloud => self.cloud_busy += g,
+                    spillway_core::Environment::Remote => self.remote.take(&start.pool, g),
+                    spillway_core::Environment::Private => self.private_busy += g,
                 }
             }
             self.snap.job_mut(p).state = JobState::Running {
                 nodes: start.nodes,
                 started_at: Time::from_millis(t),
-                cloud,
+                environment,
             };
             self.running += 1;
             let rec = &mut self.out.jobs[i];
@@ -598,6 +632,7 @@ impl<'a> Engine<'a> {
             }
             if rec.moves == 0 {
                 rec.cloud = cloud;
+                rec.remote = environment == spillway_core::Environment::Remote;
             }
             let attempt = self.attempt[i];
             self.push(
@@ -718,6 +753,8 @@ impl<'a> Engine<'a> {
             private_busy_gpus: self.private_busy,
             cloud_busy_gpus: self.cloud_busy,
             cloud_spend_usd: self.out.cloud_cost_usd + self.accrued_live(t),
+            remote_busy_gpus: self.remote.busy(),
+            remote_spend_usd: self.remote.cost(),
         };
         if self.out.samples.last().is_some_and(|l| l.t_s == s.t_s) {
             self.out.samples.pop();

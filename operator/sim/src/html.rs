@@ -280,6 +280,22 @@ pub fn render(title: &str, runs: &[(Summary, Outcome)]) -> Result<String, String
     html.push_str("<table><tr><th>strategy</th><th>jobs</th><th>burst jobs</th><th>cloud USD</th><th>cloud GPU-h</th><th>limit GPU-h</th><th>private util</th><th>avg wait s</th><th>p50 wait s</th><th>p95 wait s</th><th>avg JCT s</th><th>unfinished</th></tr>\n");
     html.push_str(&rows);
     html.push_str("</table>\n");
+    if runs.iter().any(|(s, _)| !s.spend_by_pool.is_empty()) {
+        html.push_str("<h2>Spend by pool</h2>\n<table><tr><th>strategy</th><th>pool</th><th>where</th><th>GPU-h</th><th>USD</th></tr>\n");
+        for (s, _) in runs {
+            for p in &s.spend_by_pool {
+                html.push_str(&format!(
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.2}</td></tr>\n",
+                    escape(&s.strategy),
+                    escape(&p.pool),
+                    p.environment,
+                    p.gpu_hours,
+                    p.cost_usd
+                ));
+            }
+        }
+        html.push_str("</table>\n");
+    }
     for (_, c) in charts {
         html.push_str("<figure>");
         html.push_str(&c);

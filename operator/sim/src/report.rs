@@ -13,6 +13,13 @@ pub struct Summary {
     pub burst_jobs: u64,
     pub cloud_cost_usd: f64,
     pub cloud_gpu_hours: f64,
+    /// Jobs that started in other clusters (`cluster` pools), their GPU-hours there and what
+    /// those cost at the pools' prices.
+    pub remote_jobs: u64,
+    pub remote_gpu_hours: f64,
+    pub remote_cost_usd: f64,
+    /// Spend per cloud and cluster pool that was used, cloud pools first.
+    pub spend_by_pool: Vec<PoolSpendSummary>,
     /// The physical limit ([`crate::bound`]): the fewest cloud GPU-hours with which any
     /// schedule could have run this row's finished jobs on the same private GPUs, finishing
     /// each no later than this row did.
@@ -45,6 +52,16 @@ pub struct Summary {
     /// Trace jobs still running when the trace was cut that were left out of the replay
     /// (`spillway simulate --keep-censored` keeps them; then 0).
     pub censored_jobs_left_out: u64,
+}
+
+/// What one pool's jobs used over a replay.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct PoolSpendSummary {
+    pub pool: String,
+    /// `cloud` or `remote`.
+    pub environment: &'static str,
+    pub gpu_hours: f64,
+    pub cost_usd: f64,
 }
 
 /// Nearest-rank percentile of sorted values.
@@ -118,6 +135,29 @@ pub fn summarize(strategy: &str, out: &Outcome, wall_s: f64) -> Summary {
             .count() as u64,
         cloud_cost_usd: round(out.cloud_cost_usd, 2),
         cloud_gpu_hours: round(out.cloud_gpu_seconds / 3600.0, 2),
+        remote_jobs: out
+            .jobs
+            .iter()
+            .filter(|j| j.remote && j.start_s.is_some())
+            .count() as u64,
+        remote_gpu_hours: round(
+            out.remote.iter().map(|p| p.gpu_seconds).sum::<f64>() / 3600.0,
+            2,
+        ),
+        remote_cost_usd: round(out.remote.iter().map(|p| p.cost_usd).sum(), 2),
+        spend_by_pool: out
+            .cloud_by_pool
+            .iter()
+            .map(|p| ("cloud", p))
+            .chain(out.remote.iter().map(|p| ("remote", p)))
+            .filter(|(_, p)| p.gpu_seconds > 0.0)
+            .map(|(environment, p)| PoolSpendSummary {
+                pool: p.pool.clone(),
+                environment,
+                gpu_hours: round(p.gpu_seconds / 3600.0, 2),
+                cost_usd: round(p.cost_usd, 2),
+            })
+            .collect(),
         cloud_gpu_hours_lower_bound: round(limit / 3600.0, 2),
         private_gpu_utilization: if capacity > 0.0 {
             round(out.private_busy_gpu_seconds / capacity, 4)
@@ -166,14 +206,15 @@ pub fn human_secs(s: f64) -> String {
     }
 }
 
-/// The comparison table printed on stdout.
+/// The comparison table printed on stdout. With other clusters in play (some row used a
+/// cluster pool), it has their columns, and spend per pool follows it.
 pub fn table(rows: &[Summary]) -> String {
-    let header = [
-        "strategy",
-        "jobs",
-        "burst",
-        "cloud $",
-        "cloud GPU-h",
+    let remote = rows.iter().any(|r| r.remote_jobs > 0);
+    let mut header = vec!["strategy", "jobs", "burst", "cloud $", "cloud GPU-h"];
+    if remote {
+        header.extend(["remote", "remote $", "remote GPU-h"]);
+    }
+    header.extend([
         "limit GPU-h",
         "private util",
         "avg wait",
@@ -181,15 +222,24 @@ pub fn table(rows: &[Summary]) -> String {
         "p95 wait",
         "avg JCT",
         "unfinished",
-    ];
+    ]);
     let mut cells: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
     for r in rows {
-        cells.push(vec![
+        let mut row = vec![
             r.strategy.clone(),
             r.jobs.to_string(),
             r.burst_jobs.to_string(),
             format!("{:.2}", r.cloud_cost_usd),
             format!("{:.1}", r.cloud_gpu_hours),
+        ];
+        if remote {
+            row.extend([
+                r.remote_jobs.to_string(),
+                format!("{:.2}", r.remote_cost_usd),
+                format!("{:.1}", r.remote_gpu_hours),
+            ]);
+        }
+        row.extend([
             format!("{:.1}", r.cloud_gpu_hours_lower_bound),
             format!("{:.1}%", r.private_gpu_utilization * 100.0),
             human_secs(r.avg_wait_s),
@@ -198,8 +248,39 @@ pub fn table(rows: &[Summary]) -> String {
             human_secs(r.avg_jct_s),
             r.unfinished_jobs.to_string(),
         ]);
+        cells.push(row);
     }
-    let widths: Vec<usize> = (0..header.len())
+    let mut out = aligned(&cells);
+    if remote {
+        let mut by_pool = vec![vec![
+            "strategy".to_string(),
+            "pool".to_string(),
+            "where".to_string(),
+            "GPU-h".to_string(),
+            "$".to_string(),
+        ]];
+        for r in rows {
+            for p in &r.spend_by_pool {
+                by_pool.push(vec![
+                    r.strategy.clone(),
+                    p.pool.clone(),
+                    p.environment.to_string(),
+                    format!("{:.1}", p.gpu_hours),
+                    format!("{:.2}", p.cost_usd),
+                ]);
+            }
+        }
+        out.push_str("\nspend by pool\n");
+        out.push_str(&aligned(&by_pool));
+    }
+    out
+}
+
+/// Rows of cells as columns: the first left-aligned, the others right-aligned, a rule under
+/// the header.
+fn aligned(cells: &[Vec<String>]) -> String {
+    let columns = cells.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..columns)
         .map(|c| cells.iter().map(|r| r[c].len()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();

@@ -3,7 +3,7 @@
 
 use spillway_api::manifests::Manifests;
 use spillway_core::catalog::{self, CatalogRow};
-use spillway_core::{Node, Pool, PoolKind, Queue, Snapshot, WaitMode};
+use spillway_core::{Node, NodeShape, Pool, PoolKind, Queue, Snapshot, WaitMode};
 
 use crate::trace::InventoryNode;
 
@@ -52,7 +52,11 @@ pub fn snapshot(
         q.burst.wait_mode = WaitMode::CostAware;
         snap.queues.push(q);
     }
-    let private_pool = match snap.pools.iter().find(|p| !p.is_cloud()) {
+    let private_pool = match snap
+        .pools
+        .iter()
+        .find(|p| matches!(p.kind, PoolKind::Private { .. }))
+    {
         Some(p) => p.name.clone(),
         None => {
             snap.pools.push(Pool::private(DEFAULT_PRIVATE_POOL));
@@ -96,4 +100,124 @@ pub fn snapshot(
         return Err("nothing to run on: no private nodes and no cloud offerings".into());
     }
     Ok(snap)
+}
+
+/// Another cluster for the simulator (`--remote-cluster NAME=NODESxGPUS[:MODEL][@PRICE]`):
+/// its nodes, and its price per GPU-hour when the flag makes the pool up.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RemoteCluster {
+    pub name: String,
+    pub shape: NodeShape,
+    pub gpu_cost_per_hour: Option<f64>,
+}
+
+impl std::str::FromStr for RemoteCluster {
+    type Err = String;
+
+    fn from_str(spec: &str) -> Result<RemoteCluster, String> {
+        let (name, rest) = spec.split_once('=').ok_or_else(|| {
+            format!("{spec:?}: expected NAME=NODESxGPUS[:MODEL][@PRICE], such as dc2=4x8:A100@1.20")
+        })?;
+        spillway_api::validate::check_dns_subdomain(name.trim())
+            .map_err(|e| format!("{spec:?}: pool name {e}"))?;
+        let (shape, price) = match rest.rsplit_once('@') {
+            Some((shape, price)) => {
+                let p: f64 = price.trim().parse().map_err(|_| {
+                    format!("{spec:?}: {price:?} is not a price per GPU-hour in USD")
+                })?;
+                if !(p.is_finite() && p >= 0.0) {
+                    return Err(format!("{spec:?}: the price per GPU-hour must be >= 0"));
+                }
+                (shape, Some(p))
+            }
+            None => (rest, None),
+        };
+        Ok(RemoteCluster {
+            name: name.trim().to_string(),
+            shape: NodeShape::parse(shape)?,
+            gpu_cost_per_hour: price,
+        })
+    }
+}
+
+/// Gives the cluster pools their nodes. A pool the manifests declare (`spec.cluster`) takes
+/// its price from them, and the queues that list it use it; any other is made up with the
+/// flag's price (default 0) and every queue tries the made-up ones first, in the flags' order,
+/// then what it lists (a queue listing no pools uses every pool anyway).
+pub fn add_remote_clusters(snap: &mut Snapshot, remotes: &[RemoteCluster]) -> Result<(), String> {
+    let mut made_up = Vec::new();
+    for r in remotes {
+        let flag = format!("--remote-cluster {}", r.name);
+        match snap.pools.iter().find(|p| p.name == r.name) {
+            Some(p) if !p.is_cluster() => {
+                return Err(format!(
+                    "{flag}: pool {} is not a cluster pool (spec.cluster)",
+                    r.name
+                ));
+            }
+            Some(_) if r.gpu_cost_per_hour.is_some() => {
+                return Err(format!(
+                    "{flag}: the manifests set this pool's price (spec.cluster.gpuCostPerHour); leave @PRICE out"
+                ));
+            }
+            Some(_) => {}
+            None => {
+                snap.pools.push(Pool::cluster(
+                    r.name.clone(),
+                    r.gpu_cost_per_hour.unwrap_or(0.0),
+                ));
+                made_up.push(r.name.clone());
+            }
+        }
+        if snap.nodes.iter().any(|n| n.pool == r.name) {
+            return Err(format!("{flag}: given twice"));
+        }
+        for i in 0..r.shape.nodes {
+            snap.nodes.push(Node {
+                name: format!("{}-{i}", r.name),
+                pool: r.name.clone(),
+                gpu_model: r.shape.model.clone(),
+                gpus: r.shape.gpus,
+                free_gpus: r.shape.gpus,
+                schedulable: true,
+                releasing_gpus: 0,
+                instance_id: None,
+                idle_since: None,
+            });
+        }
+    }
+    if !made_up.is_empty() {
+        // What an empty list means: every other cluster pool, cheapest first, then the cloud.
+        let mut declared: Vec<(f64, String)> = snap
+            .pools
+            .iter()
+            .filter_map(|p| match p.kind {
+                PoolKind::Cluster {
+                    gpu_cost_per_hour, ..
+                } if !made_up.contains(&p.name) => Some((gpu_cost_per_hour, p.name.clone())),
+                _ => None,
+            })
+            .collect();
+        declared.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+        let cloud: Vec<String> = declared
+            .into_iter()
+            .map(|(_, n)| n)
+            .chain(
+                snap.pools
+                    .iter()
+                    .filter(|p| p.is_cloud())
+                    .map(|p| p.name.clone()),
+            )
+            .collect();
+        for q in &mut snap.queues {
+            // An empty list means every pool, cheapest cluster first: make the order explicit.
+            let listed = if q.burst.pools.is_empty() {
+                cloud.clone()
+            } else {
+                std::mem::take(&mut q.burst.pools)
+            };
+            q.burst.pools = made_up.iter().cloned().chain(listed).collect();
+        }
+    }
+    Ok(())
 }

@@ -27,6 +27,12 @@ pub struct SimulateArgs {
     /// Private inventory as NODESxGPUS[:MODEL], for example 4x8 or 2x8:H100.
     #[arg(long, value_name = "NODESxGPUS[:MODEL]")]
     private_gpus: Option<String>,
+    /// Another cluster jobs may spill to after the private nodes and before the cloud:
+    /// NAME=NODESxGPUS[:MODEL][@PRICE], such as dc2=4x8:A100@1.20 (USD per GPU-hour, default
+    /// 0). Repeatable; every queue tries them in this order before its own pools. A pool of
+    /// that name in --config (spec.cluster) gets these nodes and keeps its own price.
+    #[arg(long, value_name = "NAME=NODESxGPUS[:MODEL][@PRICE]")]
+    remote_cluster: Vec<setup::RemoteCluster>,
     /// Manifests (GpuQueues, ComputePools, Datasets, BurstPolicies): a YAML file or a directory.
     #[arg(long, value_name = "DIR|FILE")]
     config: Option<PathBuf>,
@@ -185,7 +191,8 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode, InputError> {
         }
         _ => Box::new(NoPolicy),
     };
-    let base = setup::snapshot(manifests.as_ref(), &inventory, &rows).map_err(InputError)?;
+    let mut base = setup::snapshot(manifests.as_ref(), &inventory, &rows).map_err(InputError)?;
+    setup::add_remote_clusters(&mut base, &args.remote_cluster).map_err(InputError)?;
 
     let strategies = if args.strategy.is_empty() {
         vec![

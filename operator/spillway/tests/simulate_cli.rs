@@ -533,3 +533,44 @@ fn the_bundled_example_replays_exactly_as_before() {
         .collect();
     assert_eq!(skipped, [0, 0, 0, 0, 186]);
 }
+
+#[test]
+fn remote_clusters_take_the_overflow_and_the_report_shows_spend_by_pool() {
+    let dir = tmp("remote");
+    let out = spillway(&[
+        "simulate",
+        "--json",
+        "--strategy",
+        "spillway",
+        "--remote-cluster",
+        "dc2=1x8:A100@0.9",
+        "--report",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let row = &v[0];
+    assert!(row["remote_jobs"].as_u64().unwrap() > 0, "{row}");
+    let pools = row["spend_by_pool"].as_array().expect("spend_by_pool");
+    let dc2 = pools
+        .iter()
+        .find(|p| p["pool"] == "dc2")
+        .expect("dc2 in spend_by_pool");
+    assert_eq!(dc2["environment"], "remote");
+    let (hours, cost) = (
+        dc2["gpu_hours"].as_f64().unwrap(),
+        dc2["cost_usd"].as_f64().unwrap(),
+    );
+    assert!((cost - 0.9 * hours).abs() < 0.05, "{dc2}");
+    assert_eq!(row["remote_cost_usd"].as_f64().unwrap(), cost);
+    let html = std::fs::read_to_string(dir.join("index.html")).expect("report");
+    assert!(html.contains("Spend by pool") && html.contains("<td>dc2</td>"));
+
+    let bad = spillway(&["simulate", "--remote-cluster", "dc2=8"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("NODESxGPUS"));
+}

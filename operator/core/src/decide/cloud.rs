@@ -257,6 +257,59 @@ impl<'a> Cycle<'a> {
         });
         let rule = trigger_rule.or(data_rule);
 
+        // Other clusters first, in the queue's order, unless the job or a rule wants the cloud.
+        let mut remote_excluded = None;
+        let wants_cloud = job.placement == Placement::CloudOnly
+            || w.effects()
+                .require
+                .as_ref()
+                .is_some_and(|r| r.value == Environment::Cloud);
+        if self.has_remote_pools && !wants_cloud {
+            match self.place_remote(job, w, &trigger_text, rule.clone()) {
+                Ok(()) => return,
+                Err(e) => remote_excluded = e,
+            }
+        }
+        let required_remote = w
+            .effects()
+            .require
+            .as_ref()
+            .filter(|r| r.value == Environment::Remote);
+        if let Some(forbidding) = w
+            .effects()
+            .forbids(Environment::Cloud)
+            .map(|r| (r.to_string(), Reason::ForbiddenByPolicy))
+            .or(required_remote.map(|r| (r.rule.clone(), Reason::RequiredByPolicy)))
+        {
+            // Only other clusters are open to it (`cloud_blocker` let it through for them).
+            let (cloud_rule, why) = forbidding;
+            if w.never_private && !self.could_ever_fit_remote(job, queue) {
+                let message = self.say(|| format!("No private node and no node of the queue's cluster pools could ever hold one replica of {} GPUs{}, and rule {cloud_rule} keeps it from the cloud.", job.gpus_per_replica, models_text(job)));
+                self.decide_job(
+                    job,
+                    Outcome::Reject,
+                    Reason::NeverFits,
+                    message,
+                    Some(cloud_rule),
+                );
+                return;
+            }
+            let (reason, message, rule) = match remote_excluded {
+                Some((reason, m, rule)) => (
+                    reason,
+                    self.say(|| format!("The job {trigger_text}, but rule {cloud_rule} keeps it from the cloud and no other cluster takes it: {m}.")),
+                    rule,
+                ),
+                None => (
+                    why,
+                    self.say(|| format!("The job {trigger_text}, but rule {cloud_rule} keeps it from the cloud and no cluster pool of the queue has room for the whole gang.")),
+                    Some(cloud_rule),
+                ),
+            };
+            self.wait(job, w, reason, message, rule, None);
+            return;
+        }
+
         // Idle cloud nodes first: no launch, no boot delay.
         let idle: Vec<usize> = self
             .cloud_nodes
@@ -373,10 +426,20 @@ impl<'a> Cycle<'a> {
                     )
                 });
             }
-            Err((reason, message, rule)) => {
+            Err(cloud_excluded) => {
+                // Of what kept it from the clusters and from the cloud, the more telling.
+                let (reason, message, rule) = match remote_excluded {
+                    Some(r) if telling(r.0) < telling(cloud_excluded.0) => {
+                        (r.0, self.say(|| format!("{}.", r.1)), r.2)
+                    }
+                    _ => cloud_excluded,
+                };
                 if w.never_private
                     && reason == Reason::NoFittingOffering
                     && !self.could_ever_fit_cloud(job, queue)
+                    && !(self.has_remote_pools
+                        && !wants_cloud
+                        && self.could_ever_fit_remote(job, queue))
                 {
                     self.decide_job(job, Outcome::Reject, Reason::NeverFits,
                         format!("No private node and no cloud offering could ever hold one replica of {} GPUs{}.", job.gpus_per_replica, models_text(job)), None);
@@ -504,7 +567,7 @@ impl<'a> Cycle<'a> {
             };
             let pool_types = match &pool.kind {
                 PoolKind::Cloud { capacity_types, .. } => capacity_types.as_slice(),
-                PoolKind::Private { .. } => &[],
+                PoolKind::Private { .. } | PoolKind::Cluster { .. } => &[],
             };
             let allowed =
                 |types: &[CapacityType]| types.is_empty() || types.contains(&o.capacity_type);
@@ -683,6 +746,17 @@ impl<'a> Cycle<'a> {
             |i| claimed[i],
             |name| pools.item(name),
         );
+    }
+}
+
+/// How telling an exclusion is, most first: budget, limits, caps, rules, no fit.
+fn telling(reason: Reason) -> u8 {
+    match reason {
+        Reason::BudgetExhausted => 0,
+        Reason::PoolLimitReached => 1,
+        Reason::OverCostCap => 2,
+        Reason::ForbiddenByPolicy => 3,
+        _ => 4,
     }
 }
 

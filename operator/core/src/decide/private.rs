@@ -104,7 +104,7 @@ impl<'a> Cycle<'a> {
                 .effects()
                 .require
                 .as_ref()
-                .filter(|r| r.value == Environment::Cloud)
+                .filter(|r| r.value != Environment::Private)
             {
                 w.private_block = Some((Reason::RequiredByPolicy, Some(r.rule.clone())));
                 waiting.push(w);

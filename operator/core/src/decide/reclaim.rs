@@ -168,7 +168,7 @@ impl<'a> Cycle<'a> {
             let JobState::Running {
                 nodes,
                 started_at,
-                cloud: false,
+                environment: Environment::Private,
             } = &v.state
             else {
                 continue;

@@ -199,7 +199,13 @@ impl<'a> Cycle<'a> {
         let movable = |j: &Job| {
             j.restartable
                 && j.placement != Placement::CloudOnly
-                && matches!(j.state, JobState::Running { cloud: true, .. })
+                && matches!(
+                    j.state,
+                    JobState::Running {
+                        environment: Environment::Cloud,
+                        ..
+                    }
+                )
         };
         if !self.movable_in_cloud {
             return Vec::new();
@@ -214,7 +220,9 @@ impl<'a> Cycle<'a> {
         let mut replicas_on: FastMap<&str, u32> = FastMap::default();
         for j in &snap.jobs {
             if let JobState::Running {
-                nodes, cloud: true, ..
+                nodes,
+                environment: Environment::Cloud,
+                ..
             } = &j.state
             {
                 for n in nodes {

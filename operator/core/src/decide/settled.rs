@@ -19,9 +19,10 @@ pub(super) fn decide(
     now: Time,
 ) -> Option<Plan> {
     let settled = snap.jobs.iter().all(|job| match &job.state {
-        JobState::Running { cloud: true, .. } => {
-            !job.restartable || job.placement == Placement::CloudOnly
-        }
+        JobState::Running {
+            environment: Environment::Cloud,
+            ..
+        } => !job.restartable || job.placement == Placement::CloudOnly,
         JobState::Running { .. } => true,
         _ => false,
     });
@@ -38,7 +39,7 @@ pub(super) fn decide(
     for (i, job) in snap.jobs.iter().enumerate() {
         let JobState::Running {
             started_at,
-            cloud: false,
+            environment: Environment::Private,
             ..
         } = &job.state
         else {

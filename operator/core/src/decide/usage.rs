@@ -24,9 +24,13 @@ impl<'a> Cycle<'a> {
                 );
             }
         }
+        let mut remote_running = Vec::new();
         for (i, job) in snap.jobs.iter().enumerate() {
             match &job.state {
-                JobState::Running { cloud: true, .. } => {
+                JobState::Running {
+                    environment: Environment::Cloud,
+                    ..
+                } => {
                     self.movable_in_cloud |=
                         job.restartable && job.placement != Placement::CloudOnly;
                 }
@@ -51,11 +55,16 @@ impl<'a> Cycle<'a> {
                 JobState::Running {
                     nodes,
                     started_at,
-                    cloud,
+                    environment,
                 } => {
                     state.running_jobs += 1;
-                    if *cloud {
+                    if *environment == Environment::Cloud {
                         state.cloud_gpus_in_use += job.total_gpus();
+                    } else if *environment == Environment::Remote {
+                        // Its GPUs there cost what the pool of its first node says; they count
+                        // against the queue's hourly budget and the pool's limits.
+                        state.remote_gpus_in_use += job.total_gpus();
+                        remote_running.push(i);
                     } else {
                         state.private_gpus_in_use += job.total_gpus();
                         if let Some((end, stable)) = expected_end(job, *started_at, self.now) {
@@ -78,6 +87,9 @@ impl<'a> Cycle<'a> {
         // only when they differ from the last instance's. (Their needs are listed only when a
         // provisioning job asks: `need_in_flight`.)
         self.pool_usage.resize(snap.pools.len(), (0, 0, 0.0));
+        for i in remote_running {
+            self.count_remote(i);
+        }
         let mut last_queue = None;
         let mut last_pool = None;
         for inst in &snap.instances {
@@ -90,6 +102,34 @@ impl<'a> Cycle<'a> {
                 usage.1 += inst.gpus;
                 usage.2 += inst.hourly_price;
             }
+        }
+    }
+
+    /// Adds a running remote job's GPUs and spend rate to its queue and its pool.
+    fn count_remote(&mut self, i: usize) {
+        let job = &self.snap.jobs[i];
+        let JobState::Running { nodes, .. } = &job.state else {
+            return;
+        };
+        let Some(p) = nodes
+            .first()
+            .and_then(|n| self.node_at(n))
+            .and_then(|n| self.pools.get(&self.snap.nodes[n].pool))
+        else {
+            return;
+        };
+        let PoolKind::Cluster {
+            gpu_cost_per_hour, ..
+        } = self.snap.pools[p].kind
+        else {
+            return;
+        };
+        let hourly = gpu_cost_per_hour * job.total_gpus() as f64;
+        let usage = &mut self.pool_usage[p];
+        usage.1 += job.total_gpus();
+        usage.2 += hourly;
+        if let Some(q) = self.job_queue[i] {
+            self.queue_state[q].hourly_usd += hourly;
         }
     }
 }

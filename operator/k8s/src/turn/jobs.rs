@@ -543,10 +543,7 @@ fn placement_of(
         Some((aws.region.clone(), i.zone.clone(), i.id.clone()))
     });
     telemetry::Placement {
-        environment: match start.environment {
-            Environment::Cloud => "cloud",
-            Environment::Private => "private",
-        },
+        environment: start.environment.as_str(),
         pool: start.pool.clone(),
         cloud,
     }

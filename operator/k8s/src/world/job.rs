@@ -205,14 +205,14 @@ impl Facts<'_> {
                         started_at,
                         ..
                     } => {
-                        let cloud = pool
+                        let environment = pool
                             .as_ref()
                             .and_then(|p| self.pools.iter().find(|c| &c.name == p))
-                            .is_some_and(|p| p.is_cloud());
+                            .map_or(spillway_core::Environment::Private, |p| p.environment());
                         Some(JobState::Running {
                             nodes: nodes.clone(),
                             started_at: *started_at,
-                            cloud,
+                            environment,
                         })
                     }
                     _ => None,

@@ -1,0 +1,239 @@
+//! Step 4, first half: a waiting job that may leave home takes free GPUs of another cluster
+//! (`cluster` pools) before any cloud capacity, in its queue's order of such pools.
+//!
+//! A cluster pool is capacity that exists already, like an idle cloud node, with a price per
+//! GPU-hour set by the platform team. The same gates as a burst apply (placement, data,
+//! rules, the queue's `burst.enabled` and wait); then, pool by pool in order: a rule's
+//! `regions` must name the pool's `location`, the job's and the rules' hourly caps, the pool's
+//! `maxGpus` and `maxHourlyUSD`, the queue's budget (egress included), and the whole gang on
+//! the pool's free GPUs.
+
+use super::*;
+
+/// What kept a job from the cluster pools: the most telling exclusion, for its decision.
+pub(super) type Excluded = (Reason, String, Option<String>);
+
+impl<'a> Cycle<'a> {
+    /// The cluster pools `queue` may use, in the order it tries them (indexes into
+    /// `snapshot.pools`): those its `burst.pools` names, in that order; with an empty list,
+    /// every cluster pool, cheapest first, then by name.
+    pub(super) fn remote_pools(&self, queue: &Queue) -> Vec<usize> {
+        let snap = self.snap;
+        if queue.burst.pools.is_empty() {
+            let mut all: Vec<usize> = (0..snap.pools.len())
+                .filter(|&p| snap.pools[p].is_cluster())
+                .collect();
+            all.sort_by(|&a, &b| {
+                let price = |p: usize| match snap.pools[p].kind {
+                    PoolKind::Cluster {
+                        gpu_cost_per_hour, ..
+                    } => gpu_cost_per_hour,
+                    _ => 0.0,
+                };
+                price(a)
+                    .total_cmp(&price(b))
+                    .then_with(|| snap.pools[a].name.cmp(&snap.pools[b].name))
+            });
+            all
+        } else {
+            let mut listed = Vec::new();
+            for name in &queue.burst.pools {
+                if let Some(p) = self.pools.get(name)
+                    && snap.pools[p].is_cluster()
+                    && !listed.contains(&p)
+                {
+                    listed.push(p);
+                }
+            }
+            listed
+        }
+    }
+
+    /// Places `job` on the first of its queue's cluster pools whose free GPUs hold the whole
+    /// gang within rules, caps, limits and budget. `Ok(())` when it started there; else what
+    /// excluded the pools (`None`: no pool had room, or the queue may use none).
+    pub(super) fn place_remote(
+        &mut self,
+        job: &'a Job,
+        w: &Waiting,
+        trigger_text: &str,
+        rule: Option<String>,
+    ) -> Result<(), Option<Excluded>> {
+        let snap = self.snap;
+        let queue = self
+            .queue(&job.queue)
+            .expect("a job's queue exists: `invalid` rejected the others");
+        let effects = w.effects();
+        if let Some(rule) = effects.forbids(Environment::Remote) {
+            return Err(Some((
+                Reason::ForbiddenByPolicy,
+                self.say(|| format!("rule {rule} forbids other clusters for this job")),
+                Some(rule.to_string()),
+            )));
+        }
+        let hours = job
+            .planning_runtime()
+            .unwrap_or(self.settings.default_runtime)
+            .as_secs_f64()
+            / 3600.0;
+        let cap = [
+            job.max_hourly_cost,
+            effects.max_hourly_cost.as_ref().map(|r| r.value),
+        ]
+        .into_iter()
+        .flatten()
+        .reduce(f64::min);
+        let mut excluded: Vec<Excluded> = Vec::new();
+        let mut exclude =
+            |cycle: &Self, reason: Reason, rule: Option<String>, m: &dyn Fn() -> String| {
+                if !excluded.iter().any(|(r, _, _)| *r == reason) {
+                    excluded.push((reason, cycle.say(m), rule));
+                }
+            };
+        for p in self.remote_pools(queue) {
+            let pool = &snap.pools[p];
+            let PoolKind::Cluster {
+                gpu_cost_per_hour,
+                location,
+            } = &pool.kind
+            else {
+                continue;
+            };
+            if let Some(r) = &effects.regions
+                && !location.as_ref().is_some_and(|l| r.value.contains(l))
+            {
+                exclude(
+                    self,
+                    Reason::ForbiddenByPolicy,
+                    Some(r.rule.clone()),
+                    &|| {
+                        format!(
+                            "rule {} allows only the locations {:?}, and pool {} is in {}",
+                            r.rule,
+                            r.value,
+                            pool.name,
+                            location.as_deref().unwrap_or("no stated location")
+                        )
+                    },
+                );
+                continue;
+            }
+            let gpus = job.total_gpus();
+            let hourly = gpu_cost_per_hour * gpus as f64;
+            if let Some(cap) = cap
+                && hourly > cap + 1e-9
+            {
+                let rule = effects
+                    .max_hourly_cost
+                    .as_ref()
+                    .filter(|r| (r.value - cap).abs() < 1e-9)
+                    .map(|r| r.rule.clone());
+                exclude(self, Reason::OverCostCap, rule, &|| {
+                    format!(
+                        "{gpus} GPUs of pool {} cost ${hourly:.2}/h, over the cap of ${cap:.2}/h",
+                        pool.name
+                    )
+                });
+                continue;
+            }
+            let (_, used, pool_hourly) = self.pool_usage[p];
+            if pool.max_gpus.is_some_and(|m| used + gpus > m)
+                || pool
+                    .max_hourly_usd
+                    .is_some_and(|m| pool_hourly + hourly > m + 1e-9)
+            {
+                exclude(self, Reason::PoolLimitReached, None, &|| {
+                    format!("pool {} is at its limits", pool.name)
+                });
+                continue;
+            }
+            let egress = self.egress_to(job, &pool.name);
+            let expected_total = hourly * hours + egress;
+            let state = self.state(&job.queue).cloned().unwrap_or_default();
+            if queue
+                .budget_hourly_usd
+                .is_some_and(|b| state.hourly_usd + hourly > b + 1e-9)
+                || queue
+                    .budget_monthly_usd
+                    .is_some_and(|b| state.spent_this_month_usd + expected_total > b + 1e-9)
+            {
+                exclude(self, Reason::BudgetExhausted, None, &|| {
+                    format!(
+                        "{gpus} GPUs of pool {} (${hourly:.2}/h, ${expected_total:.2} expected) would exceed queue {}'s budget",
+                        pool.name, queue.name
+                    )
+                });
+                continue;
+            }
+            let candidates: Vec<usize> = self
+                .remote_nodes
+                .iter()
+                .copied()
+                .filter(|&n| {
+                    self.cloud_free[n] >= job.gpus_per_replica && snap.nodes[n].pool == pool.name
+                })
+                .collect();
+            if candidates.is_empty() {
+                continue;
+            }
+            let Some(nodes) = self.fit_cloud(job, &candidates) else {
+                continue;
+            };
+            let name = pool.name.clone();
+            let message = self.say(|| {
+                let at = location
+                    .as_deref()
+                    .map(|l| format!(" in {l}"))
+                    .unwrap_or_default();
+                format!(
+                    "The job {trigger_text}; pool {name} (another cluster{at}) has free GPUs for the whole gang at ${gpu_cost_per_hour:.2} per GPU-hour (${hourly:.2}/h), the first of the queue's cluster pools that fits."
+                )
+            });
+            let usage = &mut self.pool_usage[p];
+            usage.1 += gpus;
+            usage.2 += hourly;
+            if let Some(state) = self.state_mut(&job.queue) {
+                state.hourly_usd += hourly;
+                state.spent_this_month_usd += expected_total;
+            }
+            self.start(
+                job,
+                Environment::Remote,
+                &name,
+                nodes,
+                Reason::RemoteCapacity,
+                message,
+                rule,
+                Some(hourly),
+            );
+            if let Some(d) = self.plan.decisions.last_mut() {
+                d.estimated_total_cost = Some(expected_total);
+            }
+            return Ok(());
+        }
+        // The most telling exclusion: budget, then limits, then caps, then rules.
+        for reason in [
+            Reason::BudgetExhausted,
+            Reason::PoolLimitReached,
+            Reason::OverCostCap,
+            Reason::ForbiddenByPolicy,
+        ] {
+            if let Some(e) = excluded.iter().find(|(r, _, _)| *r == reason) {
+                return Err(Some(e.clone()));
+            }
+        }
+        Err(None)
+    }
+
+    /// Whether some cluster pool `queue` may use has a node that could ever hold one replica
+    /// of `job` (its GPUs, its model), whatever runs there now.
+    pub(super) fn could_ever_fit_remote(&self, job: &Job, queue: &Queue) -> bool {
+        let snap = self.snap;
+        let pools = self.remote_pools(queue);
+        snap.nodes.iter().any(|n| {
+            n.gpus >= job.gpus_per_replica
+                && job.accepts_model(n.gpu_model.as_ref())
+                && self.pools.get(&n.pool).is_some_and(|p| pools.contains(&p))
+        })
+    }
+}
