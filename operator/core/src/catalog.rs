@@ -193,6 +193,7 @@ pub fn offerings(
                 unavailable_until: None,
                 gpu_memory_gib: r.gpu_model.memory_gib().unwrap_or(0.0),
                 recent_interruptions: 0,
+                environment: crate::Environment::Cloud,
             })
         };
         push(CapacityType::OnDemand, r.on_demand);

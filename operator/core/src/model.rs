@@ -217,6 +217,9 @@ pub struct Offering {
     pub gpu_memory_gib: f64,
     /// Spot interruptions of this offering remembered within [`crate::spot::WINDOW`].
     pub recent_interruptions: u32,
+    /// `Cloud` for an EC2 offering; `Remote` for the GPUs of a cluster pool, as its rules'
+    /// offering filters see them (`decide/remote.rs`).
+    pub environment: crate::Environment,
 }
 
 /// A Dataset.

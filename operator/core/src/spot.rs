@@ -92,6 +92,7 @@ mod tests {
             unavailable_until: None,
             gpu_memory_gib: 24.0,
             recent_interruptions: 0,
+            environment: crate::Environment::Cloud,
         }
     }
 

@@ -44,6 +44,7 @@ pub fn offering(
         unavailable_until: None,
         gpu_memory_gib: 0.0,
         recent_interruptions: 0,
+        environment: Environment::Cloud,
     }
 }
 

@@ -239,6 +239,7 @@ pub fn situation_snapshot(
                 .or_else(|| GpuModel::normalize(&o.gpu_model).memory_gib())
                 .unwrap_or(0.0),
             recent_interruptions: o.recent_interruptions,
+            environment: Environment::Cloud,
         });
     }
     let state = situation.queue_state.unwrap_or_default();

@@ -147,15 +147,33 @@ pub const VARIABLES: &[Variable] = &[
         name: "offering",
         ty: "map",
         only_in: Some("offeringFilter"),
-        doc: "the cloud offering being filtered",
+        doc: "the cloud offering, or the cluster pool, being filtered",
         fields: &[
-            f("instanceType", "string", "EC2 instance type"),
+            f("pool", "string", "its ComputePool"),
+            f(
+                "poolKind",
+                "string",
+                "`aws` (an EC2 offering) or `cluster` (another cluster's GPUs: the fields below describe one replica's share there)",
+            ),
+            f(
+                "instanceType",
+                "string",
+                "EC2 instance type (empty for a cluster pool)",
+            ),
             f("gpuModel", "string", "its GPU model"),
             f("gpus", "int", "GPUs per instance"),
             f("capacityType", "string", "`on-demand` or `spot`"),
-            f("region", "string", "region"),
-            f("zone", "string", "zone"),
-            f("hourlyPrice", "double", "USD per hour for one instance"),
+            f(
+                "region",
+                "string",
+                "region (a cluster pool's `location`, empty when unset)",
+            ),
+            f("zone", "string", "zone (empty for a cluster pool)"),
+            f(
+                "hourlyPrice",
+                "double",
+                "USD per hour for one instance (a cluster pool: for one replica's GPUs)",
+            ),
             f(
                 "gpuMemoryGiB",
                 "double",

@@ -60,7 +60,9 @@ pub(crate) const QUEUE_FIELDS: [&str; 10] = [
     "budgetLeftMonthlyUSD",
 ];
 
-pub(crate) const OFFERING_FIELDS: [&str; 9] = [
+pub(crate) const OFFERING_FIELDS: [&str; 11] = [
+    "pool",
+    "poolKind",
     "instanceType",
     "gpuModel",
     "gpus",
@@ -242,6 +244,11 @@ fn queue_field<'a>(ctx: &PolicyContext<'a>, field: &str) -> Option<V<'a>> {
 /// One field of `offering`.
 fn offering_field<'a>(o: &'a Offering, field: &str) -> Option<V<'a>> {
     Some(match field {
+        "pool" => s(&o.pool),
+        "poolKind" => s(match o.environment {
+            spillway_core::Environment::Remote => "cluster",
+            _ => "aws",
+        }),
         "instanceType" => s(&o.instance_type),
         "gpuModel" => s(o.gpu_model.as_str()),
         "gpus" => u(u64::from(o.gpus)),

@@ -73,6 +73,8 @@ struct QueueView<'a> {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct OfferingView<'a> {
+    pool: &'a str,
+    pool_kind: &'a str,
     instance_type: &'a str,
     gpu_model: &'a str,
     gpus: u64,
@@ -138,6 +140,8 @@ fn reference(
     };
     let offering = offering.map(|o| {
         cel::to_value(OfferingView {
+            pool: &o.pool,
+            pool_kind: "aws",
             instance_type: &o.instance_type,
             gpu_model: o.gpu_model.as_str(),
             gpus: u64::from(o.gpus),
@@ -218,6 +222,7 @@ fn offering() -> Offering {
         unavailable_until: None,
         gpu_memory_gib: 40.0,
         recent_interruptions: 3,
+        environment: spillway_core::Environment::Cloud,
     }
 }
 

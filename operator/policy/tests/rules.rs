@@ -37,6 +37,7 @@ fn offering(
         unavailable_until: None,
         gpu_memory_gib: 0.0,
         recent_interruptions: 0,
+        environment: Environment::Cloud,
     }
 }
 
@@ -305,4 +306,57 @@ fn rules_lint_rejects_do_not_compile_and_say_what_lint_says() {
         assert!(d.message.ends_with(&e.message), "{d} vs {e}");
         assert_eq!(d.column, 11 + column, "{d}");
     }
+}
+
+/// `snapshot()` with two cluster pools of one free 8-GPU node each: "near" ($2/GPU-h, in
+/// dc-east) and "far" ($1/GPU-h, no location).
+fn with_clusters() -> Snapshot {
+    let mut s = snapshot();
+    let mut near = Pool::cluster("near", 2.0);
+    near.kind = PoolKind::Cluster {
+        gpu_cost_per_hour: 2.0,
+        location: Some("dc-east".into()),
+    };
+    s.pools.push(near);
+    s.pools.push(Pool::cluster("far", 1.0));
+    for pool in ["near", "far"] {
+        let mut n = s.nodes[0].clone();
+        n.name = format!("{pool}-1");
+        n.pool = pool.into();
+        n.free_gpus = 8;
+        s.nodes.push(n);
+    }
+    s
+}
+
+#[test]
+fn rules_see_cluster_pools_and_forbid_remote() {
+    let s = with_clusters();
+    let at = Time::from_millis(16 * 60_000);
+    // Without rules: the cheapest cluster.
+    let plan = decide(&s, &NoPolicy, at);
+    assert_eq!(plan.starts[0].pool, "far");
+    // An offering filter that names the pool kind and the pool.
+    let e = engine(&policy(
+        "  - name: only-near\n    when: 'true'\n    offeringFilter: \"offering.poolKind != 'cluster' || offering.pool == 'near'\"\n",
+    ));
+    let plan = decide(&s, &e, at);
+    assert_eq!(plan.starts[0].pool, "near");
+    assert_eq!(plan.starts[0].environment, Environment::Remote);
+    // A region rule reads the pool's location.
+    let e = engine(&policy(
+        "  - name: east\n    when: 'true'\n    regions: [dc-east, us-east-1]\n",
+    ));
+    assert_eq!(decide(&s, &e, at).starts[0].pool, "near");
+    // forbid: remote sends it to the cloud; forbid: cloud keeps it on the clusters.
+    let e = engine(&policy(
+        "  - name: no-remote\n    when: 'true'\n    forbid: remote\n",
+    ));
+    let plan = decide(&s, &e, at);
+    assert!(plan.starts.is_empty());
+    assert_eq!(plan.launches.len(), 1);
+    let e = engine(&policy(
+        "  - name: no-cloud\n    when: 'true'\n    forbid: cloud\n",
+    ));
+    assert_eq!(decide(&s, &e, at).starts[0].pool, "far");
 }

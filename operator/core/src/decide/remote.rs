@@ -173,7 +173,29 @@ impl<'a> Cycle<'a> {
                     self.cloud_free[n] >= job.gpus_per_replica && snap.nodes[n].pool == pool.name
                 })
                 .collect();
-            if candidates.is_empty() {
+            let Some(model) = candidates
+                .iter()
+                .find_map(|&n| {
+                    snap.nodes[n]
+                        .gpu_model
+                        .as_ref()
+                        .filter(|m| job.accepts_model(Some(m)))
+                })
+                .cloned()
+                .or_else(|| {
+                    job.gpu_models
+                        .is_empty()
+                        .then(|| crate::GpuModel::normalize(""))
+                })
+            else {
+                continue;
+            };
+            if self.policy.filters_offerings()
+                && let Err(rule) = self.remote_filter(job, queue, pool, model, location)
+            {
+                exclude(self, Reason::ForbiddenByPolicy, Some(rule.clone()), &|| {
+                    format!("rule {rule} excludes pool {}", pool.name)
+                });
                 continue;
             }
             let Some(nodes) = self.fit_cloud(job, &candidates) else {
@@ -223,6 +245,53 @@ impl<'a> Cycle<'a> {
             }
         }
         Err(None)
+    }
+
+    /// The rules' offering filters on cluster pool `pool`, seen as an offering of one
+    /// replica's GPUs there (`poolKind` `cluster`, no instance type or zone, `region` its
+    /// location).
+    fn remote_filter(
+        &self,
+        job: &'a Job,
+        queue: &'a Queue,
+        pool: &crate::Pool,
+        gpu_model: crate::GpuModel,
+        location: &Option<String>,
+    ) -> Result<(), String> {
+        let PoolKind::Cluster {
+            gpu_cost_per_hour, ..
+        } = pool.kind
+        else {
+            return Ok(());
+        };
+        let offering = crate::Offering {
+            pool: pool.name.clone(),
+            instance_type: String::new(),
+            gpu_memory_gib: gpu_model.memory_gib().unwrap_or(0.0),
+            gpu_model,
+            gpus: job.gpus_per_replica,
+            capacity_type: crate::CapacityType::OnDemand,
+            region: location.clone().unwrap_or_default(),
+            zone: String::new(),
+            hourly_price: gpu_cost_per_hour * job.gpus_per_replica as f64,
+            unavailable_until: None,
+            recent_interruptions: 0,
+            environment: Environment::Remote,
+        };
+        let state = self.state(&job.queue).cloned().unwrap_or_default();
+        let ctx = PolicyContext {
+            job,
+            queue,
+            queue_state: &state,
+            datasets: job
+                .datasets
+                .iter()
+                .filter_map(|d| self.datasets.get(d.as_str()).copied())
+                .collect(),
+            waited: self.waited(job),
+            now: self.now,
+        };
+        self.policy.offering_allowed(&ctx, &offering)
     }
 
     /// Whether some cluster pool `queue` may use has a node that could ever hold one replica
