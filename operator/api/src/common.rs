@@ -47,7 +47,8 @@ pub const DNS_SUBDOMAIN_PATTERN: &str = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$";
      "message": "hourlyUSD exceeds monthlyUSD: the month's budget would be spent within the hour"},
 ]))]
 pub struct Budget {
-    /// Maximum cloud spend per calendar month (UTC), in USD.
+    /// Maximum spend per calendar month (UTC), in USD: the cloud's, and with `countsPrivate`
+    /// the private GPU time too.
     #[serde(
         rename = "monthlyUSD",
         default,
@@ -55,8 +56,18 @@ pub struct Budget {
     )]
     #[schemars(range(min = 0))]
     pub monthly_usd: Option<f64>,
-    /// Maximum cloud spend rate, in USD per hour, summed over the instances running at once.
+    /// Maximum spend rate, in USD per hour, summed over the instances running at once (and
+    /// with `countsPrivate` the queue's private jobs).
     #[serde(rename = "hourlyUSD", default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub hourly_usd: Option<f64>,
+    /// Count the queue's private GPU time in the budget too, at its pool's `gpuCostPerHour`
+    /// (a pool without one counts nothing). Private jobs still start when the budget is spent:
+    /// it then holds back bursts. Default: the budget counts cloud spend only.
+    #[serde(
+        rename = "countsPrivate",
+        default,
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub counts_private: bool,
 }

@@ -45,6 +45,7 @@ pub fn queue(q: &GpuQueue) -> Result<core::Queue, FieldErrors> {
         },
         budget_hourly_usd: spec.budget.as_ref().and_then(|b| b.hourly_usd),
         budget_monthly_usd: spec.budget.as_ref().and_then(|b| b.monthly_usd),
+        budget_counts_private: spec.budget.as_ref().is_some_and(|b| b.counts_private),
         spent_this_month_usd: 0.0,
         preempt_non_restartable: spec
             .preemption

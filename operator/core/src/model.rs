@@ -68,7 +68,9 @@ pub struct Queue {
     pub burst: BurstSettings,
     pub budget_hourly_usd: Option<f64>,
     pub budget_monthly_usd: Option<f64>,
-    /// Cloud spend so far this month, USD.
+    /// The budget counts the queue's private GPU time at its pools' `gpu_cost_per_hour`.
+    pub budget_counts_private: bool,
+    /// Spend so far this month, USD (cloud, and private with `budget_counts_private`).
     pub spent_this_month_usd: f64,
     /// Jobs of this queue that are not restartable may be preempted when they run on borrowed
     /// GPUs that another queue reclaims (they lose their work). Off by default: restartable
@@ -87,6 +89,7 @@ impl Queue {
             burst: BurstSettings::default(),
             budget_hourly_usd: None,
             budget_monthly_usd: None,
+            budget_counts_private: false,
             spent_this_month_usd: 0.0,
             preempt_non_restartable: false,
         }

@@ -70,6 +70,21 @@ struct Seen {
     launched_at: Time,
 }
 
+/// A private job whose queue's budget counts private GPU time (`budget.countsPrivate`): billed
+/// to its queue like an instance, at its GPUs' `gpuCostPerHour`, from its start.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Run {
+    /// The job's id and attempt (`namespace/name#attempt`).
+    pub id: String,
+    pub queue: String,
+    pub pool: String,
+    pub hourly_price: f64,
+    pub started_at: Time,
+}
+
+/// What private runs are billed as (they are no capacity type; nor in the cloud spend metric).
+const PRIVATE: &str = "private";
+
 /// Spend rates of this turn.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Rates {
@@ -112,6 +127,18 @@ impl Ledger {
     /// counts it in the spend metric; returns this turn's rates. Accounts not opened (a queue
     /// or pool that no longer exists) are not billed.
     pub fn accrue(&mut self, instances: &[core::Instance], metrics: &Metrics, now: Time) -> Rates {
+        self.accrue_with(instances, &[], metrics, now)
+    }
+
+    /// [`Ledger::accrue`], billing private `runs` to their queues too (not to any pool, nor to
+    /// the cloud spend metric).
+    pub fn accrue_with(
+        &mut self,
+        instances: &[core::Instance],
+        runs: &[Run],
+        metrics: &Metrics,
+        now: Time,
+    ) -> Rates {
         for a in self.queues.values_mut().chain(self.pools.values_mut()) {
             a.roll(now);
         }
@@ -140,16 +167,35 @@ impl Ledger {
             billed.insert(i.id.clone(), (seen.clone(), since));
             live.insert(i.id.clone(), seen);
         }
+        for r in runs {
+            let id = format!("run/{}", r.id);
+            let seen = Seen {
+                queue: r.queue.clone(),
+                pool: r.pool.clone(),
+                capacity_type: PRIVATE,
+                hourly_price: r.hourly_price,
+                launched_at: r.started_at,
+            };
+            *rates.queue_hourly.entry(r.queue.clone()).or_default() += r.hourly_price;
+            let since = match billed.get(&id) {
+                Some((_, since)) => *since,
+                None => Some(self.gone.remove(&id).unwrap_or(r.started_at)),
+            };
+            billed.insert(id.clone(), (seen.clone(), since));
+            live.insert(id, seen);
+        }
         for (id, (s, since)) in &billed {
             let from = |a: &Account| since.map_or(a.through, |t| t.max(a.opened));
             if let Some(q) = self.queues.get_mut(&s.queue) {
                 let usd = cost(s, from(q), now);
                 q.usd += usd;
-                if usd > 0.0 {
+                if usd > 0.0 && s.capacity_type != PRIVATE {
                     metrics.spend(&s.queue, &s.pool, s.capacity_type, usd);
                 }
             }
-            if let Some(p) = self.pools.get_mut(&s.pool) {
+            if let Some(p) = self.pools.get_mut(&s.pool)
+                && s.capacity_type != PRIVATE
+            {
                 p.usd += cost(s, from(p), now);
             }
             if !live.contains_key(id) {
@@ -236,6 +282,36 @@ mod tests {
         Ledger::open(&mut l.queues, "q", usd, through, now);
         Ledger::open(&mut l.pools, "aws", usd, through, now);
         l
+    }
+
+    #[test]
+    fn private_runs_are_billed_to_their_queue_from_their_start_and_to_no_pool() {
+        let m = Metrics::default();
+        let start = t("2026-03-10T10:00:00Z");
+        let mut l = ledger(None, None, start);
+        Ledger::open(&mut l.pools, "onprem", None, None, start);
+        let run = Run {
+            id: "ml/train#0".into(),
+            queue: "q".into(),
+            pool: "onprem".into(),
+            hourly_price: 8.0,
+            started_at: start,
+        };
+        let rates = l.accrue_with(
+            &[],
+            std::slice::from_ref(&run),
+            &m,
+            t("2026-03-10T10:30:00Z"),
+        );
+        assert_eq!(rates.queue_hourly["q"], 8.0);
+        assert!(rates.pool.is_empty());
+        assert!((l.queues["q"].usd - 4.0).abs() < 1e-9);
+        assert_eq!(l.pools["onprem"].usd, 0.0);
+        // It ends: billed up to the turn that noticed, then no more.
+        l.accrue_with(&[], &[], &m, t("2026-03-10T11:00:00Z"));
+        l.accrue_with(&[], &[], &m, t("2026-03-10T12:00:00Z"));
+        assert!((l.queues["q"].usd - 8.0).abs() < 1e-9);
+        assert!(!m.render().contains("capacity_type=\"private\""));
     }
 
     #[test]

@@ -110,12 +110,12 @@ pub const VARIABLES: &[Variable] = &[
             f(
                 "hourlyUSD",
                 "double",
-                "its spend rate in the cloud and other clusters, USD per hour",
+                "the spend rate its budget counts (cloud, other clusters, private with `budget.countsPrivate`), USD per hour",
             ),
             f(
                 "spentThisMonthUSD",
                 "double",
-                "its cloud spend this month, USD",
+                "its spend this month as its budget counts it, USD",
             ),
             opt(
                 "budgetLeftHourlyUSD",

@@ -25,6 +25,7 @@ impl<'a> Cycle<'a> {
             }
         }
         let mut remote_running = Vec::new();
+        let mut priced_private = Vec::new();
         for (i, job) in snap.jobs.iter().enumerate() {
             match &job.state {
                 JobState::Running {
@@ -67,6 +68,9 @@ impl<'a> Cycle<'a> {
                         remote_running.push(i);
                     } else {
                         state.private_gpus_in_use += job.total_gpus();
+                        if snap.queues[q].budget_counts_private {
+                            priced_private.push(i);
+                        }
                         if let Some((end, stable)) = expected_end(job, *started_at, self.now) {
                             self.stable_until(stable);
                             for (k, n) in nodes.iter().enumerate() {
@@ -90,6 +94,9 @@ impl<'a> Cycle<'a> {
         for i in remote_running {
             self.count_remote(i);
         }
+        for i in priced_private {
+            self.count_private(i);
+        }
         let mut last_queue = None;
         let mut last_pool = None;
         for inst in &snap.instances {
@@ -102,6 +109,27 @@ impl<'a> Cycle<'a> {
                 usage.1 += inst.gpus;
                 usage.2 += inst.hourly_price;
             }
+        }
+    }
+
+    /// Adds a running private job's spend rate (its pool's `gpu_cost_per_hour`) to its queue,
+    /// whose budget counts private GPU time.
+    fn count_private(&mut self, i: usize) {
+        let job = &self.snap.jobs[i];
+        let JobState::Running { nodes, .. } = &job.state else {
+            return;
+        };
+        let price = nodes
+            .first()
+            .and_then(|n| self.node_at(n))
+            .and_then(|n| self.pools.item(&self.snap.nodes[n].pool))
+            .and_then(|p| match p.kind {
+                PoolKind::Private { gpu_cost_per_hour } => gpu_cost_per_hour,
+                _ => None,
+            })
+            .unwrap_or(0.0);
+        if let Some(q) = self.job_queue[i] {
+            self.queue_state[q].hourly_usd += price * job.total_gpus() as f64;
         }
     }
 

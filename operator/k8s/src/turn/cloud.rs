@@ -113,10 +113,11 @@ impl State {
         self.idle_since.retain(|k, _| idle.contains(k));
     }
 
-    /// Accrues each instance's price into its queue's and pool's account ([`crate::spend`]);
-    /// gives the core each queue's month-to-date spend (for monthly budgets). Nothing is
-    /// accrued before every cloud region has been listed: an account moved past a gap while
-    /// its instances were not known yet would never bill that gap.
+    /// Accrues each instance's price into its queue's and pool's account ([`crate::spend`]),
+    /// and each private job's GPU time into its queue's when its budget counts private time;
+    /// gives the core each queue's month-to-date spend (for monthly budgets). With a cloud,
+    /// nothing is accrued before every cloud region has been listed: an account moved past a
+    /// gap while its instances were not known yet would never bill that gap.
     pub(super) fn account_spend(
         &mut self,
         built: &mut world::Built,
@@ -126,7 +127,13 @@ impl State {
         now: Time,
     ) -> Rates {
         self.opened_accounts.clear();
-        if !cloud.is_some_and(|c| c.view.complete) {
+        let runs = private_runs(built);
+        let listed = match &cloud {
+            Some(c) => c.view.complete,
+            // No cloud: only private runs to bill, and those only when some queue counts them.
+            None => !runs.is_empty(),
+        };
+        if !listed {
             return Rates::default();
         }
         let recorded = self.recorded_spend(inputs);
@@ -162,7 +169,9 @@ impl State {
         let pools: HashSet<String> = inputs.pools.iter().map(|p| p.name_any()).collect();
         self.ledger
             .retain(&|q| queues.contains(q), &|p| pools.contains(p));
-        let rates = self.ledger.accrue(&built.snapshot.instances, metrics, now);
+        let rates = self
+            .ledger
+            .accrue_with(&built.snapshot.instances, &runs, metrics, now);
         for q in &mut built.snapshot.queues {
             if let Some(a) = self.ledger.queues.get(&q.name) {
                 q.spent_this_month_usd = a.usd;
@@ -456,4 +465,51 @@ impl State {
             _ => false,
         });
     }
+}
+
+/// The running private jobs whose queue's budget counts private GPU time, priced at their
+/// pool's `gpuCostPerHour` (a pool without one: not billed).
+fn private_runs(built: &world::Built) -> Vec<crate::spend::Run> {
+    let snap = &built.snapshot;
+    if !snap.queues.iter().any(|q| q.budget_counts_private) {
+        return Vec::new();
+    }
+    let counts: std::collections::HashSet<&str> = snap
+        .queues
+        .iter()
+        .filter(|q| q.budget_counts_private)
+        .map(|q| q.name.as_str())
+        .collect();
+    built
+        .jobs
+        .values()
+        .filter(|v| counts.contains(v.job.spec.queue.as_str()))
+        .filter_map(|v| {
+            let Lifecycle::Running {
+                pool: Some(pool),
+                started_at,
+                ..
+            } = &v.lifecycle
+            else {
+                return None;
+            };
+            let price = snap
+                .pools
+                .iter()
+                .find(|p| &p.name == pool)
+                .and_then(|p| match p.kind {
+                    core::PoolKind::Private { gpu_cost_per_hour } => gpu_cost_per_hour,
+                    _ => None,
+                })?;
+            let spec = &v.job.spec;
+            let gpus = spec.replicas.max(0) as f64 * spec.gpus_per_replica.max(0) as f64;
+            Some(crate::spend::Run {
+                id: format!("{}#{}", v.id, v.attempt),
+                queue: spec.queue.clone(),
+                pool: pool.clone(),
+                hourly_price: price * gpus,
+                started_at: *started_at,
+            })
+        })
+        .collect()
 }

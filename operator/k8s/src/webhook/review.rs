@@ -91,9 +91,10 @@ pub fn review(kind: &str, object: &Value, old: Option<&Value>, world: &dyn Looku
             if let Some(p) = parse::<ComputePool>(object, &mut v) {
                 v.fields(validate::compute_pool(&p.spec));
                 if let Some(before) = old.and_then(quiet_parse::<ComputePool>)
-                    && before.spec.aws.is_some() != p.spec.aws.is_some()
+                    && (before.spec.aws.is_some() != p.spec.aws.is_some()
+                        || before.spec.cluster.is_some() != p.spec.cluster.is_some())
                 {
-                    v.refuse("spec: a pool cannot change between private and aws: create another pool and delete this one");
+                    v.refuse("spec: a pool cannot change between private, aws and cluster: create another pool and delete this one");
                 }
             }
         }

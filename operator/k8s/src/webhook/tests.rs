@@ -175,7 +175,7 @@ fn pools_queues_and_datasets_are_checked_by_the_operators_rules() {
     let pool = |spec: Value| json!({"apiVersion": "spillway.io/v1alpha1", "kind": "ComputePool", "metadata": {"name": "p"}, "spec": spec});
     refused(
         &check("ComputePool", &pool(json!({})), None),
-        "set exactly one of private and aws",
+        "set exactly one of private, aws and cluster",
     );
     let private = pool(json!({"private": {"nodeSelector": {"gpu": "yes"}}}));
     let aws = pool(
@@ -184,7 +184,15 @@ fn pools_queues_and_datasets_are_checked_by_the_operators_rules() {
     assert_eq!(check("ComputePool", &aws, None), Verdict::default());
     refused(
         &check("ComputePool", &aws, Some(&private)),
-        "cannot change between private and aws",
+        "cannot change between private, aws and cluster",
+    );
+    let cluster = pool(json!({"cluster": {
+        "kubeconfigSecretRef": {"name": "dc2", "namespace": "spillway-system"},
+        "namespace": "gpu-jobs", "gpuCostPerHour": 0.5}}));
+    assert_eq!(check("ComputePool", &cluster, None), Verdict::default());
+    refused(
+        &check("ComputePool", &cluster, Some(&private)),
+        "cannot change between private, aws and cluster",
     );
     let q = json!({"apiVersion": "spillway.io/v1alpha1", "kind": "GpuQueue", "metadata": {"name": "q"},
                    "spec": {"namespaces": ["a"], "namespaceSelector": {"matchLabels": {"t": "a"}}}});

@@ -36,7 +36,7 @@ pub fn minutes(m: u64) -> spillway_core::Duration {
     spillway_core::Duration::from_secs(60 * m)
 }
 
-fn from<T: serde::de::DeserializeOwned>(v: Value) -> Arc<T> {
+pub fn from<T: serde::de::DeserializeOwned>(v: Value) -> Arc<T> {
     Arc::new(serde_json::from_value(v).expect("a valid object"))
 }
 

@@ -105,3 +105,56 @@ fn a_queue_applied_again_mid_month_keeps_its_spend_and_its_budget_holds() {
     let t = Loop::new().turn(&forgetful_world, Some(&c), noon() + minutes(2));
     assert_eq!(launches(&t).len(), 1);
 }
+
+/// Queue `q` whose budget counts private time (or not); job `busy` on private node `a` (pool
+/// `onprem` at 2 USD per GPU-hour) since 11:00; no cloud.
+fn private_world(counts_private: bool) -> Inputs {
+    let spec = json!({"budget": {"monthlyUSD": 100, "countsPrivate": counts_private}});
+    let busy = job("busy")
+        .status(json!({"phase": "Running", "startedAt": "2026-03-10T11:00:00Z"}))
+        .build();
+    let onprem: Arc<spillway_api::ComputePool> = from(json!({
+        "metadata": {"name": "onprem", "generation": 1},
+        "spec": {"private": {"nodeSelector": {"pool": "onprem"}, "gpuCostPerHour": 2.0}}}));
+    Inputs {
+        queues: vec![queue("q", spec)],
+        pools: vec![onprem],
+        nodes: vec![node("a", "onprem", 1)],
+        pods: vec![pod(&busy, 0, 0, "a", "Running")],
+        jobs: vec![busy],
+        ..Inputs::default()
+    }
+}
+
+#[test]
+fn a_budget_that_counts_private_time_bills_private_jobs_at_their_pools_price() {
+    let mut l = Loop::new();
+    let i = private_world(true);
+    // The account opens at noon (no status): billed from then on, not from 11:00.
+    let first = l.turn(&i, None, noon());
+    let t = l.turn(&i, None, noon() + minutes(30));
+    let q = status_of(&t, StatusKind::GpuQueue, "q").unwrap_or_else(|| {
+        panic!(
+            "queue status: {:?} then {:?}",
+            status_of(&first, StatusKind::GpuQueue, "q"),
+            kinds(&t)
+        )
+    });
+    let spend = &q["spend"];
+    assert!(
+        (spend["thisMonthUSD"].as_f64().unwrap() - 1.0).abs() < 1e-6,
+        "{q}"
+    );
+    assert_eq!(spend["hourlyUSD"].as_f64(), Some(2.0), "{q}");
+
+    let mut l = Loop::new();
+    let i = private_world(false);
+    l.turn(&i, None, noon());
+    let t = l.turn(&i, None, noon() + minutes(30));
+    let spend = status_of(&t, StatusKind::GpuQueue, "q").and_then(|q| q.get("spend").cloned());
+    let usd = spend
+        .as_ref()
+        .and_then(|s| s["thisMonthUSD"].as_f64())
+        .unwrap_or(0.0);
+    assert_eq!(usd, 0.0, "{spend:?}");
+}
