@@ -45,6 +45,24 @@ struct Situation {
     datasets: BTreeMap<String, DatasetSpec>,
     #[serde(default)]
     offerings: Vec<OfferingSpec>,
+    /// Other clusters (`cluster` pools), tried in this order.
+    #[serde(default)]
+    remote_clusters: Vec<RemoteSpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RemoteSpec {
+    name: String,
+    /// Its nodes, `NODESxGPUS[:MODEL]`.
+    gpus: String,
+    /// Free GPUs per node (default: all).
+    #[serde(default)]
+    free_gpus: Option<u32>,
+    #[serde(default)]
+    gpu_cost_per_hour: f64,
+    #[serde(default)]
+    location: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -216,6 +234,54 @@ pub fn situation_snapshot(
             idle_since: None,
         });
     }
+    for (k, r) in situation.remote_clusters.iter().enumerate() {
+        let field = format!("situation.remoteClusters[{k}]");
+        spillway_api::validate::check_dns_subdomain(&r.name)
+            .map_err(|e| format!("{field}.name: {e}"))?;
+        if !(r.gpu_cost_per_hour.is_finite() && r.gpu_cost_per_hour >= 0.0) {
+            return Err(format!(
+                "{field}.gpuCostPerHour: must be a number of at least 0"
+            ));
+        }
+        if snapshot.pools.iter().any(|p| p.name == r.name) {
+            return Err(format!("{field}.name: pool {:?} is given twice", r.name));
+        }
+        let shape =
+            spillway_core::NodeShape::parse(&r.gpus).map_err(|e| format!("{field}.gpus {e}"))?;
+        let mut pool = Pool::cluster(r.name.clone(), r.gpu_cost_per_hour);
+        pool.kind = spillway_core::PoolKind::Cluster {
+            gpu_cost_per_hour: r.gpu_cost_per_hour,
+            location: r.location.clone(),
+        };
+        snapshot.pools.push(pool);
+        for i in 0..shape.nodes {
+            snapshot.nodes.push(Node {
+                name: format!("{}-{i}", r.name),
+                pool: r.name.clone(),
+                gpu_model: shape.model.clone(),
+                gpus: shape.gpus,
+                free_gpus: r.free_gpus.unwrap_or(shape.gpus).min(shape.gpus),
+                schedulable: true,
+                releasing_gpus: 0,
+                instance_id: None,
+                idle_since: None,
+            });
+        }
+    }
+    if !situation.remote_clusters.is_empty() {
+        // The queue tries the situation's clusters first, in order, then its own list (an
+        // empty one: the cloud).
+        let mut listed = std::mem::take(&mut core_queue.burst.pools);
+        if listed.is_empty() {
+            listed.push("cloud".into());
+        }
+        core_queue.burst.pools = situation
+            .remote_clusters
+            .iter()
+            .map(|r| r.name.clone())
+            .chain(listed)
+            .collect();
+    }
     for (name, spec) in &situation.datasets {
         let d = spillway_api::Dataset::new(name, spec.clone());
         snapshot.datasets.push(
@@ -273,6 +339,7 @@ fn check(
     let env = match d.outcome {
         Outcome::StartPrivate => Some(Environment::Private),
         Outcome::StartCloud => Some(Environment::Cloud),
+        Outcome::StartRemote => Some(Environment::Remote),
         _ => None,
     };
     let instance = d.offering.as_ref().map(|o| o.instance_type.clone());

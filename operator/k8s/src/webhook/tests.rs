@@ -189,7 +189,12 @@ fn pools_queues_and_datasets_are_checked_by_the_operators_rules() {
     let cluster = pool(json!({"cluster": {
         "kubeconfigSecretRef": {"name": "dc2", "namespace": "spillway-system"},
         "namespace": "gpu-jobs", "gpuCostPerHour": 0.5}}));
-    assert_eq!(check("ComputePool", &cluster, None), Verdict::default());
+    let v = check("ComputePool", &cluster, None);
+    assert!(v.refusals.is_empty(), "{v:?}");
+    assert_eq!(
+        v.warnings,
+        [crate::world::CLUSTER_POOLS_NOT_DISPATCHED.to_string()]
+    );
     refused(
         &check("ComputePool", &cluster, Some(&private)),
         "cannot change between private, aws and cluster",
