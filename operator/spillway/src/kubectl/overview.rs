@@ -128,7 +128,12 @@ pub fn pool_table(pools: &[ComputePool], wide: bool) -> String {
             let aws = p.spec.aws.as_ref();
             let mut row = vec![
                 p.name_any(),
-                if aws.is_some() { "aws" } else { "private" }.into(),
+                match (aws, &p.spec.cluster) {
+                    (Some(_), _) => "aws",
+                    (None, Some(_)) => "cluster",
+                    (None, None) => "private",
+                }
+                .into(),
                 nodes.total.to_string(),
                 nodes.ready.to_string(),
                 nodes.idle.to_string(),
@@ -144,7 +149,10 @@ pub fn pool_table(pools: &[ComputePool], wide: bool) -> String {
                 age(p.metadata.creation_timestamp.as_ref()),
             ];
             if wide {
-                row.push(opt(aws.map(|a| a.region.clone())));
+                // An aws pool's region, a cluster pool's location.
+                row.push(opt(aws.map(|a| a.region.clone()).or_else(|| {
+                    p.spec.cluster.as_ref().and_then(|c| c.location.clone())
+                })));
                 row.push(opt(aws
                     .filter(|a| !a.instance_types.is_empty())
                     .map(|a| a.instance_types.join(","))));
@@ -304,8 +312,16 @@ mod tests {
             "status": {"instances": 1, "hourlyUSD": 0.8, "thisMonthUSD": 12.5},
         }))
         .unwrap();
-        let t = pool_table(&[private, aws], true);
+        let cluster: ComputePool = serde_json::from_value(json!({
+            "apiVersion": "spillway.io/v1alpha1", "kind": "ComputePool", "metadata": {"name": "dc2"},
+            "spec": {"cluster": {"kubeconfigSecretRef": {"name": "dc2", "namespace": "spillway-system"},
+                                 "namespace": "gpu-jobs", "gpuCostPerHour": 0.5, "location": "dc-east"}},
+        }))
+        .unwrap();
+        let t = pool_table(&[private, aws, cluster], true);
         let rows: Vec<Vec<&str>> = t.lines().map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(rows[3][..2], ["dc2", "cluster"]);
+        assert!(rows[3].contains(&"dc-east"), "{t}");
         assert_eq!(
             rows[1][..8],
             ["onprem", "private", "2", "2", "1", "16", "8", "-"]
