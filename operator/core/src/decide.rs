@@ -513,32 +513,6 @@ impl<'a> Cycle<'a> {
         None
     }
 
-    /// What moving the job's data to the region of cloud pool `pool` (the location of cluster
-    /// pool `pool`) costs: every dataset it reads with no copy there.
-    fn egress_to(&self, job: &Job, pool: &str) -> f64 {
-        let Some(region) = self
-            .snap
-            .pools
-            .iter()
-            .find(|p| p.name == pool)
-            .and_then(|p| match &p.kind {
-                crate::PoolKind::Cloud { region, .. } => Some(region.as_str()),
-                crate::PoolKind::Cluster { location, .. } => {
-                    Some(location.as_deref().unwrap_or(""))
-                }
-                crate::PoolKind::Private { .. } => None,
-            })
-        else {
-            return 0.0;
-        };
-        job.datasets
-            .iter()
-            .filter_map(|d| self.datasets.get(d.as_str()))
-            .filter(|d| !d.cloud_regions.iter().any(|r| r == region))
-            .map(|d| d.size_gib * d.egress_usd_per_gib)
-            .sum()
-    }
-
     #[allow(clippy::too_many_arguments)]
     fn start(
         &mut self,

@@ -24,8 +24,11 @@ use spillway_core::{
     Time, Tracked,
 };
 
+mod positions;
 mod remote;
 mod stops;
+
+use positions::Positions;
 
 pub use remote::PoolSpend;
 
@@ -773,28 +776,6 @@ impl<'a> Engine<'a> {
                     / 3600.0
             })
             .sum()
-    }
-}
-
-/// Where each trace job sits in the snapshot's job list (jobs leave it from the middle, so
-/// the positions after it shift; a plain array keeps that shift a few stores per job).
-struct Positions(Vec<usize>);
-
-impl Positions {
-    const NONE: usize = usize::MAX;
-
-    fn get(&self, job: usize) -> Option<usize> {
-        self.0.get(job).copied().filter(|&p| p != Self::NONE)
-    }
-
-    fn set(&mut self, job: usize, pos: usize) {
-        self.0[job] = pos;
-    }
-
-    fn remove(&mut self, job: usize) -> Option<usize> {
-        let p = self.get(job)?;
-        self.0[job] = Self::NONE;
-        Some(p)
     }
 }
 

@@ -258,57 +258,16 @@ impl<'a> Cycle<'a> {
         let rule = trigger_rule.or(data_rule);
 
         // Other clusters first, in the queue's order, unless the job or a rule wants the cloud.
-        let mut remote_excluded = None;
         let wants_cloud = job.placement == Placement::CloudOnly
             || w.effects()
                 .require
                 .as_ref()
                 .is_some_and(|r| r.value == Environment::Cloud);
-        if self.has_remote_pools && !wants_cloud {
-            match self.place_remote(job, w, &trigger_text, rule.clone()) {
-                Ok(()) => return,
-                Err(e) => remote_excluded = e,
-            }
-        }
-        let required_remote = w
-            .effects()
-            .require
-            .as_ref()
-            .filter(|r| r.value == Environment::Remote);
-        if let Some(forbidding) = w
-            .effects()
-            .forbids(Environment::Cloud)
-            .map(|r| (r.to_string(), Reason::ForbiddenByPolicy))
-            .or(required_remote.map(|r| (r.rule.clone(), Reason::RequiredByPolicy)))
-        {
-            // Only other clusters are open to it (`cloud_blocker` let it through for them).
-            let (cloud_rule, why) = forbidding;
-            if w.never_private && !self.could_ever_fit_remote(job, queue) {
-                let message = self.say(|| format!("No private node and no node of the queue's cluster pools could ever hold one replica of {} GPUs{}, and rule {cloud_rule} keeps it from the cloud.", job.gpus_per_replica, models_text(job)));
-                self.decide_job(
-                    job,
-                    Outcome::Reject,
-                    Reason::NeverFits,
-                    message,
-                    Some(cloud_rule),
-                );
-                return;
-            }
-            let (reason, message, rule) = match remote_excluded {
-                Some((reason, m, rule)) => (
-                    reason,
-                    self.say(|| format!("The job {trigger_text}, but rule {cloud_rule} keeps it from the cloud and no other cluster takes it: {m}.")),
-                    rule,
-                ),
-                None => (
-                    why,
-                    self.say(|| format!("The job {trigger_text}, but rule {cloud_rule} keeps it from the cloud and no cluster pool of the queue has room for the whole gang.")),
-                    Some(cloud_rule),
-                ),
-            };
-            self.wait(job, w, reason, message, rule, None);
-            return;
-        }
+        let remote_excluded = match self.remote_first(job, w, wants_cloud, &trigger_text, &rule) {
+            Ok(None) => return,
+            Ok(Some(excluded)) => excluded,
+            Err(()) => None,
+        };
 
         // Idle cloud nodes first: no launch, no boot delay.
         let idle: Vec<usize> = self

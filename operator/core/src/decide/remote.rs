@@ -14,6 +14,74 @@ use super::*;
 pub(super) type Excluded = (Reason, String, Option<String>);
 
 impl<'a> Cycle<'a> {
+    /// Places `job` in another cluster when it may go there; else, when rules keep it from
+    /// the cloud, decides that it waits (or can never run). `Ok(None)`: decided; `Ok(Some(e))`:
+    /// the cloud is next, `e` what excluded the clusters; `Err(())`: no cluster was tried.
+    pub(super) fn remote_first(
+        &mut self,
+        job: &'a Job,
+        w: &Waiting,
+        wants_cloud: bool,
+        trigger_text: &str,
+        rule: &Option<String>,
+    ) -> Result<Option<Option<Excluded>>, ()> {
+        let queue = self
+            .queue(&job.queue)
+            .expect("a job's queue exists: `invalid` rejected the others");
+        let mut remote_excluded = None;
+        let mut tried = false;
+        if self.has_remote_pools && !wants_cloud {
+            tried = true;
+            match self.place_remote(job, w, trigger_text, rule.clone()) {
+                Ok(()) => return Ok(None),
+                Err(e) => remote_excluded = e,
+            }
+        }
+        let required_remote = w
+            .effects()
+            .require
+            .as_ref()
+            .filter(|r| r.value == Environment::Remote);
+        let Some((cloud_rule, why)) = w
+            .effects()
+            .forbids(Environment::Cloud)
+            .map(|r| (r.to_string(), Reason::ForbiddenByPolicy))
+            .or(required_remote.map(|r| (r.rule.clone(), Reason::RequiredByPolicy)))
+        else {
+            return if tried {
+                Ok(Some(remote_excluded))
+            } else {
+                Err(())
+            };
+        };
+        // Only other clusters are open to it (`cloud_blocker` let it through for them).
+        if w.never_private && !self.could_ever_fit_remote(job, queue) {
+            let message = self.say(|| format!("No private node and no node of the queue's cluster pools could ever hold one replica of {} GPUs{}, and rule {cloud_rule} keeps it from the cloud.", job.gpus_per_replica, models_text(job)));
+            self.decide_job(
+                job,
+                Outcome::Reject,
+                Reason::NeverFits,
+                message,
+                Some(cloud_rule),
+            );
+            return Ok(None);
+        }
+        let (reason, message, rule) = match remote_excluded {
+            Some((reason, m, rule)) => (
+                reason,
+                self.say(|| format!("The job {trigger_text}, but rule {cloud_rule} keeps it from the cloud and no other cluster takes it: {m}.")),
+                rule,
+            ),
+            None => (
+                why,
+                self.say(|| format!("The job {trigger_text}, but rule {cloud_rule} keeps it from the cloud and no cluster pool of the queue has room for the whole gang.")),
+                Some(cloud_rule),
+            ),
+        };
+        self.wait(job, w, reason, message, rule, None);
+        Ok(None)
+    }
+
     /// The cluster pools `queue` may use, in the order it tries them (indexes into
     /// `snapshot.pools`): those its `burst.pools` names, in that order; with an empty list,
     /// every cluster pool, cheapest first, then by name.
@@ -304,5 +372,31 @@ impl<'a> Cycle<'a> {
                 && job.accepts_model(n.gpu_model.as_ref())
                 && self.pools.get(&n.pool).is_some_and(|p| pools.contains(&p))
         })
+    }
+
+    /// What moving the job's data to the region of cloud pool `pool` (the location of cluster
+    /// pool `pool`) costs: every dataset it reads with no copy there.
+    pub(super) fn egress_to(&self, job: &Job, pool: &str) -> f64 {
+        let Some(region) = self
+            .snap
+            .pools
+            .iter()
+            .find(|p| p.name == pool)
+            .and_then(|p| match &p.kind {
+                crate::PoolKind::Cloud { region, .. } => Some(region.as_str()),
+                crate::PoolKind::Cluster { location, .. } => {
+                    Some(location.as_deref().unwrap_or(""))
+                }
+                crate::PoolKind::Private { .. } => None,
+            })
+        else {
+            return 0.0;
+        };
+        job.datasets
+            .iter()
+            .filter_map(|d| self.datasets.get(d.as_str()))
+            .filter(|d| !d.cloud_regions.iter().any(|r| r == region))
+            .map(|d| d.size_gib * d.egress_usd_per_gib)
+            .sum()
     }
 }
