@@ -104,6 +104,13 @@ pub fn dataset(d: &Dataset) -> Result<core::Dataset, FieldErrors> {
             .filter(|l| l.environment == LocationEnvironment::Aws)
             .filter_map(|l| l.region.clone())
             .collect(),
+        remote_locations: d
+            .spec
+            .locations
+            .iter()
+            .filter(|l| l.environment == LocationEnvironment::Remote)
+            .filter_map(|l| l.region.clone())
+            .collect(),
         size_gib: d.spec.size_gib.unwrap_or(0.0),
         egress_usd_per_gib: d.spec.egress_usd_per_gib.unwrap_or(0.0),
     })

@@ -52,6 +52,8 @@ pub struct DatasetSpec {
 pub enum LocationEnvironment {
     Private,
     Aws,
+    /// Another cluster's storage: `region` is the `location` of its cluster pool.
+    Remote,
 }
 
 /// One copy of a dataset.
@@ -60,11 +62,14 @@ pub enum LocationEnvironment {
 #[schemars(extend("x-kubernetes-validations" = [
     {"rule": "self.environment != 'aws' || (has(self.region) && size(self.region) > 0)",
      "message": "an aws location needs a region"},
+    {"rule": "self.environment != 'remote' || (has(self.region) && size(self.region) > 0)",
+     "message": "a remote location needs a region: the location of its cluster pool"},
 ]))]
 pub struct DatasetLocation {
-    /// `private` (the organisation's storage) or `aws`.
+    /// `private` (the organisation's storage), `aws`, or `remote` (another cluster's storage).
     pub environment: LocationEnvironment,
-    /// The region of the copy (required for `aws`), for example `us-east-1`.
+    /// The region of the copy (required for `aws`), for example `us-east-1`; for `remote`
+    /// (required) the `location` of the cluster pool it is beside.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
     /// Where the copy is, for example `s3://bucket/prefix` or `nfs://filer/path`.

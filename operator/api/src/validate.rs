@@ -432,6 +432,14 @@ pub fn dataset(spec: &DatasetSpec) -> Result<(), FieldErrors> {
                 "an aws location needs a region",
             );
         }
+        if loc.environment == LocationEnvironment::Remote
+            && loc.region.as_deref().is_none_or(|r| r.trim().is_empty())
+        {
+            errs.push(
+                format!("spec.locations[{i}].region"),
+                "a remote location needs a region: the location of its cluster pool",
+            );
+        }
     }
     errs.non_negative("spec.sizeGiB", spec.size_gib);
     errs.non_negative("spec.egressUSDPerGiB", spec.egress_usd_per_gib);

@@ -443,6 +443,28 @@ fn cases() -> Vec<Case> {
         },
         Case {
             kind: "Dataset",
+            what: "a remote copy without a region",
+            object: spec(
+                "Dataset",
+                json!({"classification": "Internal", "locations": [{"environment": "remote", "uri": "nfs://dc2/k"}]}),
+            ),
+            old: None,
+            refusals: &[
+                "spec.locations[0]: a remote location needs a region: the location of its cluster pool",
+            ],
+        },
+        Case {
+            kind: "Dataset",
+            what: "a remote copy beside a cluster pool",
+            object: spec(
+                "Dataset",
+                json!({"classification": "Internal", "locations": [{"environment": "remote", "region": "dc-east"}]}),
+            ),
+            old: None,
+            refusals: &[],
+        },
+        Case {
+            kind: "Dataset",
             what: "an aws copy with an empty region",
             object: spec(
                 "Dataset",

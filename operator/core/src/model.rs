@@ -232,6 +232,8 @@ pub struct Dataset {
     pub classification: Classification,
     /// Regions holding a cloud copy.
     pub cloud_regions: Vec<String>,
+    /// Locations of other clusters holding a copy (`environment: remote` copies).
+    pub remote_locations: Vec<String>,
     pub size_gib: f64,
     pub egress_usd_per_gib: f64,
 }

@@ -319,3 +319,33 @@ fn a_job_no_private_node_can_hold_goes_to_a_cluster_at_once() {
     let plan = run(&s, 0);
     assert_decision(&plan, "a", Outcome::StartRemote, Reason::RemoteCapacity);
 }
+
+#[test]
+fn moving_data_to_a_cluster_costs_egress_unless_a_copy_is_there() {
+    let mut s = with_remotes();
+    s.pools.retain(|p| p.name != "far");
+    s.nodes.retain(|n| n.pool != "far");
+    for p in &mut s.pools {
+        if let PoolKind::Cluster { location, .. } = &mut p.kind {
+            *location = Some("dc-east".into());
+        }
+    }
+    // 100 GiB at $0.09: $9 to move, unless a remote copy is in dc-east.
+    s.datasets = vec![dataset("imagenet", Classification::Internal)];
+    let mut a = job("a", 4, 0);
+    a.datasets = vec!["imagenet".into()];
+    s.jobs = vec![a];
+    let egress = |s: &Snapshot| run(s, 16).decision("ml/a").unwrap().estimated_egress_usd;
+    assert_eq!(egress(&s), Some(9.0));
+    // A cloud copy in a region of that name is not a copy beside the cluster.
+    s.datasets[0].cloud_regions = vec!["dc-east".into()];
+    assert_eq!(egress(&s), Some(9.0));
+    s.datasets[0].remote_locations = vec!["dc-east".into()];
+    assert_eq!(egress(&s), Some(0.0));
+    assert_decision(
+        &run(&s, 16),
+        "a",
+        Outcome::StartRemote,
+        Reason::RemoteCapacity,
+    );
+}

@@ -89,6 +89,7 @@ pub fn dataset(name: &str, class: Classification) -> Dataset {
         name: name.into(),
         classification: class,
         cloud_regions: vec![],
+        remote_locations: vec![],
         size_gib: 100.0,
         egress_usd_per_gib: 0.09,
     }

@@ -22,6 +22,7 @@ fn bench(c: &mut Criterion) {
         name: "contracts".into(),
         classification: Classification::Confidential,
         cloud_regions: vec![],
+        remote_locations: vec![],
         size_gib: 50.0,
         egress_usd_per_gib: 0.09,
     };

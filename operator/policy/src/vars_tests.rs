@@ -234,6 +234,7 @@ fn contracts() -> Dataset {
         name: "contracts".into(),
         classification: Classification::Confidential,
         cloud_regions: vec![],
+        remote_locations: vec![],
         size_gib: 50.0,
         egress_usd_per_gib: 0.09,
     }

@@ -157,6 +157,7 @@ fn confidential_data_needs_an_allowing_rule() {
         name: "contracts".into(),
         classification: Classification::Confidential,
         cloud_regions: vec![],
+        remote_locations: vec![],
         size_gib: 10.0,
         egress_usd_per_gib: 0.0,
     }];

@@ -374,19 +374,18 @@ impl<'a> Cycle<'a> {
         })
     }
 
-    /// What moving the job's data to the region of cloud pool `pool` (the location of cluster
-    /// pool `pool`) costs: every dataset it reads with no copy there.
+    /// What moving the job's data to cloud pool `pool` (to cluster pool `pool`) costs: every
+    /// dataset it reads with no cloud copy in the pool's region (no remote copy at the pool's
+    /// location).
     pub(super) fn egress_to(&self, job: &Job, pool: &str) -> f64 {
-        let Some(region) = self
+        let Some((place, remote)) = self
             .snap
             .pools
             .iter()
             .find(|p| p.name == pool)
             .and_then(|p| match &p.kind {
-                crate::PoolKind::Cloud { region, .. } => Some(region.as_str()),
-                crate::PoolKind::Cluster { location, .. } => {
-                    Some(location.as_deref().unwrap_or(""))
-                }
+                crate::PoolKind::Cloud { region, .. } => Some((Some(region.as_str()), false)),
+                crate::PoolKind::Cluster { location, .. } => Some((location.as_deref(), true)),
                 crate::PoolKind::Private { .. } => None,
             })
         else {
@@ -395,7 +394,14 @@ impl<'a> Cycle<'a> {
         job.datasets
             .iter()
             .filter_map(|d| self.datasets.get(d.as_str()))
-            .filter(|d| !d.cloud_regions.iter().any(|r| r == region))
+            .filter(|d| {
+                let copies = if remote {
+                    &d.remote_locations
+                } else {
+                    &d.cloud_regions
+                };
+                !place.is_some_and(|p| copies.iter().any(|c| c == p))
+            })
             .map(|d| d.size_gib * d.egress_usd_per_gib)
             .sum()
     }
