@@ -94,23 +94,20 @@ fn unreachable_pool() -> core::PoolKind {
 /// A Dataset as the core sees it.
 pub fn dataset(d: &Dataset) -> Result<core::Dataset, FieldErrors> {
     validate::dataset(&d.spec)?;
+    // The regions of the copies in one kind of place.
+    let regions = |env: LocationEnvironment| -> Vec<String> {
+        d.spec
+            .locations
+            .iter()
+            .filter(|l| l.environment == env)
+            .filter_map(|l| l.region.clone())
+            .collect()
+    };
     Ok(core::Dataset {
         name: name_of(&d.metadata),
         classification: d.spec.classification,
-        cloud_regions: d
-            .spec
-            .locations
-            .iter()
-            .filter(|l| l.environment == LocationEnvironment::Aws)
-            .filter_map(|l| l.region.clone())
-            .collect(),
-        remote_locations: d
-            .spec
-            .locations
-            .iter()
-            .filter(|l| l.environment == LocationEnvironment::Remote)
-            .filter_map(|l| l.region.clone())
-            .collect(),
+        cloud_regions: regions(LocationEnvironment::Aws),
+        remote_locations: regions(LocationEnvironment::Remote),
         size_gib: d.spec.size_gib.unwrap_or(0.0),
         egress_usd_per_gib: d.spec.egress_usd_per_gib.unwrap_or(0.0),
     })

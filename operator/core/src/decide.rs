@@ -28,6 +28,7 @@ use crate::refs::JobRefs;
 pub use fast_map::FastMap;
 use index::PrivateIndex;
 use private::OrderKey;
+pub use remote::cluster_pools_by_price;
 pub use scratch::Scratch;
 
 mod cloud;
@@ -609,15 +610,19 @@ impl<'a> Cycle<'a> {
             job,
             queue,
             queue_state: state,
-            datasets: job
-                .datasets
-                .iter()
-                .filter_map(|d| self.datasets.get(d.as_str()).copied())
-                .collect(),
+            datasets: self.datasets_of(job),
             waited: self.waited(job),
             now: self.now,
         };
         self.policy.effects(&ctx)
+    }
+
+    /// The datasets `job` reads that exist.
+    fn datasets_of(&self, job: &Job) -> Vec<&'a crate::Dataset> {
+        job.datasets
+            .iter()
+            .filter_map(|d| self.datasets.get(d.as_str()).copied())
+            .collect()
     }
 
     fn confidential_dataset(&self, job: &Job) -> Option<&'a crate::Dataset> {

@@ -244,7 +244,10 @@ pub fn situation_snapshot(
             ));
         }
         if snapshot.pools.iter().any(|p| p.name == r.name) {
-            return Err(format!("{field}.name: pool {:?} is given twice", r.name));
+            return Err(format!(
+                "{field}.name: pool {:?} already exists (`private` and `cloud` are the situation's own)",
+                r.name
+            ));
         }
         let shape =
             spillway_core::NodeShape::parse(&r.gpus).map_err(|e| format!("{field}.gpus {e}"))?;

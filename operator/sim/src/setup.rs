@@ -187,21 +187,12 @@ pub fn add_remote_clusters(snap: &mut Snapshot, remotes: &[RemoteCluster]) -> Re
         }
     }
     if !made_up.is_empty() {
-        // What an empty list means: every other cluster pool, cheapest first, then the cloud.
-        let mut declared: Vec<(f64, String)> = snap
-            .pools
-            .iter()
-            .filter_map(|p| match p.kind {
-                PoolKind::Cluster {
-                    gpu_cost_per_hour, ..
-                } if !made_up.contains(&p.name) => Some((gpu_cost_per_hour, p.name.clone())),
-                _ => None,
-            })
-            .collect();
-        declared.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
-        let cloud: Vec<String> = declared
+        // What an empty list means, made explicit: every other cluster pool in the core's
+        // order, then the cloud pools.
+        let every_pool: Vec<String> = spillway_core::decide::cluster_pools_by_price(&snap.pools)
             .into_iter()
-            .map(|(_, n)| n)
+            .map(|p| snap.pools[p].name.clone())
+            .filter(|n| !made_up.contains(n))
             .chain(
                 snap.pools
                     .iter()
@@ -210,9 +201,8 @@ pub fn add_remote_clusters(snap: &mut Snapshot, remotes: &[RemoteCluster]) -> Re
             )
             .collect();
         for q in &mut snap.queues {
-            // An empty list means every pool, cheapest cluster first: make the order explicit.
             let listed = if q.burst.pools.is_empty() {
-                cloud.clone()
+                every_pool.clone()
             } else {
                 std::mem::take(&mut q.burst.pools)
             };

@@ -264,9 +264,8 @@ impl<'a> Cycle<'a> {
                 .as_ref()
                 .is_some_and(|r| r.value == Environment::Cloud);
         let remote_excluded = match self.remote_first(job, w, wants_cloud, &trigger_text, &rule) {
-            Ok(None) => return,
-            Ok(Some(excluded)) => excluded,
-            Err(()) => None,
+            remote::RemoteFirst::Decided => return,
+            remote::RemoteFirst::Cloud(excluded) => excluded,
         };
 
         // Idle cloud nodes first: no launch, no boot delay.
@@ -476,11 +475,7 @@ impl<'a> Cycle<'a> {
             .unwrap_or(self.settings.default_runtime);
         let hours = runtime.as_secs_f64() / 3600.0;
         let state = self.state(&job.queue).cloned().unwrap_or_default();
-        let ctx_datasets: Vec<&crate::Dataset> = job
-            .datasets
-            .iter()
-            .filter_map(|d| self.datasets.get(d.as_str()).copied())
-            .collect();
+        let ctx_datasets = self.datasets_of(job);
         let ctx = PolicyContext {
             job,
             queue,
@@ -493,13 +488,7 @@ impl<'a> Cycle<'a> {
             .capacity_types
             .as_ref()
             .is_some_and(|r| r.value.contains(&CapacityType::Spot));
-        let cap = [
-            job.max_hourly_cost,
-            effects.max_hourly_cost.as_ref().map(|r| r.value),
-        ]
-        .into_iter()
-        .flatten()
-        .reduce(f64::min);
+        let cap = hourly_cap(job, effects);
 
         // (offering, instances, USD/h, expected USD, egress USD) of the cheapest so far.
         let mut best: Option<(usize, u32, f64, f64, f64)> = None;
@@ -570,11 +559,7 @@ impl<'a> Cycle<'a> {
             if let Some(cap) = cap
                 && hourly > cap + 1e-9
             {
-                let rule = effects
-                    .max_hourly_cost
-                    .as_ref()
-                    .filter(|r| (r.value - cap).abs() < 1e-9)
-                    .map(|r| r.rule.clone());
+                let rule = cap_rule(effects, cap);
                 exclude!(
                     Reason::OverCostCap,
                     rule,
@@ -608,13 +593,7 @@ impl<'a> Cycle<'a> {
                 .map(|d| d.size_gib * d.egress_usd_per_gib)
                 .sum();
             let expected_total = hourly * hours + egress;
-            if queue
-                .budget_hourly_usd
-                .is_some_and(|b| state.hourly_usd + hourly > b + 1e-9)
-                || queue
-                    .budget_monthly_usd
-                    .is_some_and(|b| state.spent_this_month_usd + expected_total > b + 1e-9)
-            {
+            if over_budget(queue, &state, hourly, expected_total) {
                 exclude!(
                     Reason::BudgetExhausted,
                     None,
@@ -706,6 +685,41 @@ impl<'a> Cycle<'a> {
             |name| pools.item(name),
         );
     }
+}
+
+/// The lowest of the job's and the rules' hourly caps, if any.
+pub(super) fn hourly_cap(job: &Job, effects: &Effects) -> Option<f64> {
+    [
+        job.max_hourly_cost,
+        effects.max_hourly_cost.as_ref().map(|r| r.value),
+    ]
+    .into_iter()
+    .flatten()
+    .reduce(f64::min)
+}
+
+/// The rule whose `maxHourlyCost` is `cap`, when a rule's (not the job's) is the lowest.
+pub(super) fn cap_rule(effects: &Effects, cap: f64) -> Option<String> {
+    effects
+        .max_hourly_cost
+        .as_ref()
+        .filter(|r| (r.value - cap).abs() < 1e-9)
+        .map(|r| r.rule.clone())
+}
+
+/// Whether `hourly` more (and `expected_total` more this month) takes `queue` past its budget.
+pub(super) fn over_budget(
+    queue: &Queue,
+    state: &QueueState,
+    hourly: f64,
+    expected_total: f64,
+) -> bool {
+    queue
+        .budget_hourly_usd
+        .is_some_and(|b| state.hourly_usd + hourly > b + 1e-9)
+        || queue
+            .budget_monthly_usd
+            .is_some_and(|b| state.spent_this_month_usd + expected_total > b + 1e-9)
 }
 
 /// How telling an exclusion is, most first: budget, limits, caps, rules, no fit.

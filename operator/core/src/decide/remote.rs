@@ -8,15 +8,43 @@
 //! `maxGpus` and `maxHourlyUSD`, the queue's budget (egress included), and the whole gang on
 //! the pool's free GPUs.
 
+use super::cloud::{cap_rule, hourly_cap, over_budget};
 use super::*;
 
 /// What kept a job from the cluster pools: the most telling exclusion, for its decision.
 pub(super) type Excluded = (Reason, String, Option<String>);
 
+/// What [`Cycle::remote_first`] did.
+pub(super) enum RemoteFirst {
+    /// The job's decision is made (started in another cluster, waits, or can never run).
+    Decided,
+    /// The cloud is next; with what excluded the clusters, if anything did.
+    Cloud(Option<Excluded>),
+}
+
+/// The cluster pools of `pools` (indexes) in the order a queue that lists no pools tries
+/// them: cheapest GPU-hour first, then by name.
+pub fn cluster_pools_by_price(pools: &[crate::Pool]) -> Vec<usize> {
+    let price = |p: usize| match pools[p].kind {
+        PoolKind::Cluster {
+            gpu_cost_per_hour, ..
+        } => gpu_cost_per_hour,
+        _ => 0.0,
+    };
+    let mut all: Vec<usize> = (0..pools.len())
+        .filter(|&p| pools[p].is_cluster())
+        .collect();
+    all.sort_by(|&a, &b| {
+        price(a)
+            .total_cmp(&price(b))
+            .then_with(|| pools[a].name.cmp(&pools[b].name))
+    });
+    all
+}
+
 impl<'a> Cycle<'a> {
     /// Places `job` in another cluster when it may go there; else, when rules keep it from
-    /// the cloud, decides that it waits (or can never run). `Ok(None)`: decided; `Ok(Some(e))`:
-    /// the cloud is next, `e` what excluded the clusters; `Err(())`: no cluster was tried.
+    /// the cloud, decides that it waits (or can never run).
     pub(super) fn remote_first(
         &mut self,
         job: &'a Job,
@@ -24,16 +52,14 @@ impl<'a> Cycle<'a> {
         wants_cloud: bool,
         trigger_text: &str,
         rule: &Option<String>,
-    ) -> Result<Option<Option<Excluded>>, ()> {
+    ) -> RemoteFirst {
         let queue = self
             .queue(&job.queue)
             .expect("a job's queue exists: `invalid` rejected the others");
         let mut remote_excluded = None;
-        let mut tried = false;
         if self.has_remote_pools && !wants_cloud {
-            tried = true;
             match self.place_remote(job, w, trigger_text, rule.clone()) {
-                Ok(()) => return Ok(None),
+                Ok(()) => return RemoteFirst::Decided,
                 Err(e) => remote_excluded = e,
             }
         }
@@ -48,11 +74,7 @@ impl<'a> Cycle<'a> {
             .map(|r| (r.to_string(), Reason::ForbiddenByPolicy))
             .or(required_remote.map(|r| (r.rule.clone(), Reason::RequiredByPolicy)))
         else {
-            return if tried {
-                Ok(Some(remote_excluded))
-            } else {
-                Err(())
-            };
+            return RemoteFirst::Cloud(remote_excluded);
         };
         // Only other clusters are open to it (`cloud_blocker` let it through for them).
         if w.never_private && !self.could_ever_fit_remote(job, queue) {
@@ -64,7 +86,7 @@ impl<'a> Cycle<'a> {
                 message,
                 Some(cloud_rule),
             );
-            return Ok(None);
+            return RemoteFirst::Decided;
         }
         let (reason, message, rule) = match remote_excluded {
             Some((reason, m, rule)) => (
@@ -79,7 +101,7 @@ impl<'a> Cycle<'a> {
             ),
         };
         self.wait(job, w, reason, message, rule, None);
-        Ok(None)
+        RemoteFirst::Decided
     }
 
     /// The cluster pools `queue` may use, in the order it tries them (indexes into
@@ -88,21 +110,7 @@ impl<'a> Cycle<'a> {
     pub(super) fn remote_pools(&self, queue: &Queue) -> Vec<usize> {
         let snap = self.snap;
         if queue.burst.pools.is_empty() {
-            let mut all: Vec<usize> = (0..snap.pools.len())
-                .filter(|&p| snap.pools[p].is_cluster())
-                .collect();
-            all.sort_by(|&a, &b| {
-                let price = |p: usize| match snap.pools[p].kind {
-                    PoolKind::Cluster {
-                        gpu_cost_per_hour, ..
-                    } => gpu_cost_per_hour,
-                    _ => 0.0,
-                };
-                price(a)
-                    .total_cmp(&price(b))
-                    .then_with(|| snap.pools[a].name.cmp(&snap.pools[b].name))
-            });
-            all
+            cluster_pools_by_price(&snap.pools)
         } else {
             let mut listed = Vec::new();
             for name in &queue.burst.pools {
@@ -144,13 +152,7 @@ impl<'a> Cycle<'a> {
             .unwrap_or(self.settings.default_runtime)
             .as_secs_f64()
             / 3600.0;
-        let cap = [
-            job.max_hourly_cost,
-            effects.max_hourly_cost.as_ref().map(|r| r.value),
-        ]
-        .into_iter()
-        .flatten()
-        .reduce(f64::min);
+        let cap = hourly_cap(job, effects);
         let mut excluded: Vec<Excluded> = Vec::new();
         let mut exclude =
             |cycle: &Self, reason: Reason, rule: Option<String>, m: &dyn Fn() -> String| {
@@ -191,11 +193,7 @@ impl<'a> Cycle<'a> {
             if let Some(cap) = cap
                 && hourly > cap + 1e-9
             {
-                let rule = effects
-                    .max_hourly_cost
-                    .as_ref()
-                    .filter(|r| (r.value - cap).abs() < 1e-9)
-                    .map(|r| r.rule.clone());
+                let rule = cap_rule(effects, cap);
                 exclude(self, Reason::OverCostCap, rule, &|| {
                     format!(
                         "{gpus} GPUs of pool {} cost ${hourly:.2}/h, over the cap of ${cap:.2}/h",
@@ -218,13 +216,7 @@ impl<'a> Cycle<'a> {
             let egress = self.egress_to(job, &pool.name);
             let expected_total = hourly * hours + egress;
             let state = self.state(&job.queue).cloned().unwrap_or_default();
-            if queue
-                .budget_hourly_usd
-                .is_some_and(|b| state.hourly_usd + hourly > b + 1e-9)
-                || queue
-                    .budget_monthly_usd
-                    .is_some_and(|b| state.spent_this_month_usd + expected_total > b + 1e-9)
-            {
+            if over_budget(queue, &state, hourly, expected_total) {
                 exclude(self, Reason::BudgetExhausted, None, &|| {
                     format!(
                         "{gpus} GPUs of pool {} (${hourly:.2}/h, ${expected_total:.2} expected) would exceed queue {}'s budget",
@@ -351,11 +343,7 @@ impl<'a> Cycle<'a> {
             job,
             queue,
             queue_state: &state,
-            datasets: job
-                .datasets
-                .iter()
-                .filter_map(|d| self.datasets.get(d.as_str()).copied())
-                .collect(),
+            datasets: self.datasets_of(job),
             waited: self.waited(job),
             now: self.now,
         };

@@ -24,8 +24,8 @@ impl<'a> Cycle<'a> {
                 );
             }
         }
-        let mut remote_running = Vec::new();
-        let mut priced_private = Vec::new();
+        // Running jobs priced at their pool's GPU-hour (`count_priced`).
+        let mut priced = Vec::new();
         for (i, job) in snap.jobs.iter().enumerate() {
             match &job.state {
                 JobState::Running {
@@ -65,11 +65,11 @@ impl<'a> Cycle<'a> {
                         // Its GPUs there cost what the pool of its first node says; they count
                         // against the queue's hourly budget and the pool's limits.
                         state.remote_gpus_in_use += job.total_gpus();
-                        remote_running.push(i);
+                        priced.push(i);
                     } else {
                         state.private_gpus_in_use += job.total_gpus();
                         if snap.queues[q].budget_counts_private {
-                            priced_private.push(i);
+                            priced.push(i);
                         }
                         if let Some((end, stable)) = expected_end(job, *started_at, self.now) {
                             self.stable_until(stable);
@@ -91,11 +91,8 @@ impl<'a> Cycle<'a> {
         // only when they differ from the last instance's. (Their needs are listed only when a
         // provisioning job asks: `need_in_flight`.)
         self.pool_usage.resize(snap.pools.len(), (0, 0, 0.0));
-        for i in remote_running {
-            self.count_remote(i);
-        }
-        for i in priced_private {
-            self.count_private(i);
+        for i in priced {
+            self.count_priced(i);
         }
         let mut last_queue = None;
         let mut last_pool = None;
@@ -112,29 +109,10 @@ impl<'a> Cycle<'a> {
         }
     }
 
-    /// Adds a running private job's spend rate (its pool's `gpu_cost_per_hour`) to its queue,
-    /// whose budget counts private GPU time.
-    fn count_private(&mut self, i: usize) {
-        let job = &self.snap.jobs[i];
-        let JobState::Running { nodes, .. } = &job.state else {
-            return;
-        };
-        let price = nodes
-            .first()
-            .and_then(|n| self.node_at(n))
-            .and_then(|n| self.pools.item(&self.snap.nodes[n].pool))
-            .and_then(|p| match p.kind {
-                PoolKind::Private { gpu_cost_per_hour } => gpu_cost_per_hour,
-                _ => None,
-            })
-            .unwrap_or(0.0);
-        if let Some(q) = self.job_queue[i] {
-            self.queue_state[q].hourly_usd += price * job.total_gpus() as f64;
-        }
-    }
-
-    /// Adds a running remote job's GPUs and spend rate to its queue and its pool.
-    fn count_remote(&mut self, i: usize) {
+    /// Adds a running job's spend rate at its pool's price per GPU-hour to its queue: a job in
+    /// another cluster (whose GPUs also count against that pool's limits), or a private job of
+    /// a queue whose budget counts private GPU time.
+    fn count_priced(&mut self, i: usize) {
         let job = &self.snap.jobs[i];
         let JobState::Running { nodes, .. } = &job.state else {
             return;
@@ -146,16 +124,22 @@ impl<'a> Cycle<'a> {
         else {
             return;
         };
-        let PoolKind::Cluster {
-            gpu_cost_per_hour, ..
-        } = self.snap.pools[p].kind
-        else {
-            return;
+        let gpus = job.total_gpus();
+        let hourly = match self.snap.pools[p].kind {
+            PoolKind::Cluster {
+                gpu_cost_per_hour, ..
+            } => {
+                let hourly = gpu_cost_per_hour * gpus as f64;
+                let usage = &mut self.pool_usage[p];
+                usage.1 += gpus;
+                usage.2 += hourly;
+                hourly
+            }
+            PoolKind::Private { gpu_cost_per_hour } => {
+                gpu_cost_per_hour.unwrap_or(0.0) * gpus as f64
+            }
+            PoolKind::Cloud { .. } => 0.0,
         };
-        let hourly = gpu_cost_per_hour * job.total_gpus() as f64;
-        let usage = &mut self.pool_usage[p];
-        usage.1 += job.total_gpus();
-        usage.2 += hourly;
         if let Some(q) = self.job_queue[i] {
             self.queue_state[q].hourly_usd += hourly;
         }

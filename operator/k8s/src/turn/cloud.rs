@@ -471,15 +471,15 @@ impl State {
 /// pool's `gpuCostPerHour` (a pool without one: not billed).
 fn private_runs(built: &world::Built) -> Vec<crate::spend::Run> {
     let snap = &built.snapshot;
-    if !snap.queues.iter().any(|q| q.budget_counts_private) {
-        return Vec::new();
-    }
-    let counts: std::collections::HashSet<&str> = snap
+    let counts: HashSet<&str> = snap
         .queues
         .iter()
         .filter(|q| q.budget_counts_private)
         .map(|q| q.name.as_str())
         .collect();
+    if counts.is_empty() {
+        return Vec::new();
+    }
     built
         .jobs
         .values()
