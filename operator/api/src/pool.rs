@@ -141,6 +141,16 @@ pub struct ClusterPool {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub location: Option<String>,
+    /// How long the other cluster's API server may stay unreachable before the jobs running
+    /// there are declared lost and requeued (as with a lost node), such as `10m`. Until then
+    /// they are kept as last seen, and no new job is sent there.
+    #[serde(default = "default_lost_after")]
+    #[schemars(schema_with = "duration_schema")]
+    pub lost_after: String,
+}
+
+fn default_lost_after() -> String {
+    "10m".to_string()
 }
 
 /// A key of a Secret holding a kubeconfig.

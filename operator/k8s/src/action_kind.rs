@@ -6,6 +6,9 @@
 pub enum ActionKind {
     CreatePod,
     DeletePod,
+    CreateRemotePod,
+    DeleteRemotePod,
+    ApplyRemoteSecret,
     EvictPod,
     ApplyStatus,
     Publish,
@@ -25,6 +28,9 @@ impl ActionKind {
         match self {
             ActionKind::CreatePod => "create_pod",
             ActionKind::DeletePod => "delete_pod",
+            ActionKind::CreateRemotePod => "create_remote_pod",
+            ActionKind::DeleteRemotePod => "delete_remote_pod",
+            ActionKind::ApplyRemoteSecret => "apply_remote_secret",
             ActionKind::EvictPod => "evict_pod",
             ActionKind::ApplyStatus => "apply_status",
             ActionKind::Publish => "publish_event",

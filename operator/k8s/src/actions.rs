@@ -145,6 +145,25 @@ pub enum Action {
         uid: String,
         grace_seconds: i64,
     },
+    /// Creates one replica's pod of a start in the other cluster of cluster pool `pool` (an
+    /// existing pod of that name counts as done). A failure drops the start's assumption.
+    CreateRemotePod {
+        pool: String,
+        job: String,
+        pod: Box<Pod>,
+    },
+    /// Deletes a pod in the other cluster of `pool`, only if it is still the one with `uid`,
+    /// giving it `grace_seconds` to stop (its own grace period when `None`).
+    DeleteRemotePod {
+        pool: String,
+        namespace: String,
+        name: String,
+        uid: String,
+        grace_seconds: Option<i64>,
+    },
+    /// Writes a Secret (the identity tokens of the pool's jobs) in the other cluster of
+    /// `pool`, by server-side apply.
+    ApplyRemoteSecret { pool: String, secret: SecretApply },
     /// Applies a status. A newer status of the same object supersedes one not yet applied.
     ApplyStatus(StatusPatch),
     /// Publishes an Event.
@@ -192,6 +211,9 @@ impl Action {
         match self {
             Action::CreatePod { .. } => ActionKind::CreatePod,
             Action::DeletePod { .. } => ActionKind::DeletePod,
+            Action::CreateRemotePod { .. } => ActionKind::CreateRemotePod,
+            Action::DeleteRemotePod { .. } => ActionKind::DeleteRemotePod,
+            Action::ApplyRemoteSecret { .. } => ActionKind::ApplyRemoteSecret,
             Action::EvictPod { .. } => ActionKind::EvictPod,
             Action::ApplyStatus(_) => ActionKind::ApplyStatus,
             Action::Publish(_) => ActionKind::Publish,
@@ -225,6 +247,24 @@ impl Action {
             | Action::EvictPod {
                 namespace, name, ..
             } => Key::new("Pod", format!("{namespace}/{name}")),
+            Action::CreateRemotePod { pool, pod, .. } => Key::new(
+                "RemotePod",
+                format!(
+                    "{pool}/{}/{}",
+                    pod.metadata.namespace.as_deref().unwrap_or_default(),
+                    pod.metadata.name.as_deref().unwrap_or_default()
+                ),
+            ),
+            Action::DeleteRemotePod {
+                pool,
+                namespace,
+                name,
+                ..
+            } => Key::new("RemotePod", format!("{pool}/{namespace}/{name}")),
+            Action::ApplyRemoteSecret { pool, secret } => Key::new(
+                "RemoteSecret",
+                format!("{pool}/{}/{}", secret.namespace(), secret.name()),
+            ),
             Action::ApplyStatus(p) => Key::new(status_key_kind(p.kind), p.id()),
             Action::Publish(n) => Key::new(
                 "Event",
@@ -266,14 +306,17 @@ impl Action {
     pub fn supersedable(&self) -> bool {
         matches!(
             self,
-            Action::ApplyStatus(_) | Action::ApplySecret(_) | Action::RecordSpend(_)
+            Action::ApplyStatus(_)
+                | Action::ApplySecret(_)
+                | Action::ApplyRemoteSecret { .. }
+                | Action::RecordSpend(_)
         )
     }
 
     /// The job id (`namespace/name`) an action is for, when it is for one.
     pub fn job(&self) -> Option<&str> {
         match self {
-            Action::CreatePod { job, .. } => Some(job),
+            Action::CreatePod { job, .. } | Action::CreateRemotePod { job, .. } => Some(job),
             Action::Launch(l) => Some(&l.launch.job),
             _ => None,
         }

@@ -113,6 +113,8 @@ pub struct Controller {
     copies: crate::caches::Copies,
     file_policies: Vec<Arc<BurstPolicy>>,
     files_loaded: Option<Instant>,
+    /// The connections to the other clusters of cluster pools.
+    remotes: crate::remote::Remotes,
 }
 
 impl Controller {
@@ -122,6 +124,7 @@ impl Controller {
         settings: Settings,
         metrics: Arc<Metrics>,
         changed: Arc<Notify>,
+        remotes: crate::remote::Remotes,
     ) -> Self {
         let state = State::new(TurnSettings {
             core: settings.core.clone(),
@@ -142,6 +145,7 @@ impl Controller {
             copies: crate::caches::Copies::default(),
             file_policies: Vec::new(),
             files_loaded: None,
+            remotes,
         }
     }
 
@@ -159,6 +163,7 @@ impl Controller {
             self.cloud.clone(),
             self.metrics.clone(),
             changed.clone(),
+            self.remotes.clone(),
         ));
         let (mut executor, mut failures) = Executor::new(
             effects,
@@ -234,6 +239,7 @@ impl Controller {
                 .num_alive_tasks(),
         );
         inputs.file_policies = self.file_policies();
+        inputs.remote = self.remotes.clusters();
         let view = self
             .cloud
             .as_ref()

@@ -22,6 +22,7 @@ use crate::cloud::Cloud;
 use crate::error::Error;
 use crate::executor::{Effects, Fence};
 use crate::metrics::Metrics;
+use crate::remote::Remotes;
 use crate::{bootstrap, labels};
 
 /// Where Events about cluster-scoped objects go.
@@ -37,6 +38,8 @@ pub struct KubeEffects {
     metrics: Arc<Metrics>,
     /// Notified when a launch ends, so the loop turns at once.
     changed: Arc<Notify>,
+    /// The connections to the other clusters of cluster pools.
+    remotes: Remotes,
 }
 
 impl KubeEffects {
@@ -46,6 +49,7 @@ impl KubeEffects {
         cloud: Option<Arc<Cloud>>,
         metrics: Arc<Metrics>,
         changed: Arc<Notify>,
+        remotes: Remotes,
     ) -> KubeEffects {
         let recorder = Recorder::new(
             client.clone(),
@@ -61,7 +65,15 @@ impl KubeEffects {
             cloud,
             metrics,
             changed,
+            remotes,
         }
+    }
+
+    /// The client of cluster pool `pool`'s other cluster.
+    fn remote(&self, pool: &str) -> Result<Client, Error> {
+        self.remotes
+            .client(pool)
+            .ok_or_else(|| Error::Remote(format!("no connection to cluster pool {pool:?}")))
     }
 
     /// Records an API write's result; `done` outcomes count as ok.
@@ -80,9 +92,9 @@ impl KubeEffects {
         r
     }
 
-    async fn create_pod(&self, pod: &Pod, fence: &Fence) -> Result<(), Error> {
+    async fn create_pod(&self, client: &Client, pod: &Pod, fence: &Fence) -> Result<(), Error> {
         let api: Api<Pod> = Api::namespaced(
-            self.client.clone(),
+            client.clone(),
             pod.metadata.namespace.as_deref().unwrap_or_default(),
         );
         let params = PostParams {
@@ -104,13 +116,14 @@ impl KubeEffects {
     /// pod's own grace period when `None`).
     async fn delete_pod(
         &self,
+        client: &Client,
         namespace: &str,
         name: &str,
         uid: &str,
         grace_seconds: Option<i64>,
         fence: &Fence,
     ) -> Result<(), Error> {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
         let params = DeleteParams {
             preconditions: Some(Preconditions {
                 uid: Some(uid.to_string()),
@@ -207,8 +220,13 @@ impl KubeEffects {
         self.wrote("event", r, &[])
     }
 
-    async fn apply_secret(&self, secret: &SecretApply, fence: &Fence) -> Result<(), Error> {
-        let api: Api<Secret> = Api::namespaced(self.client.clone(), secret.namespace());
+    async fn apply_secret(
+        &self,
+        client: &Client,
+        secret: &SecretApply,
+        fence: &Fence,
+    ) -> Result<(), Error> {
+        let api: Api<Secret> = Api::namespaced(client.clone(), secret.namespace());
         let mut body = (*secret.0).clone();
         body.metadata.managed_fields = None;
         let value = serde_json::json!({
@@ -373,20 +391,41 @@ impl Effects for KubeEffects {
     fn run<'a>(&'a self, action: &'a Action, fence: &'a Fence) -> BoxFuture<'a, Result<(), Error>> {
         Box::pin(async move {
             match action {
-                Action::CreatePod { pod, .. } => self.create_pod(pod, fence).await,
+                Action::CreatePod { pod, .. } => self.create_pod(&self.client, pod, fence).await,
                 Action::DeletePod {
                     namespace,
                     name,
                     uid,
-                } => self.delete_pod(namespace, name, uid, None, fence).await,
+                } => {
+                    self.delete_pod(&self.client, namespace, name, uid, None, fence)
+                        .await
+                }
                 Action::EvictPod {
                     namespace,
                     name,
                     uid,
                     grace_seconds,
                 } => {
-                    self.delete_pod(namespace, name, uid, Some(*grace_seconds), fence)
+                    let grace = Some(*grace_seconds);
+                    self.delete_pod(&self.client, namespace, name, uid, grace, fence)
                         .await
+                }
+                Action::CreateRemotePod { pool, pod, .. } => {
+                    self.create_pod(&self.remote(pool)?, pod, fence).await
+                }
+                Action::DeleteRemotePod {
+                    pool,
+                    namespace,
+                    name,
+                    uid,
+                    grace_seconds,
+                } => {
+                    let client = self.remote(pool)?;
+                    self.delete_pod(&client, namespace, name, uid, *grace_seconds, fence)
+                        .await
+                }
+                Action::ApplyRemoteSecret { pool, secret } => {
+                    self.apply_secret(&self.remote(pool)?, secret, fence).await
                 }
                 Action::ApplyStatus(p) => self.apply_status(p, fence).await,
                 Action::Publish(n) => self.publish(n, fence).await,
@@ -410,7 +449,7 @@ impl Effects for KubeEffects {
                     self.metrics.api_write("finalizer", r.is_ok());
                     r
                 }
-                Action::ApplySecret(secret) => self.apply_secret(secret, fence).await,
+                Action::ApplySecret(secret) => self.apply_secret(&self.client, secret, fence).await,
                 Action::RecordSpend(cm) => self.record_spend(cm, fence).await,
                 Action::Span(record) => {
                     crate::otel::record(record);

@@ -32,6 +32,9 @@ pub enum Error {
     /// The operator's settings cannot work.
     #[error("invalid settings: {0}")]
     Settings(String),
+    /// A cluster pool's other cluster cannot be reached (it has no connection yet).
+    #[error("{0}")]
+    Remote(String),
     /// A bootstrap token could not be made.
     #[error("bootstrap token: {0}")]
     Token(String),
@@ -43,7 +46,7 @@ impl Error {
         match self {
             Error::Kube(e) => kube_category(e),
             Error::Cloud(e) => e.category(),
-            Error::Caches(_) | Error::Token(_) => ErrorCategory::Transient,
+            Error::Caches(_) | Error::Token(_) | Error::Remote(_) => ErrorCategory::Transient,
             Error::Listen { .. } | Error::Settings(_) => ErrorCategory::InvalidInput,
             Error::LostLeadership(_) | Error::Fenced => ErrorCategory::Conflict,
         }

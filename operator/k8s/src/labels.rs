@@ -25,6 +25,15 @@ pub const REPLICA_LABEL: &str = "spillway.io/replica";
 pub const ATTEMPT_LABEL: &str = "spillway.io/attempt";
 /// On a job's pods: the ComputePool chosen. On cloud nodes: the pool that launched them.
 pub const POOL_LABEL: &str = "spillway.io/pool";
+/// On a job's pods in another cluster: the GpuJob's uid (what they are owned by there, and
+/// garbage-collected by when no GpuJob has it).
+pub const JOB_UID_LABEL: &str = "spillway.io/job-uid";
+/// On a job's pods in another cluster: the GpuJob's namespace at home.
+pub const JOB_NAMESPACE_LABEL: &str = "spillway.io/job-namespace";
+/// On the home view of a pod in another cluster (never written): the cluster pool it is in.
+pub const CLUSTER_ANNOTATION: &str = "spillway.io/cluster";
+/// On the home view of a pod in another cluster (never written): its namespace there.
+pub const REMOTE_NAMESPACE_ANNOTATION: &str = "spillway.io/remote-namespace";
 /// On cloud nodes: the EC2 instance id.
 pub const INSTANCE_ID_LABEL: &str = "spillway.io/instance-id";
 /// On a job's pods: the node the decision chose (the scheduler binds the pod there).

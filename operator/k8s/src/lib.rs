@@ -31,6 +31,7 @@ pub mod metrics;
 pub mod order;
 pub mod otel;
 pub mod pods;
+pub mod remote;
 pub mod spend;
 pub mod spend_record;
 pub mod status;
@@ -181,6 +182,17 @@ pub async fn run(
             resolver,
         )));
     }
+    // Every replica keeps its connections to the cluster pools' other clusters warm.
+    let remotes = remote::Remotes::default();
+    {
+        let pools = caches.clone();
+        tasks.0.push(tokio::spawn(remote::keep(
+            remotes.clone(),
+            client.clone(),
+            move || pools.pools(),
+            changed.clone(),
+        )));
+    }
     tokio::select! {
         r = caches.ready() => r?,
         _ = shutdown.changed() => return Ok(()),
@@ -233,6 +245,7 @@ pub async fn run(
         config.controller.clone(),
         metrics.clone(),
         changed,
+        remotes,
     );
     let stopped = controller.run(health, fence, shutdown.clone()).await?;
     metrics.set_leader(false);

@@ -70,10 +70,14 @@ struct Seen {
     launched_at: Time,
 }
 
-/// A private job whose queue's budget counts private GPU time (`budget.countsPrivate`): billed
-/// to its queue like an instance, at its GPUs' `gpuCostPerHour`, from its start.
+/// A job billed by its GPUs rather than by instances, at its pool's `gpuCostPerHour` from its
+/// start: a job in a cluster pool (billed to its queue and the pool, and counted in the spend
+/// metric), or a private job whose queue's budget counts private GPU time
+/// (`budget.countsPrivate`; billed to its queue only).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Run {
+    /// Where it runs: a private job bills no pool.
+    pub remote: bool,
     /// The job's id and attempt (`namespace/name#attempt`).
     pub id: String,
     pub queue: String,
@@ -84,6 +88,8 @@ pub struct Run {
 
 /// What private runs are billed as (they are no capacity type; nor in the cloud spend metric).
 const PRIVATE: &str = "private";
+/// What runs in cluster pools are billed as (in the spend metric's `capacity_type` label).
+const REMOTE: &str = "remote";
 
 /// Spend rates of this turn.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -130,8 +136,8 @@ impl Ledger {
         self.accrue_with(instances, &[], metrics, now)
     }
 
-    /// [`Ledger::accrue`], billing private `runs` to their queues too (not to any pool, nor to
-    /// the cloud spend metric).
+    /// [`Ledger::accrue`], billing `runs` too: to their queues, and those in cluster pools to
+    /// their pool and the spend metric as well.
     pub fn accrue_with(
         &mut self,
         instances: &[core::Instance],
@@ -172,11 +178,14 @@ impl Ledger {
             let seen = Seen {
                 queue: r.queue.clone(),
                 pool: r.pool.clone(),
-                capacity_type: PRIVATE,
+                capacity_type: if r.remote { REMOTE } else { PRIVATE },
                 hourly_price: r.hourly_price,
                 launched_at: r.started_at,
             };
             *rates.queue_hourly.entry(r.queue.clone()).or_default() += r.hourly_price;
+            if r.remote {
+                rates.pool.entry(r.pool.clone()).or_default().1 += r.hourly_price;
+            }
             let since = match billed.get(&id) {
                 Some((_, since)) => *since,
                 None => Some(self.gone.remove(&id).unwrap_or(r.started_at)),
@@ -291,6 +300,7 @@ mod tests {
         let mut l = ledger(None, None, start);
         Ledger::open(&mut l.pools, "onprem", None, None, start);
         let run = Run {
+            remote: false,
             id: "ml/train#0".into(),
             queue: "q".into(),
             pool: "onprem".into(),

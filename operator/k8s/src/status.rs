@@ -250,9 +250,12 @@ pub fn desired(
                     .unwrap_or_else(|| k8s_time(*started_at)),
             );
             let waited = started_at.since(view.queued_at).as_secs_f64().round() as i64;
-            if let Some(d) = decision
-                .filter(|d| matches!(d.outcome, Outcome::StartPrivate | Outcome::StartCloud))
-            {
+            if let Some(d) = decision.filter(|d| {
+                matches!(
+                    d.outcome,
+                    Outcome::StartPrivate | Outcome::StartCloud | Outcome::StartRemote
+                )
+            }) {
                 s.decision = Some(decision_status(d, Some(waited), now));
             }
             remove_condition(&mut s.conditions, "Invalid");

@@ -123,10 +123,13 @@ pub struct Placement {
     pub pool: String,
     /// On a cloud node: (region, zone, instance id).
     pub cloud: Option<(String, String, String)>,
+    /// In a cluster pool: the pool (`k8s.cluster.name`).
+    pub cluster: Option<String>,
 }
 
 /// Resource attributes of a job's pod: the same keys in both environments, but for
-/// `spillway.environment`, `spillway.pool`, `cloud.*` and `host.id`. The pod and node names
+/// `spillway.environment`, `spillway.pool`, `cloud.*`, `host.id` and, in a cluster pool,
+/// `k8s.cluster.name`. The pod and node names
 /// come from the downward API (`SPILLWAY_POD_NAME`, `SPILLWAY_NODE_NAME`).
 pub fn attributes(job: &GpuJob, placement: &Placement) -> Vec<(String, String)> {
     let mut a = vec![
@@ -150,6 +153,9 @@ pub fn attributes(job: &GpuJob, placement: &Placement) -> Vec<(String, String)> 
         a.push(("cloud.region".into(), region.clone()));
         a.push(("cloud.availability_zone".into(), zone.clone()));
         a.push(("host.id".into(), instance.clone()));
+    }
+    if let Some(cluster) = &placement.cluster {
+        a.push(("k8s.cluster.name".into(), cluster.clone()));
     }
     a
 }

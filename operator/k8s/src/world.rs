@@ -53,6 +53,9 @@ pub struct Inputs {
     pub identity_keys: Option<Arc<k8s_openapi::api::core::v1::Secret>>,
     /// The spend ledger ConfigMap ([`crate::spend_record`]), when it exists.
     pub spend_record: Option<Arc<k8s_openapi::api::core::v1::ConfigMap>>,
+    /// The other clusters of the cluster pools, as their connections see them; the turn lays
+    /// their nodes and pods over `nodes` and `pods` ([`crate::remote::view::overlay`]).
+    pub remote: Vec<crate::remote::RemoteCluster>,
 }
 
 /// An object of one of Spillway's kinds that cannot be read as its type.
@@ -251,9 +254,6 @@ fn node_ready(node: &Node) -> bool {
         .is_some_and(|c| c.status == "True")
 }
 
-/// What a `cluster` pool's `Ready=False` condition says in this version.
-pub const CLUSTER_POOLS_NOT_DISPATCHED: &str = "spec.cluster: this operator version does not dispatch jobs to other clusters; `spillway simulate` and `spillway explain` decide with cluster pools (docs/multi-cluster.md)";
-
 /// Ready, not cordoned, and without a NoSchedule/NoExecute taint the pool does not tolerate.
 fn node_schedulable(node: &Node, pool: &ComputePool) -> bool {
     let spec = node.spec.as_ref();
@@ -274,7 +274,16 @@ fn node_schedulable(node: &Node, pool: &ComputePool) -> bool {
 
 /// The pool a node belongs to: a cloud pool by the `spillway.io/pool` label Spillway puts on
 /// its nodes, a private pool by its `nodeSelector` (first match in name order).
+/// A node of another cluster is seen as `POOL/NODE` ([`crate::remote::view`]) and belongs to
+/// that cluster pool only.
 pub fn pool_of_node<'p>(node: &Node, pools: &'p [Arc<ComputePool>]) -> Option<&'p ComputePool> {
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    if let Some((pool, _)) = crate::remote::view::split_node(name) {
+        return pools
+            .iter()
+            .find(|p| p.spec.cluster.is_some() && p.metadata.name.as_deref() == Some(pool))
+            .map(|p| p.as_ref());
+    }
     let node_labels = node.labels();
     if let Some(name) = node_labels.get(labels::POOL_LABEL)
         && let Some(p) = pools
@@ -449,14 +458,6 @@ pub fn build_kept(
     }
     for p in &inputs.pools {
         match convert::pool(p) {
-            // This operator does not reach other clusters: such a pool is not used, and says
-            // so (`spillway simulate` and `spillway explain` decide with it).
-            Ok(c) if c.is_cluster() => {
-                built.invalid_objects.insert(
-                    format!("ComputePool/{}", p.name_any()),
-                    CLUSTER_POOLS_NOT_DISPATCHED.to_string(),
-                );
-            }
             Ok(p) => snap.pools.push(p),
             Err(e) => {
                 built

@@ -338,8 +338,10 @@ fn replica_pods_carry_limits_affinity_and_identity() {
     assert_eq!(p.metadata.owner_references.unwrap()[0].uid, "uid-train");
 }
 
+/// A cluster pool's nodes are the other cluster's, seen as `POOL/NODE`: a home node that
+/// carries the pool's label is not one of them.
 #[test]
-fn cluster_pools_are_not_used_and_say_why() {
+fn a_cluster_pool_holds_the_nodes_seen_as_its_own_and_no_home_node() {
     let mut i = inputs();
     i.pools.push(Arc::new(
         serde_json::from_value(json!({
@@ -352,10 +354,24 @@ fn cluster_pools_are_not_used_and_say_why() {
         }))
         .unwrap(),
     ));
+    let node = |name: &str| -> Arc<k8s_openapi::api::core::v1::Node> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": {"spillway.io/pool": "dc2"}},
+                "status": {"allocatable": {"nvidia.com/gpu": "4"},
+                    "conditions": [{"type": "Ready", "status": "True"}]},
+            }))
+            .unwrap(),
+        )
+    };
+    i.nodes.push(node("dc2/gpu-1"));
+    i.nodes.push(node("impostor"));
     let b = build(&i, &HashMap::new());
-    assert!(!b.snapshot.pools.iter().any(|p| p.name == "dc2"));
-    assert_eq!(
-        b.invalid_objects.get("ComputePool/dc2").map(String::as_str),
-        Some(spillway_k8s::world::CLUSTER_POOLS_NOT_DISPATCHED)
-    );
+    assert!(b.snapshot.pools.iter().any(|p| p.name == "dc2"));
+    assert!(!b.invalid_objects.contains_key("ComputePool/dc2"));
+    let in_dc2: Vec<&str> = (b.snapshot.nodes.iter())
+        .filter(|n| n.pool == "dc2")
+        .map(|n| n.name.as_str())
+        .collect();
+    assert_eq!(in_dc2, ["dc2/gpu-1"]);
 }

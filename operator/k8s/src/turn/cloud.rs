@@ -127,11 +127,12 @@ impl State {
         now: Time,
     ) -> Rates {
         self.opened_accounts.clear();
-        let runs = private_runs(built);
+        let runs = gpu_runs(built);
         let listed = match &cloud {
             Some(c) => c.view.complete,
-            // No cloud: only private runs to bill, and those only when some queue counts them.
-            None => !runs.is_empty(),
+            // No cloud: only runs to bill (remote ones, and private ones of queues counting
+            // them); with none, the accounts are left as they are.
+            None => !runs.is_empty() || inputs.pools.iter().any(|p| p.spec.cluster.is_some()),
         };
         if !listed {
             return Rates::default();
@@ -152,7 +153,8 @@ impl State {
                     .insert(format!("GpuQueue/{}", q.name_any()));
             }
         }
-        for p in inputs.pools.iter().filter(|p| p.spec.aws.is_some()) {
+        for p in (inputs.pools.iter()).filter(|p| p.spec.aws.is_some() || p.spec.cluster.is_some())
+        {
             let st = p.status.as_ref();
             let through = st
                 .and_then(|s| s.accrued_through.as_ref())
@@ -467,9 +469,10 @@ impl State {
     }
 }
 
-/// The running private jobs whose queue's budget counts private GPU time, priced at their
-/// pool's `gpuCostPerHour` (a pool without one: not billed).
-fn private_runs(built: &world::Built) -> Vec<crate::spend::Run> {
+/// The running jobs billed by their GPUs: every job in a cluster pool, and the private jobs
+/// whose queue's budget counts private GPU time, each priced at its pool's `gpuCostPerHour`
+/// (a private pool without one: not billed).
+fn gpu_runs(built: &world::Built) -> Vec<crate::spend::Run> {
     let snap = &built.snapshot;
     let counts: HashSet<&str> = snap
         .queues
@@ -477,13 +480,13 @@ fn private_runs(built: &world::Built) -> Vec<crate::spend::Run> {
         .filter(|q| q.budget_counts_private)
         .map(|q| q.name.as_str())
         .collect();
-    if counts.is_empty() {
+    let any_remote = snap.pools.iter().any(core::Pool::is_cluster);
+    if counts.is_empty() && !any_remote {
         return Vec::new();
     }
     built
         .jobs
         .values()
-        .filter(|v| counts.contains(v.job.spec.queue.as_str()))
         .filter_map(|v| {
             let Lifecycle::Running {
                 pool: Some(pool),
@@ -493,17 +496,25 @@ fn private_runs(built: &world::Built) -> Vec<crate::spend::Run> {
             else {
                 return None;
             };
-            let price = snap
-                .pools
-                .iter()
-                .find(|p| &p.name == pool)
-                .and_then(|p| match p.kind {
-                    core::PoolKind::Private { gpu_cost_per_hour } => gpu_cost_per_hour,
-                    _ => None,
-                })?;
+            let (remote, price) =
+                snap.pools
+                    .iter()
+                    .find(|p| &p.name == pool)
+                    .and_then(|p| match p.kind {
+                        core::PoolKind::Private { gpu_cost_per_hour }
+                            if counts.contains(v.job.spec.queue.as_str()) =>
+                        {
+                            Some((false, gpu_cost_per_hour?))
+                        }
+                        core::PoolKind::Cluster {
+                            gpu_cost_per_hour, ..
+                        } => Some((true, gpu_cost_per_hour)),
+                        _ => None,
+                    })?;
             let spec = &v.job.spec;
             let gpus = spec.replicas.max(0) as f64 * spec.gpus_per_replica.max(0) as f64;
             Some(crate::spend::Run {
+                remote,
                 id: format!("{}#{}", v.id, v.attempt),
                 queue: spec.queue.clone(),
                 pool: pool.clone(),

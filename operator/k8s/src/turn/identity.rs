@@ -30,6 +30,27 @@ pub(super) struct TokenRecord {
     namespace: String,
     job: String,
     token: String,
+    /// Where its Secret is: `None` at home (the job's namespace), else the cluster pool and
+    /// its namespace there.
+    remote: Option<(String, String)>,
+}
+
+impl TokenRecord {
+    /// Which Secret holds it: (cluster pool, or none at home; namespace).
+    fn target(&self) -> (Option<String>, String) {
+        match &self.remote {
+            Some((pool, ns)) => (Some(pool.clone()), ns.clone()),
+            None => (None, self.namespace.clone()),
+        }
+    }
+
+    /// Its key in that Secret.
+    fn key(&self) -> String {
+        match &self.remote {
+            Some(_) => crate::remote::view::token_key(&self.namespace, &self.job),
+            None => self.job.clone(),
+        }
+    }
 }
 
 impl std::fmt::Debug for TokenRecord {
@@ -153,7 +174,7 @@ impl State {
         let mut wake: Option<Time> =
             ring.and_then(|r| rotation::next_change(r, &cfg.schedule, now));
         let mut running = HashSet::new();
-        let mut write: BTreeSet<String> = BTreeSet::new();
+        let mut write: BTreeSet<(Option<String>, String)> = BTreeSet::new();
         for view in built.jobs.values() {
             let Lifecycle::Running {
                 pool: Some(pool), ..
@@ -171,10 +192,15 @@ impl State {
                 continue;
             }
             let Some(ring) = ring else { continue };
-            let environment = match pools.get(pool).map(|p| p.spec.aws.is_some()) {
-                Some(true) => "cloud",
+            let in_pool = pools.get(pool);
+            let environment = match in_pool.map(|p| (p.spec.aws.is_some(), &p.spec.cluster)) {
+                Some((true, _)) => "cloud",
+                Some((_, Some(_))) => "remote",
                 _ => "private",
             };
+            let remote = in_pool
+                .and_then(|p| p.spec.cluster.as_ref())
+                .map(|c| (pool.clone(), c.namespace.clone()));
             let queue = queues.get(&view.job.spec.queue);
             let audiences = queue
                 .and_then(|q| q.spec.identity.as_ref())
@@ -199,18 +225,20 @@ impl State {
             match token::issue(ring, request, now) {
                 Ok(issued) => {
                     let refresh_at = now + refresh_after(cfg.schedule.token_lifetime);
-                    let namespace = view.namespace_or_default();
-                    write.insert(namespace.clone());
-                    self.tokens.insert(
-                        view.id.clone(),
-                        TokenRecord {
-                            placement,
-                            refresh_at,
-                            namespace,
-                            job: view.job.name_any(),
-                            token: issued.token,
-                        },
-                    );
+                    let record = TokenRecord {
+                        placement,
+                        refresh_at,
+                        namespace: view.namespace_or_default(),
+                        job: view.job.name_any(),
+                        token: issued.token,
+                        remote,
+                    };
+                    // A job that moved between home and a cluster pool leaves its old Secret.
+                    if let Some(old) = self.tokens.get(&view.id) {
+                        write.insert(old.target());
+                    }
+                    write.insert(record.target());
+                    self.tokens.insert(view.id.clone(), record);
                 }
                 Err(e) => tracing::error!(job = %view.id, error = %e, "cannot issue a token"),
             }
@@ -218,20 +246,23 @@ impl State {
         self.tokens.retain(|id, t| {
             let keep = running.contains(id);
             if !keep {
-                write.insert(t.namespace.clone());
+                write.insert(t.target());
             }
             keep
         });
-        for namespace in write {
+        for target in write {
             let tokens: BTreeMap<String, String> = self
                 .tokens
                 .values()
-                .filter(|t| t.namespace == namespace)
-                .map(|t| (t.job.clone(), t.token.clone()))
+                .filter(|t| t.target() == target)
+                .map(|t| (t.key(), t.token.clone()))
                 .collect();
-            self.emit(Action::ApplySecret(SecretApply(Box::new(
-                identity::tokens_secret(&namespace, &tokens),
-            ))));
+            let (pool, namespace) = target;
+            let secret = SecretApply(Box::new(identity::tokens_secret(&namespace, &tokens)));
+            self.emit(match pool {
+                Some(pool) => Action::ApplyRemoteSecret { pool, secret },
+                None => Action::ApplySecret(secret),
+            });
         }
         for t in self.tokens.values() {
             wake = Some(wake.map_or(t.refresh_at, |w| w.min(t.refresh_at)));
@@ -249,8 +280,15 @@ impl State {
             return;
         }
         if name == identity::TOKENS_SECRET {
-            self.tokens.retain(|_, t| t.namespace != namespace);
+            self.tokens
+                .retain(|_, t| t.remote.is_some() || t.namespace != namespace);
         }
+    }
+
+    /// A cluster pool's tokens Secret could not be written: issue its tokens again next turn.
+    pub(super) fn remote_tokens_failed(&mut self, pool: &str) {
+        self.tokens
+            .retain(|_, t| t.remote.as_ref().is_none_or(|(p, _)| p != pool));
     }
 }
 

@@ -12,6 +12,7 @@ use spillway_core::{self as core, Environment, Outcome, Time};
 use super::State;
 use crate::actions::{Action, StatusKind, StatusPatch};
 use crate::metrics::Metrics;
+use crate::remote::view as remote;
 use crate::status::{self, CostRate};
 use crate::world::{self, Assumed, Inputs, JobView, Lifecycle};
 use crate::{pods, telemetry};
@@ -64,11 +65,32 @@ impl State {
                         .and_then(|t| t.otlp_endpoint.clone())
                 })
                 .or_else(|| self.settings.pod_otlp_endpoint.clone());
+            let cluster = pool.as_ref().and_then(|p| p.spec.cluster.as_ref());
             for (r, node) in start.nodes.iter().enumerate() {
-                let mut pod =
-                    pods::replica_pod(&view.job, view.attempt, r as u32, node, pool.as_deref());
+                // A remote node is seen as POOL/NODE; the pod there names it as that cluster does.
+                let node_there = match cluster {
+                    Some(_) => remote::split_node(node).map_or(node.as_str(), |(_, n)| n),
+                    None => node,
+                };
+                let mut pod = pods::replica_pod(
+                    &view.job,
+                    view.attempt,
+                    r as u32,
+                    node_there,
+                    pool.as_deref(),
+                );
                 if let Some(id) = &identity {
-                    kept.extend(pods::inject_identity(&mut pod, id));
+                    let id = match cluster {
+                        Some(_) => pods::PodIdentity {
+                            key: remote::token_key(
+                                &view.job.namespace().unwrap_or_default(),
+                                &view.job.name_any(),
+                            ),
+                            ..id.clone()
+                        },
+                        None => id.clone(),
+                    };
+                    kept.extend(pods::inject_identity(&mut pod, &id));
                 }
                 let placement = placement_of(start, node, pool.as_deref(), &built.snapshot);
                 telemetry::inject(
@@ -80,9 +102,16 @@ impl State {
                         attributes: telemetry::attributes(&view.job, &placement),
                     },
                 );
-                self.out.push(Action::CreatePod {
-                    job: start.job.clone(),
-                    pod: Box::new(pod),
+                self.out.push(match cluster {
+                    Some(c) => Action::CreateRemotePod {
+                        pool: start.pool.clone(),
+                        job: start.job.clone(),
+                        pod: Box::new(remote::remote_pod(pod, &view.job, &c.namespace)),
+                    },
+                    None => Action::CreatePod {
+                        job: start.job.clone(),
+                        pod: Box::new(pod),
+                    },
                 });
             }
             if !kept.is_empty() {
@@ -167,13 +196,19 @@ impl State {
             let environment = pool_spec.map(|p| {
                 if p.spec.aws.is_some() {
                     Environment::Cloud
+                } else if p.spec.cluster.is_some() {
+                    Environment::Remote
                 } else {
                     Environment::Private
                 }
             });
+            // A job's GPUs at their pool's price (private or another cluster's).
             let private_rate = pool_spec
-                .and_then(|p| p.spec.private.as_ref())
-                .and_then(|p| p.gpu_cost_per_hour)
+                .and_then(|p| match (&p.spec.private, &p.spec.cluster) {
+                    (Some(p), _) => p.gpu_cost_per_hour,
+                    (None, Some(c)) => Some(c.gpu_cost_per_hour),
+                    _ => None,
+                })
                 .map(|c| {
                     c * view.job.spec.replicas.max(1) as f64
                         * view.job.spec.gpus_per_replica.max(1) as f64
@@ -217,6 +252,7 @@ impl State {
             let active_uids: HashSet<&str> = inputs
                 .pods
                 .iter()
+                .chain(self.remote.orphans.iter().map(|(_, _, p)| p))
                 .filter(|p| p.metadata.deletion_timestamp.is_none())
                 .filter_map(|p| p.metadata.uid.as_deref())
                 .collect();
@@ -258,10 +294,19 @@ impl State {
         if !self.deleting.insert(uid.clone()) {
             return;
         }
-        self.emit(Action::DeletePod {
-            namespace: pod.namespace().unwrap_or_default(),
-            name: pod.name_any(),
-            uid,
+        self.emit(match remote::origin(pod) {
+            Some((pool, namespace)) => Action::DeleteRemotePod {
+                pool,
+                namespace,
+                name: pod.name_any(),
+                uid,
+                grace_seconds: None,
+            },
+            None => Action::DeletePod {
+                namespace: pod.namespace().unwrap_or_default(),
+                name: pod.name_any(),
+                uid,
+            },
         });
     }
 
@@ -309,11 +354,20 @@ impl State {
             if !world::pod_active(pod) || !self.deleting.insert(uid.clone()) {
                 continue;
             }
-            self.emit(Action::EvictPod {
-                namespace: pod.namespace().unwrap_or_default(),
-                name: pod.name_any(),
-                uid,
-                grace_seconds,
+            self.emit(match remote::origin(pod) {
+                Some((pool, namespace)) => Action::DeleteRemotePod {
+                    pool,
+                    namespace,
+                    name: pod.name_any(),
+                    uid,
+                    grace_seconds: Some(grace_seconds),
+                },
+                None => Action::EvictPod {
+                    namespace: pod.namespace().unwrap_or_default(),
+                    name: pod.name_any(),
+                    uid,
+                    grace_seconds,
+                },
             });
         }
     }
@@ -546,6 +600,9 @@ fn placement_of(
         environment: start.environment.as_str(),
         pool: start.pool.clone(),
         cloud,
+        cluster: pool
+            .filter(|p| p.spec.cluster.is_some())
+            .map(|_| start.pool.clone()),
     }
 }
 

@@ -28,6 +28,7 @@ mod jobs;
 mod objects;
 pub(crate) mod policies;
 mod reclaim;
+mod remote;
 mod repatriate;
 mod spans;
 #[cfg(test)]
@@ -152,6 +153,10 @@ pub struct State {
     remember: bool,
     /// The rules the scheduler last decided with.
     engine_seen: Option<Arc<spillway_policy::PolicyEngine>>,
+    /// The home views of the other clusters' nodes and pods made at the last turn.
+    translations: crate::remote::view::Translations,
+    /// This turn's view of the other clusters (connections, capacity, garbage).
+    remote: crate::remote::view::Overlay,
     /// This turn's actions.
     out: Vec<Action>,
 }
@@ -181,6 +186,8 @@ impl State {
             pruned_at: None,
             remember: true,
             engine_seen: None,
+            translations: Default::default(),
+            remote: Default::default(),
             out: Vec::new(),
         }
     }
@@ -204,6 +211,7 @@ impl State {
         now: Time,
     ) -> Turn {
         self.out.clear();
+        self.remote = crate::remote::view::overlay(&mut inputs, &mut self.translations, now);
         inputs.finished = self
             .written
             .jobs
@@ -310,6 +318,7 @@ impl State {
             self.release_deleted_jobs(&built, &inputs, c);
             self.collect_garbage(&built, &inputs, c, metrics, now);
         }
+        self.collect_remote_garbage();
         let wake = self.jobs(&plan, &built, &inputs, &pools, metrics, now);
         let wake = match (wake, identity_wake) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -342,9 +351,20 @@ impl State {
     /// Takes back what a failed action assumed; returns what to do about it now.
     pub fn feedback(&mut self, f: &Failure) -> Vec<Action> {
         match &f.action {
-            Action::CreatePod { job, .. } => {
+            Action::CreatePod { job, .. } | Action::CreateRemotePod { job, .. } => {
                 tracing::warn!(job = %job, error = %f.error, "creating pods failed; deciding again");
                 self.assumed.remove(job);
+                Vec::new()
+            }
+            Action::DeleteRemotePod { pool, uid, .. } => {
+                // Asked again at the next turn (the other cluster may be back by then).
+                tracing::warn!(pool = %pool, error = %f.error, "deleting a pod in another cluster failed; asking again at the next turn");
+                self.deleting.remove(uid);
+                Vec::new()
+            }
+            Action::ApplyRemoteSecret { pool, .. } => {
+                tracing::warn!(pool = %pool, error = %f.error, "writing the tokens Secret in another cluster failed; writing it again at the next turn");
+                self.remote_tokens_failed(pool);
                 Vec::new()
             }
             Action::ApplyStatus(p) => {

@@ -293,6 +293,7 @@ impl State {
                 .cloned()
                 .unwrap_or(current.clone());
             let is_cloud = p.spec.aws.is_some();
+            let billed = is_cloud || p.spec.cluster.is_some();
             let rate = rates.pool.get(&name).copied().unwrap_or((0, 0.0));
             let mut st = ComputePoolStatus {
                 nodes: Some(PoolNodes {
@@ -305,12 +306,12 @@ impl State {
                     allocated: allocated as i64,
                 }),
                 instances: is_cloud.then_some(rate.0),
-                hourly_usd: is_cloud.then(|| round_cents(rate.1)),
+                hourly_usd: billed.then(|| round_cents(rate.1)),
                 this_month_usd: base.this_month_usd,
                 accrued_through: base.accrued_through.clone(),
                 conditions: base.conditions.clone(),
             };
-            if is_cloud
+            if billed
                 && let Some((usd, through)) = spend_to_write(
                     self.ledger.pools.get(&name),
                     base.this_month_usd.unwrap_or(0.0),
@@ -334,15 +335,20 @@ impl State {
                 "The pool is valid and in use: {} node(s), {capacity} GPU(s).",
                 nodes.len()
             );
-            self.ready(
-                p.object_ref(&()),
-                "ComputePool",
-                &mut st.conditions,
-                problem.as_deref(),
-                &valid,
-                generation,
-                now,
-            );
+            match self.remote_problem(p, problem.is_some()) {
+                Some((reason, message)) => {
+                    self.not_ready(p, &mut st.conditions, reason, &message, now);
+                }
+                None => self.ready(
+                    p.object_ref(&()),
+                    "ComputePool",
+                    &mut st.conditions,
+                    problem.as_deref(),
+                    &valid,
+                    generation,
+                    now,
+                ),
+            }
             match cloud {
                 Some(c) if is_cloud => {
                     let (ok, reason, message) = launch_health(&name, c, now);

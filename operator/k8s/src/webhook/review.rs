@@ -90,9 +90,6 @@ pub fn review(kind: &str, object: &Value, old: Option<&Value>, world: &dyn Looku
         "ComputePool" => {
             if let Some(p) = parse::<ComputePool>(object, &mut v) {
                 v.fields(validate::compute_pool(&p.spec));
-                if p.spec.cluster.is_some() {
-                    v.warn(crate::world::CLUSTER_POOLS_NOT_DISPATCHED);
-                }
                 if let Some(before) = old.and_then(quiet_parse::<ComputePool>)
                     && (before.spec.aws.is_some() != p.spec.aws.is_some()
                         || before.spec.cluster.is_some() != p.spec.cluster.is_some())

@@ -147,9 +147,13 @@ impl Facts<'_> {
                 .filter_map(|p| pod_node_name(p))
                 .find(|n| !self.nodes.contains_key(n))
         {
-            lifecycle = Lifecycle::Broken {
-                message: format!("Node {gone} of one of its replicas is gone."),
+            let message = match crate::remote::view::split_node(gone) {
+                Some((pool, node)) => format!(
+                    "Node {node} of cluster pool {pool}, where one of its replicas runs, is gone (or its cluster has not answered for the pool's lostAfter)."
+                ),
+                None => format!("Node {gone} of one of its replicas is gone."),
             };
+            lifecycle = Lifecycle::Broken { message };
         }
         let reads_needs = lifecycle == Lifecycle::Pending;
         if lifecycle == Lifecycle::Pending

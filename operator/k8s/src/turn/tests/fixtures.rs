@@ -359,3 +359,52 @@ pub fn launches(t: &Turn) -> Vec<&LaunchOrder> {
 pub fn kinds(t: &Turn) -> Vec<&'static str> {
     t.actions.iter().map(|a| a.kind().as_str()).collect()
 }
+
+/// A cluster pool `name` whose pods go to namespace `spillway-jobs` there, at `price` USD per
+/// GPU-hour, declared lost after 10 minutes unreachable.
+pub fn cluster_pool(name: &str, price: f64) -> Arc<ComputePool> {
+    from(json!({"metadata": {"name": name, "generation": 1},
+                "spec": {"cluster": {
+                    "kubeconfigSecretRef": {"name": name, "namespace": "spillway-system"},
+                    "namespace": "spillway-jobs", "gpuCostPerHour": price,
+                    "lostAfter": "10m"}}}))
+}
+
+/// A node of another cluster, as that cluster names it.
+pub fn remote_node(name: &str, gpus: u32) -> Arc<Node> {
+    from(json!({
+        "metadata": {"name": name, "uid": format!("uid-{name}"), "resourceVersion": "1"},
+        "spec": {},
+        "status": {"allocatable": {"nvidia.com/gpu": gpus.to_string()},
+                   "conditions": [{"type": "Ready", "status": "True"}]},
+    }))
+}
+
+/// The pod a CreateRemotePod of the turn asked for, as the other cluster then shows it (bound
+/// to its node, in `phase`).
+pub fn seen_there(created: &Pod, phase: &str) -> Arc<Pod> {
+    let mut p = created.clone();
+    p.metadata.uid = Some(format!(
+        "remote-uid-{}",
+        p.metadata.name.clone().unwrap_or_default()
+    ));
+    p.metadata.resource_version = Some(phase.into());
+    p.metadata.creation_timestamp = Some(crate::clock::k8s_time(noon()));
+    let node = kube::ResourceExt::annotations(&p)[crate::labels::NODE_ANNOTATION].clone();
+    if let Some(spec) = p.spec.as_mut() {
+        spec.node_name = Some(node);
+    }
+    p.status = Some(serde_json::from_value(json!({"phase": phase})).expect("pod status"));
+    Arc::new(p)
+}
+
+/// The pods the turn creates in other clusters: (pool, pod).
+pub fn remote_creates(t: &Turn) -> Vec<(String, Pod)> {
+    t.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::CreateRemotePod { pool, pod, .. } => Some((pool.clone(), (**pod).clone())),
+            _ => None,
+        })
+        .collect()
+}

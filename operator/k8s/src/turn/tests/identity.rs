@@ -357,3 +357,54 @@ fn a_job_that_moves_gets_a_new_token_for_its_new_place() {
     assert_eq!(b.spillway.environment, "cloud");
     assert_eq!(b.spillway.pool, "aws");
 }
+
+/// A job in a cluster pool gets the same issuer and subject, `environment: remote` and the
+/// pool in its claims, from a tokens Secret written in that cluster's namespace.
+#[test]
+fn a_job_in_another_cluster_gets_its_token_there_with_the_same_issuer_and_subject() {
+    let (mut i, ring) = cluster_with_keys(noon());
+    i.queues = vec![queue(
+        "q",
+        json!({"burst": {"enabled": true, "maxWait": "0s"}}),
+    )];
+    i.pools.push(cluster_pool("dc2", 1.0));
+    i.remote = vec![crate::remote::RemoteCluster {
+        pool: "dc2".into(),
+        state: crate::remote::RemoteState::Connected,
+        nodes: vec![remote_node("gpu-1", 8)],
+        pods: Vec::new(),
+    }];
+    let mut j = job("train");
+    j.0["spec"]["template"]["spec"]["serviceAccountName"] = json!("trainer");
+    i.jobs = vec![j.build()];
+    let mut l = with_identity();
+    let t = l.turn(&i, None, noon());
+    assert!(secret(&t, "spillway-tokens").is_none(), "nothing at home");
+    let (pool, s) = t
+        .actions
+        .iter()
+        .find_map(|a| match a {
+            Action::ApplyRemoteSecret { pool, secret } => Some((pool.clone(), (*secret.0).clone())),
+            _ => None,
+        })
+        .expect("the pool's tokens Secret");
+    assert_eq!(pool, "dc2");
+    assert_eq!(s.metadata.namespace.as_deref(), Some("spillway-jobs"));
+    let key = format!("{NS}.train");
+    let token = String::from_utf8(s.data.as_ref().unwrap()[&key].0.clone()).unwrap();
+    let claims = verifier(&ring, "spillway")
+        .verify(&token, noon())
+        .expect("verifies with the home JWKS");
+    assert_eq!(claims.iss, ISSUER);
+    assert_eq!(claims.sub, "system:serviceaccount:team:trainer");
+    assert_eq!(claims.spillway.environment, "remote");
+    assert_eq!(claims.spillway.pool, "dc2");
+    // The pod there mounts that key.
+    let (_, pod) = remote_creates(&t).remove(0);
+    let volume = pod.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0]
+        .secret
+        .clone()
+        .unwrap();
+    assert_eq!(volume.secret_name.as_deref(), Some("spillway-tokens"));
+    assert_eq!(volume.items.unwrap()[0].key, key);
+}

@@ -9,6 +9,7 @@ mod jobs;
 mod kept;
 mod objects;
 mod reclaim;
+mod remote;
 mod repatriate;
 mod spend;
 mod telemetry;

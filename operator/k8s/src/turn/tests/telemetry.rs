@@ -203,10 +203,10 @@ proptest! {
             });
             env(&pod)
         };
-        let private = build(&Placement { environment: "private", pool: "onprem".into(), cloud: None },
+        let private = build(&Placement { environment: "private", pool: "onprem".into(), cloud: None, cluster: None },
                             "http://onprem:4317");
         let cloud = build(&Placement { environment: "cloud", pool: "aws".into(),
-                                       cloud: Some(("us-east-1".into(), "us-east-1a".into(), "i-1".into())) },
+                                       cloud: Some(("us-east-1".into(), "us-east-1a".into(), "i-1".into())), cluster: None },
                           "http://aws:4317");
         let names: std::collections::BTreeSet<&String> = private.keys().chain(cloud.keys()).collect();
         for name in names {

@@ -1,0 +1,368 @@
+//! Other clusters as pools: one connection per `cluster` ComputePool, made from the kubeconfig
+//! Secret it names, with two watch caches there (the pool's GPU nodes, and Spillway's own pods
+//! in the pool's namespace) and a record of whether its API server answers.
+//!
+//! The connections are kept by [`keep`], on every replica (like the home caches), and read by
+//! the loop once per turn ([`Remotes::clusters`]): the turn lays the remote nodes and pods over
+//! the home ones ([`view::overlay`]) so the world, the core and the jobs' lifecycle treat them
+//! like any other, and asks for remote writes with their own action kinds, which the executor
+//! sends through [`Remotes::client`].
+
+pub mod view;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use kube::api::Api;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use spillway_api::ComputePool;
+use spillway_api::pool::ClusterPool;
+use spillway_core::Time;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::clock::now;
+use crate::labels;
+
+/// How a cluster pool's connection stands.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RemoteState {
+    /// Not listed yet: the Secret, the kubeconfig or the first list has not worked (`error`
+    /// says why, once something failed).
+    Connecting { error: Option<String> },
+    /// Listed, and its watches are answered.
+    Connected,
+    /// Listed once, but its API server has not answered since `since`.
+    Unreachable { since: Time, error: String },
+}
+
+/// One cluster pool as the turn reads it: its state and what its caches hold.
+#[derive(Clone, Debug)]
+pub struct RemoteCluster {
+    /// The ComputePool's name.
+    pub pool: String,
+    pub state: RemoteState,
+    /// The pool's nodes there, as that cluster names them.
+    pub nodes: Vec<Arc<Node>>,
+    /// Spillway's pods there (labelled with their job's uid), as that cluster has them.
+    pub pods: Vec<Arc<Pod>>,
+}
+
+/// What the watches of one connection have seen.
+#[derive(Debug, Default)]
+struct Health {
+    /// Both caches have listed at least once.
+    listed: [bool; 2],
+    /// The first failure of the current run of failures.
+    failing_since: Option<Time>,
+    error: Option<String>,
+}
+
+/// One connection.
+struct Connection {
+    /// What it was made from (the Secret's version, the pool's selector and namespace): a
+    /// change makes a new connection.
+    source: String,
+    client: Option<Client>,
+    nodes: Option<Store<Node>>,
+    pods: Option<Store<Pod>>,
+    health: Arc<Mutex<Health>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// The connections to other clusters, by pool name.
+#[derive(Clone, Default)]
+pub struct Remotes {
+    inner: Arc<Mutex<BTreeMap<String, Connection>>>,
+}
+
+impl std::fmt::Debug for Remotes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let pools: Vec<String> = self.lock().keys().cloned().collect();
+        f.debug_struct("Remotes").field("pools", &pools).finish()
+    }
+}
+
+impl Remotes {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Connection>> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The client of a cluster pool's connection, when it has one.
+    pub fn client(&self, pool: &str) -> Option<Client> {
+        self.lock().get(pool).and_then(|c| c.client.clone())
+    }
+
+    /// Every cluster pool's state and caches, for one turn.
+    pub fn clusters(&self) -> Vec<RemoteCluster> {
+        self.lock()
+            .iter()
+            .map(|(pool, c)| {
+                let h = c.health.lock().unwrap_or_else(|p| p.into_inner());
+                let listed = h.listed.iter().all(|l| *l);
+                let state = match (&h.failing_since, listed) {
+                    (None, true) => RemoteState::Connected,
+                    (Some(since), true) => RemoteState::Unreachable {
+                        since: *since,
+                        error: h.error.clone().unwrap_or_default(),
+                    },
+                    (_, false) => RemoteState::Connecting {
+                        error: h.error.clone(),
+                    },
+                };
+                RemoteCluster {
+                    pool: pool.clone(),
+                    state,
+                    nodes: c.nodes.as_ref().map(|s| s.state()).unwrap_or_default(),
+                    pods: c.pods.as_ref().map(|s| s.state()).unwrap_or_default(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// How often [`keep`] looks at the cluster pools and their Secrets.
+pub const KEEP_PERIOD: Duration = Duration::from_secs(3);
+
+/// Keeps one connection per cluster pool of `pools` (the home cache), made from the kubeconfig
+/// its `kubeconfigSecretRef` names (read with `home`, by name: the only Secrets read), and
+/// drops the connections of pools gone. Notifies `changed` when something changes.
+pub async fn keep(
+    remotes: Remotes,
+    home: Client,
+    pools: impl Fn() -> Vec<Arc<ComputePool>>,
+    changed: Arc<Notify>,
+) {
+    loop {
+        let wanted: BTreeMap<String, ClusterPool> = pools()
+            .iter()
+            .filter_map(|p| Some((p.name_any(), p.spec.cluster.clone()?)))
+            .collect();
+        let gone: Vec<String> = remotes
+            .lock()
+            .keys()
+            .filter(|k| !wanted.contains_key(*k))
+            .cloned()
+            .collect();
+        for pool in gone {
+            tracing::info!(pool = %pool, "closing the connection of a cluster pool that is gone");
+            remotes.lock().remove(&pool);
+            changed.notify_one();
+        }
+        for (pool, spec) in &wanted {
+            let made = connect(&home, pool, spec, &remotes, &changed).await;
+            if let Some(conn) = made {
+                remotes.lock().insert(pool.clone(), conn);
+                changed.notify_one();
+            }
+        }
+        tokio::time::sleep(KEEP_PERIOD).await;
+    }
+}
+
+/// A new connection for `pool`, when it has none or what it was made from changed.
+async fn connect(
+    home: &Client,
+    pool: &str,
+    spec: &ClusterPool,
+    remotes: &Remotes,
+    changed: &Arc<Notify>,
+) -> Option<Connection> {
+    let r = &spec.kubeconfig_secret_ref;
+    let secrets: Api<Secret> = Api::namespaced(home.clone(), &r.namespace);
+    let read = secrets.get_opt(&r.name).await;
+    let current = remotes.lock().get(pool).map(|c| c.source.clone());
+    let failed = |source: String, error: String| {
+        // The same failure as before keeps its connection (and its first-failure time).
+        if current.as_deref() == Some(source.as_str()) {
+            return None;
+        }
+        tracing::warn!(pool = %pool, error = %error, "cannot connect to a cluster pool");
+        Some(Connection {
+            source,
+            client: None,
+            nodes: None,
+            pods: None,
+            health: Arc::new(Mutex::new(Health {
+                failing_since: Some(now()),
+                error: Some(error),
+                ..Health::default()
+            })),
+            tasks: Vec::new(),
+        })
+    };
+    let secret = match read {
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            return failed(
+                "missing".into(),
+                format!("Secret {}/{} not found", r.namespace, r.name),
+            );
+        }
+        // The home API server is away, or the Secret may not be read: keep what there is.
+        Err(e) if current.is_some() => {
+            tracing::warn!(pool = %pool, error = %e, "cannot read the kubeconfig Secret; keeping the connection");
+            return None;
+        }
+        Err(e) => {
+            return failed(
+                format!("unreadable:{e}"),
+                format!("reading Secret {}/{}: {e}", r.namespace, r.name),
+            );
+        }
+    };
+    let source = format!(
+        "{}/{}#{}#{}#{:?}",
+        r.namespace,
+        r.name,
+        secret
+            .metadata
+            .resource_version
+            .as_deref()
+            .unwrap_or_default(),
+        spec.namespace,
+        spec.node_selector
+    );
+    if current.as_deref() == Some(source.as_str()) {
+        return None;
+    }
+    let Some(bytes) = secret.data.as_ref().and_then(|d| d.get(&r.key)) else {
+        return failed(
+            source,
+            format!("Secret {}/{} has no key {:?}", r.namespace, r.name, r.key),
+        );
+    };
+    let client = match client_of(&bytes.0).await {
+        Ok(c) => c,
+        Err(e) => {
+            return failed(
+                source,
+                format!(
+                    "the kubeconfig in Secret {}/{} key {:?}: {e}",
+                    r.namespace, r.name, r.key
+                ),
+            );
+        }
+    };
+    tracing::info!(pool = %pool, namespace = %spec.namespace, "connecting to a cluster pool");
+    let health = Arc::new(Mutex::new(Health::default()));
+    let mut tasks = Vec::new();
+    let selector: Vec<String> = spec
+        .node_selector
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let nodes = watch(
+        Api::all(client.clone()),
+        watcher::Config::default().labels(&selector.join(",")),
+        |n: &mut Node| n.metadata.managed_fields = None,
+        (0, health.clone()),
+        changed.clone(),
+        &mut tasks,
+    );
+    let pods = watch(
+        Api::namespaced(client.clone(), &spec.namespace),
+        watcher::Config::default().labels(labels::JOB_UID_LABEL),
+        |p: &mut Pod| p.metadata.managed_fields = None,
+        (1, health.clone()),
+        changed.clone(),
+        &mut tasks,
+    );
+    Some(Connection {
+        source,
+        client: Some(client),
+        nodes: Some(nodes),
+        pods: Some(pods),
+        health,
+        tasks,
+    })
+}
+
+/// A client from a kubeconfig's bytes (its current context). Exec plugins and auth providers
+/// are refused: the operator's image has no cloud CLIs, and a kubeconfig must carry a token or
+/// a client certificate.
+pub async fn client_of(bytes: &[u8]) -> Result<Client, String> {
+    let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
+    let kc = Kubeconfig::from_yaml(text).map_err(|e| e.to_string())?;
+    if kc
+        .auth_infos
+        .iter()
+        .filter_map(|a| a.auth_info.as_ref())
+        .any(|a| a.exec.is_some() || a.auth_provider.is_some())
+    {
+        return Err("exec plugins and auth providers are not supported: use a token or a client certificate (docs/multi-cluster.md)".into());
+    }
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    Client::try_from(config).map_err(|e| e.to_string())
+}
+
+/// A watch cache on the other cluster whose events keep `health` (slot `slot` of `listed`).
+fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    strip: fn(&mut K),
+    (slot, health): (usize, Arc<Mutex<Health>>),
+    changed: Arc<Notify>,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, config)
+        .default_backoff()
+        .modify(strip)
+        .reflect(writer);
+    tasks.push(tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(item) = stream.next().await {
+            let mut h = health.lock().unwrap_or_else(|p| p.into_inner());
+            match item {
+                Ok(e) => {
+                    let was_failing = h.failing_since.take().is_some();
+                    h.error = None;
+                    let done = matches!(e, watcher::Event::InitDone);
+                    if done {
+                        h.listed[slot] = true;
+                    }
+                    if done
+                        || was_failing
+                        || matches!(e, watcher::Event::Apply(_) | watcher::Event::Delete(_))
+                    {
+                        changed.notify_one();
+                    }
+                }
+                Err(e) => {
+                    if h.failing_since.is_none() {
+                        h.failing_since = Some(now());
+                        changed.notify_one();
+                    }
+                    h.error = Some(e.to_string());
+                }
+            }
+        }
+    }));
+    reader
+}

@@ -1,0 +1,366 @@
+//! The home view of another cluster's nodes and pods, and the other way round: what the turn
+//! lays over the home caches so that the world, the core and a job's lifecycle read a remote
+//! job like any other, and what a pod built at home becomes when it is created there.
+//!
+//! - A remote node is seen as `POOL/NODE` (a `/` is never in a Kubernetes node name, so it
+//!   cannot be mistaken for a home node), labelled with its pool. While its cluster does not
+//!   answer it is seen unschedulable (no new job goes there); once that has lasted the pool's
+//!   `lostAfter`, it is not seen at all: its jobs are lost with it, as with a lost node.
+//! - A remote pod (labelled with its GpuJob's uid and home namespace) is seen in the job's
+//!   home namespace, owned by the job, on its `POOL/NODE`, and annotated with where it really
+//!   is ([`origin`]); one whose uid no GpuJob has is garbage.
+//! - Pure: unit tests give it literal objects.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::{Resource, ResourceExt};
+use spillway_api::GpuJob;
+use spillway_core::{Duration, Time};
+
+use super::{RemoteCluster, RemoteState};
+use crate::hashing::HashMap;
+use crate::labels;
+use crate::world::Inputs;
+
+/// The home name of node `node` of cluster pool `pool`.
+pub fn node_name(pool: &str, node: &str) -> String {
+    format!("{pool}/{node}")
+}
+
+/// The cluster pool and the remote name of a node seen as `POOL/NODE`.
+pub fn split_node(name: &str) -> Option<(&str, &str)> {
+    name.split_once('/')
+}
+
+/// The key of a job's token in its cluster pool's tokens Secret (jobs of several home
+/// namespaces share that Secret).
+pub fn token_key(namespace: &str, job: &str) -> String {
+    format!("{namespace}.{job}")
+}
+
+/// Where the home view of a remote pod is: its cluster pool and its namespace there.
+pub fn origin(pod: &Pod) -> Option<(String, String)> {
+    let a = pod.metadata.annotations.as_ref()?;
+    Some((
+        a.get(labels::CLUSTER_ANNOTATION)?.clone(),
+        a.get(labels::REMOTE_NAMESPACE_ANNOTATION)?.clone(),
+    ))
+}
+
+/// The home view of node `node` of cluster pool `pool`.
+pub fn home_node(pool: &str, node: &Node, schedulable: bool) -> Node {
+    let mut n = node.clone();
+    n.metadata.name = Some(node_name(pool, &node.name_any()));
+    n.metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(labels::POOL_LABEL.into(), pool.into());
+    if !schedulable {
+        n.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
+    }
+    n
+}
+
+/// The home view of a pod of cluster pool `pool`, when it is one of Spillway's (labelled with
+/// its job, the job's uid and home namespace).
+pub fn home_pod(pool: &str, pod: &Pod) -> Option<Pod> {
+    let l = pod.metadata.labels.as_ref()?;
+    let uid = l.get(labels::JOB_UID_LABEL)?.clone();
+    let namespace = l.get(labels::JOB_NAMESPACE_LABEL)?.clone();
+    let job = l.get(labels::JOB_LABEL)?.clone();
+    let mut p = pod.clone();
+    let there = p.metadata.namespace.replace(namespace).unwrap_or_default();
+    p.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: GpuJob::api_version(&()).into_owned(),
+        kind: GpuJob::kind(&()).into_owned(),
+        name: job,
+        uid,
+        controller: Some(true),
+        block_owner_deletion: None,
+    }]);
+    let a = p.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    a.insert(labels::CLUSTER_ANNOTATION.into(), pool.into());
+    a.insert(labels::REMOTE_NAMESPACE_ANNOTATION.into(), there);
+    if let Some(n) = a.get_mut(labels::NODE_ANNOTATION) {
+        *n = node_name(pool, n);
+    }
+    if let Some(n) = p.spec.as_mut().and_then(|s| s.node_name.as_mut()) {
+        *n = node_name(pool, n);
+    }
+    Some(p)
+}
+
+/// A replica's pod built at home (on the remote node's own name) as it is created in the
+/// other cluster's `namespace`: no owner reference (the GpuJob is not there, and that
+/// cluster's garbage collector would delete a pod whose owner it cannot find), and the job's
+/// uid and home namespace as labels instead.
+pub fn remote_pod(mut pod: Pod, job: &GpuJob, namespace: &str) -> Pod {
+    pod.metadata.namespace = Some(namespace.into());
+    pod.metadata.owner_references = None;
+    let l = pod.metadata.labels.get_or_insert_with(BTreeMap::new);
+    l.insert(
+        labels::JOB_UID_LABEL.into(),
+        job.metadata.uid.clone().unwrap_or_default(),
+    );
+    l.insert(
+        labels::JOB_NAMESPACE_LABEL.into(),
+        job.namespace().unwrap_or_default(),
+    );
+    pod
+}
+
+/// What the overlay found besides the nodes and pods it laid over the inputs.
+#[derive(Clone, Debug, Default)]
+pub struct Overlay {
+    /// Each cluster pool's connection, by pool.
+    pub states: BTreeMap<String, RemoteState>,
+    /// Nodes seen per pool (all of them, schedulable or not), and their GPUs.
+    pub capacity: BTreeMap<String, (u32, u32)>,
+    /// Remote pods whose GpuJob is gone (by uid), with their pool and namespace there.
+    pub orphans: Vec<(String, String, Arc<Pod>)>,
+}
+
+/// The home views made at the last turn, by what they were made from, so that an unchanged
+/// remote object is handed out as the same copy (the jobs' views are kept across turns by
+/// the identity of what they were derived from).
+#[derive(Debug, Default)]
+pub struct Translations {
+    nodes: HashMap<(String, String, bool), Arc<Node>>,
+    pods: HashMap<(String, String), Arc<Pod>>,
+}
+
+fn version_key<K: Resource>(o: &K) -> String {
+    format!(
+        "{}#{}",
+        o.meta().uid.as_deref().unwrap_or_default(),
+        o.meta().resource_version.as_deref().unwrap_or_default()
+    )
+}
+
+/// Lays the nodes and pods of `inputs.remote` over the home ones (see the module
+/// documentation). Clusters whose pool is not a readable cluster pool are left out.
+pub fn overlay(inputs: &mut Inputs, kept: &mut Translations, now: Time) -> Overlay {
+    let mut out = Overlay::default();
+    let mut next = Translations::default();
+    let uids: HashSet<&str> = inputs
+        .jobs
+        .iter()
+        .filter_map(|j| j.metadata.uid.as_deref())
+        .collect();
+    let mut nodes = Vec::new();
+    let mut pods = Vec::new();
+    for RemoteCluster {
+        pool,
+        state,
+        nodes: there,
+        pods: theirs,
+    } in &inputs.remote
+    {
+        let Some(spec) = inputs
+            .pools
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(pool))
+            .and_then(|p| p.spec.cluster.as_ref())
+        else {
+            continue;
+        };
+        out.states.insert(pool.clone(), state.clone());
+        let lost_after = Duration::parse(&spec.lost_after).unwrap_or(Duration::from_secs(600));
+        let lost = matches!(state, RemoteState::Unreachable { since, .. } if now.since(*since) >= lost_after);
+        let schedulable = *state == RemoteState::Connected;
+        if !lost {
+            let cap = out.capacity.entry(pool.clone()).or_default();
+            for n in there {
+                cap.0 += 1;
+                cap.1 += crate::world::node_gpus(n);
+                let key = (pool.clone(), version_key(&**n), schedulable);
+                let home = kept
+                    .nodes
+                    .remove(&key)
+                    .unwrap_or_else(|| Arc::new(home_node(pool, n, schedulable)));
+                next.nodes.insert(key, home.clone());
+                nodes.push(home);
+            }
+        }
+        for p in theirs {
+            let uid = p.labels().get(labels::JOB_UID_LABEL);
+            if !uid.is_some_and(|u| uids.contains(u.as_str())) {
+                out.orphans
+                    .push((pool.clone(), p.namespace().unwrap_or_default(), p.clone()));
+                continue;
+            }
+            let key = (pool.clone(), version_key(&**p));
+            let home = match kept.pods.remove(&key) {
+                Some(h) => h,
+                None => match home_pod(pool, p) {
+                    Some(h) => Arc::new(h),
+                    None => continue,
+                },
+            };
+            next.pods.insert(key, home.clone());
+            pods.push(home);
+        }
+    }
+    inputs.nodes.extend(nodes);
+    inputs.pods.extend(pods);
+    *kept = next;
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn remote_pod_there(uid: &str) -> Arc<Pod> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": "train-0-0", "namespace": "spillway-jobs", "uid": "p1",
+                    "resourceVersion": "7",
+                    "labels": {"spillway.io/job": "train", "spillway.io/job-uid": uid,
+                        "spillway.io/job-namespace": "research", "spillway.io/attempt": "0",
+                        "spillway.io/replica": "0"},
+                    "annotations": {"spillway.io/node": "gpu-1"}},
+                "spec": {"nodeName": "gpu-1", "containers": [{"name": "main"}]},
+                "status": {"phase": "Running"},
+            }))
+            .expect("pod"),
+        )
+    }
+
+    fn node_there(name: &str) -> Arc<Node> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "uid": "n1", "resourceVersion": "3"},
+                "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+            }))
+            .expect("node"),
+        )
+    }
+
+    fn inputs(state: RemoteState) -> Inputs {
+        let pool: spillway_api::ComputePool = serde_json::from_value(json!({
+            "apiVersion": "spillway.io/v1alpha1", "kind": "ComputePool",
+            "metadata": {"name": "dc2"},
+            "spec": {"cluster": {"kubeconfigSecretRef": {"name": "k", "namespace": "spillway"},
+                "namespace": "spillway-jobs", "gpuCostPerHour": 1.0, "lostAfter": "5m"}},
+        }))
+        .expect("pool");
+        let job: GpuJob = serde_json::from_value(json!({
+            "apiVersion": "spillway.io/v1alpha1", "kind": "GpuJob",
+            "metadata": {"name": "train", "namespace": "research", "uid": "job-uid"},
+            "spec": {"queue": "q", "gpusPerReplica": 1, "template": {"spec": {"containers": [{"name": "main"}]}}},
+        }))
+        .expect("job");
+        Inputs {
+            pools: vec![Arc::new(pool)],
+            jobs: vec![Arc::new(job)],
+            remote: vec![RemoteCluster {
+                pool: "dc2".into(),
+                state,
+                nodes: vec![node_there("gpu-1")],
+                pods: vec![remote_pod_there("job-uid"), {
+                    let mut p = (*remote_pod_there("gone-uid")).clone();
+                    p.metadata.name = Some("old-0-0".into());
+                    Arc::new(p)
+                }],
+            }],
+            ..Inputs::default()
+        }
+    }
+
+    #[test]
+    fn a_remote_pod_is_seen_at_home_owned_by_its_job_on_its_pool_node() {
+        let mut i = inputs(RemoteState::Connected);
+        let o = overlay(&mut i, &mut Translations::default(), Time::from_millis(0));
+        assert_eq!(i.nodes.len(), 1);
+        assert_eq!(i.nodes[0].name_any(), "dc2/gpu-1");
+        assert_eq!(i.nodes[0].labels()[labels::POOL_LABEL], "dc2");
+        assert!(
+            i.nodes[0]
+                .spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .is_none()
+        );
+        assert_eq!(i.pods.len(), 1, "the orphan is not laid over");
+        let p = &i.pods[0];
+        assert_eq!(p.namespace().as_deref(), Some("research"));
+        assert_eq!(p.owner_references()[0].uid, "job-uid");
+        assert_eq!(
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+            Some("dc2/gpu-1")
+        );
+        assert_eq!(p.annotations()[labels::NODE_ANNOTATION], "dc2/gpu-1");
+        assert_eq!(
+            origin(p),
+            Some(("dc2".to_string(), "spillway-jobs".to_string()))
+        );
+        assert_eq!(o.orphans.len(), 1);
+        assert_eq!(o.orphans[0].2.name_any(), "old-0-0");
+        assert_eq!(o.capacity["dc2"], (1, 8));
+    }
+
+    #[test]
+    fn an_unreachable_cluster_is_unschedulable_then_lost_after_its_lost_after() {
+        let since = Time::from_millis(1_000);
+        let state = RemoteState::Unreachable {
+            since,
+            error: "connection refused".into(),
+        };
+        let mut i = inputs(state.clone());
+        overlay(
+            &mut i,
+            &mut Translations::default(),
+            since + Duration::from_secs(60),
+        );
+        assert_eq!(i.nodes.len(), 1);
+        assert_eq!(
+            i.nodes[0].spec.as_ref().and_then(|s| s.unschedulable),
+            Some(true)
+        );
+        assert_eq!(i.pods.len(), 1, "its pods are kept as last seen");
+        let mut i = inputs(state);
+        overlay(
+            &mut i,
+            &mut Translations::default(),
+            since + Duration::from_secs(300),
+        );
+        assert!(i.nodes.is_empty(), "past lostAfter its nodes are gone");
+        assert_eq!(i.pods.len(), 1);
+    }
+
+    #[test]
+    fn an_unchanged_remote_object_is_handed_out_as_the_same_copy() {
+        let mut kept = Translations::default();
+        let mut a = inputs(RemoteState::Connected);
+        overlay(&mut a, &mut kept, Time::from_millis(0));
+        let mut b = inputs(RemoteState::Connected);
+        overlay(&mut b, &mut kept, Time::from_millis(0));
+        assert!(Arc::ptr_eq(&a.pods[0], &b.pods[0]));
+        assert!(Arc::ptr_eq(&a.nodes[0], &b.nodes[0]));
+    }
+
+    #[test]
+    fn a_pod_created_there_has_no_owner_and_carries_its_job() {
+        let job: GpuJob = serde_json::from_value(json!({
+            "apiVersion": "spillway.io/v1alpha1", "kind": "GpuJob",
+            "metadata": {"name": "train", "namespace": "research", "uid": "job-uid"},
+            "spec": {"queue": "q", "gpusPerReplica": 1, "template": {"spec": {"containers": [{"name": "main"}]}}},
+        }))
+        .expect("job");
+        let home = crate::pods::replica_pod(&job, 0, 0, "gpu-1", None);
+        let there = remote_pod(home, &job, "spillway-jobs");
+        assert_eq!(there.namespace().as_deref(), Some("spillway-jobs"));
+        assert!(there.metadata.owner_references.is_none());
+        assert_eq!(there.labels()[labels::JOB_UID_LABEL], "job-uid");
+        assert_eq!(there.labels()[labels::JOB_NAMESPACE_LABEL], "research");
+        // Seen back at home, it is the job's pod on the pool's node.
+        let back = home_pod("dc2", &there).expect("ours");
+        assert_eq!(back.owner_references()[0].uid, "job-uid");
+        assert_eq!(back.annotations()[labels::NODE_ANNOTATION], "dc2/gpu-1");
+    }
+}
