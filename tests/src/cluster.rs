@@ -33,6 +33,7 @@ pub struct TestCluster {
 }
 
 static SHARED: OnceCell<TestCluster> = OnceCell::const_new();
+static SECOND: OnceCell<TestCluster> = OnceCell::const_new();
 
 /// Where the Kubernetes binaries are: `KUBEBUILDER_ASSETS`, else the harness cache.
 pub fn binary_dirs() -> Vec<PathBuf> {
@@ -71,6 +72,16 @@ impl TestCluster {
             .get_or_try_init(TestCluster::start)
             .await
             .unwrap_or_else(|e| panic!("could not start the test control plane: {e:#}"))
+    }
+
+    /// A second control plane of this test process, started on first use: the other cluster of
+    /// a cluster pool. Its own etcd, API server (its own CA and admin token), scheduler and
+    /// controller manager; no Spillway CRD.
+    pub async fn second() -> &'static TestCluster {
+        SECOND
+            .get_or_try_init(TestCluster::start)
+            .await
+            .unwrap_or_else(|e| panic!("could not start the second test control plane: {e:#}"))
     }
 
     async fn start() -> anyhow::Result<TestCluster> {
@@ -115,7 +126,11 @@ impl TestCluster {
         if !status.success() {
             bail!("openssl genrsa failed");
         }
-        let token = format!("spillway-test-{}", std::process::id());
+        // Each control plane its own admin token (the second one must refuse the first's).
+        let token = format!(
+            "spillway-test-{}",
+            dir.file_name().unwrap_or_default().to_string_lossy()
+        );
         std::fs::write(
             dir.join("tokens.csv"),
             format!("{token},admin,admin,\"system:masters\"\n"),

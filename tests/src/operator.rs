@@ -195,8 +195,8 @@ where
     }
 }
 
-/// Removes what earlier operator tests of this process left: the Nodes they registered and the
-/// GpuJobs of their namespaces (`prefixes`). Operator tests take turns, so this is safe.
+/// Removes what earlier operator tests of this process left: the Nodes they registered, their
+/// cluster pools and the GpuJobs of their namespaces (`prefixes`). Operator tests take turns, so this is safe.
 pub async fn clean_up_earlier_tests(client: &kube::Client, prefixes: &[&str]) {
     use k8s_openapi::api::core::v1::Node;
     use kube::ResourceExt;
@@ -209,6 +209,16 @@ pub async fn clean_up_earlier_tests(client: &kube::Client, prefixes: &[&str]) {
                 &ListParams::default().labels(selector),
             )
             .await;
+    }
+    // Cluster pools of earlier tests: their other cluster's nodes would otherwise stay in play.
+    let pools: Api<spillway_api::ComputePool> = Api::all(client.clone());
+    if let Ok(list) = pools.list(&ListParams::default()).await {
+        for p in list.items {
+            let name = p.name_any();
+            if p.spec.cluster.is_some() && prefixes.iter().any(|x| name.starts_with(x)) {
+                let _ = pools.delete(&name, &DeleteParams::default()).await;
+            }
+        }
     }
     let all: Api<spillway_api::GpuJob> = Api::all(client.clone());
     if let Ok(list) = all.list(&ListParams::default()).await {

@@ -192,7 +192,9 @@ pub struct QueueBurst {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub compute_wait_factor: Option<f64>,
-    /// The cloud ComputePools this queue may burst to. Empty means every cloud pool.
+    /// The cloud and cluster ComputePools this queue may burst to; cluster pools are tried in
+    /// this list's order (after private nodes, before the cloud). Empty means every cloud pool
+    /// and every cluster pool, cheapest `gpuCostPerHour` first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(inner(length(max = 253), regex(pattern = crate::common::DNS_SUBDOMAIN_PATTERN)))]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]

@@ -6,6 +6,7 @@ mod leadership;
 mod lifecycle;
 mod placement;
 mod reclaim;
+mod remote;
 mod telemetry;
 mod validity;
 mod world;

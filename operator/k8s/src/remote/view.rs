@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Resource, ResourceExt};
 use spillway_api::GpuJob;
+use spillway_api::job::JobPhase;
 use spillway_core::{Duration, Time};
 
 use super::{RemoteCluster, RemoteState};
@@ -119,7 +120,8 @@ pub struct Overlay {
     pub states: BTreeMap<String, RemoteState>,
     /// Nodes seen per pool (all of them, schedulable or not), and their GPUs.
     pub capacity: BTreeMap<String, (u32, u32)>,
-    /// Remote pods whose GpuJob is gone (by uid), with their pool and namespace there.
+    /// Remote pods whose GpuJob is gone (by uid) or finished, with their pool and namespace
+    /// there.
     pub orphans: Vec<(String, String, Arc<Pod>)>,
 }
 
@@ -145,9 +147,17 @@ fn version_key<K: Resource>(o: &K) -> String {
 pub fn overlay(inputs: &mut Inputs, kept: &mut Translations, now: Time) -> Overlay {
     let mut out = Overlay::default();
     let mut next = Translations::default();
+    // The jobs whose pods there are still theirs: a finished job's pods are collected too
+    // (its phase is recorded; nothing runs there for it any more).
     let uids: HashSet<&str> = inputs
         .jobs
         .iter()
+        .filter(|j| {
+            !matches!(
+                j.status.as_ref().and_then(|s| s.phase),
+                Some(JobPhase::Succeeded | JobPhase::Failed)
+            )
+        })
         .filter_map(|j| j.metadata.uid.as_deref())
         .collect();
     let mut nodes = Vec::new();
@@ -302,6 +312,22 @@ mod tests {
         assert_eq!(o.orphans.len(), 1);
         assert_eq!(o.orphans[0].2.name_any(), "old-0-0");
         assert_eq!(o.capacity["dc2"], (1, 8));
+    }
+
+    #[test]
+    fn the_pods_there_of_a_finished_job_are_collected() {
+        let mut i = inputs(RemoteState::Connected);
+        let mut job = (*i.jobs[0]).clone();
+        job.status = Some(spillway_api::job::GpuJobStatus {
+            phase: Some(JobPhase::Succeeded),
+            ..Default::default()
+        });
+        i.jobs = vec![Arc::new(job)];
+        let o = overlay(&mut i, &mut Translations::default(), Time::from_millis(0));
+        assert!(i.pods.is_empty(), "{:?}", i.pods);
+        let mut names: Vec<String> = o.orphans.iter().map(|o| o.2.name_any()).collect();
+        names.sort();
+        assert_eq!(names, ["old-0-0", "train-0-0"]);
     }
 
     #[test]

@@ -99,7 +99,7 @@ impl State {
             if pod.metadata.deletion_timestamp.is_some() || !self.deleting.insert(uid.clone()) {
                 continue;
             }
-            tracing::info!(pool = %pool, pod = %format!("{namespace}/{}", pod.name_any()), "deleting a pod in another cluster whose GpuJob is gone");
+            tracing::info!(pool = %pool, pod = %format!("{namespace}/{}", pod.name_any()), "deleting a pod in another cluster whose GpuJob is gone or finished");
             self.emit(Action::DeleteRemotePod {
                 pool: pool.clone(),
                 namespace: namespace.clone(),

@@ -409,6 +409,33 @@ fn every_setting_renders_where_it_should() {
                 && o["metadata"]["namespace"] == ns));
         }
 
+        // The cluster pools' kubeconfigs: each read by name in its namespace, nothing else.
+        let mut kubeconfigs: Vec<(String, Vec<&str>, Vec<&str>)> = rules(&objects)
+            .into_iter()
+            .filter(|(_, r)| {
+                strings(&r["resourceNames"])
+                    .iter()
+                    .any(|n| n.ends_with("kubeconfig"))
+            })
+            .map(|(at, r)| (at, strings(&r["resourceNames"]), strings(&r["verbs"])))
+            .collect();
+        kubeconfigs.sort();
+        assert_eq!(
+            kubeconfigs,
+            [
+                (
+                    "namespace platform".to_string(),
+                    vec!["partner-kubeconfig"],
+                    vec!["get"]
+                ),
+                (
+                    "namespace spillway-system".to_string(),
+                    vec!["dc2-kubeconfig"],
+                    vec!["get"]
+                ),
+            ]
+        );
+
         // The webhook's certificate from cert-manager: the operator only reads its Secret and
         // may not touch the configuration; cert-manager injects the caBundle.
         for want in ["--webhook-addr=0.0.0.0:9444", "--webhook-self-signed=false"] {
@@ -448,9 +475,92 @@ fn every_setting_renders_where_it_should() {
 }
 
 #[test]
+fn worker_mode_installs_only_what_the_home_operator_needs_there() {
+    let chart = chart_dir().display().to_string();
+    for helm in Helm::all() {
+        let out = helm.run(&["lint", "--strict", &chart, "--set", "mode=worker"]);
+        assert!(
+            out.status.success(),
+            "helm {} lint: {}",
+            helm.major,
+            text(&out)
+        );
+        let objects = render(
+            &helm,
+            &["--set", "mode=worker", "--set", "worker.namespace=gpu-jobs"],
+        );
+        let want: BTreeMap<String, usize> = [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+            "Secret",
+            "ServiceAccount",
+        ]
+        .into_iter()
+        .map(|k| (k.to_string(), 1))
+        .collect();
+        assert_eq!(kinds(&objects), want, "no operator, CRD-less, nothing else");
+        let mut all: Vec<(String, Vec<&str>, Vec<&str>, Vec<&str>)> = rules(&objects)
+            .into_iter()
+            .map(|(at, r)| {
+                assert_eq!(strings(&r["apiGroups"]), [""], "{r}");
+                (
+                    at,
+                    strings(&r["resources"]),
+                    strings(&r["resourceNames"]),
+                    strings(&r["verbs"]),
+                )
+            })
+            .collect();
+        all.sort();
+        assert_eq!(
+            all,
+            [
+                (
+                    "cluster".to_string(),
+                    vec!["nodes"],
+                    vec![],
+                    vec!["list", "watch"]
+                ),
+                (
+                    "namespace gpu-jobs".to_string(),
+                    vec!["pods"],
+                    vec![],
+                    vec!["list", "watch", "create", "delete"]
+                ),
+                (
+                    "namespace gpu-jobs".to_string(),
+                    vec!["secrets"],
+                    vec!["spillway-tokens"],
+                    vec!["create", "patch"]
+                ),
+            ]
+        );
+        let token = one(&objects, "Secret", "spillway-worker-token");
+        assert_eq!(token["type"], "kubernetes.io/service-account-token");
+        assert_eq!(
+            token["metadata"]["annotations"]["kubernetes.io/service-account.name"],
+            "spillway"
+        );
+        assert_eq!(token["metadata"]["namespace"], "spillway-system");
+        for binding in ["RoleBinding", "ClusterRoleBinding"] {
+            let b = one(&objects, binding, "spillway-worker");
+            assert_eq!(b["subjects"][0]["name"], "spillway");
+            assert_eq!(b["subjects"][0]["namespace"], "spillway-system");
+        }
+    }
+}
+
+#[test]
 fn bad_values_are_refused_with_the_reason() {
     let cases: &[(&[&str], &str)] = &[
         (&["--set", "replicas=-1"], "replicas"),
+        (&["--set", "mode=both"], "mode"),
+        (
+            &["--set", "rbac.clusterPoolSecrets[0].namespace=platform"],
+            "name",
+        ),
         (&["--set", "replicaCount=2"], "replicaCount"),
         (&["--set", "identity.algorithm=HS256"], "algorithm"),
         (
