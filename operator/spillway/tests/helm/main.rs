@@ -474,6 +474,9 @@ fn every_setting_renders_where_it_should() {
     }
 }
 
+/// Where a rule applies, its resources, resource names and verbs.
+type Grant<'a> = (String, Vec<&'a str>, Vec<&'a str>, Vec<&'a str>);
+
 #[test]
 fn worker_mode_installs_only_what_the_home_operator_needs_there() {
     let chart = chart_dir().display().to_string();
@@ -501,7 +504,7 @@ fn worker_mode_installs_only_what_the_home_operator_needs_there() {
         .map(|k| (k.to_string(), 1))
         .collect();
         assert_eq!(kinds(&objects), want, "no operator, CRD-less, nothing else");
-        let mut all: Vec<(String, Vec<&str>, Vec<&str>, Vec<&str>)> = rules(&objects)
+        let mut all: Vec<Grant> = rules(&objects)
             .into_iter()
             .map(|(at, r)| {
                 assert_eq!(strings(&r["apiGroups"]), [""], "{r}");
