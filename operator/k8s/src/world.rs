@@ -22,8 +22,8 @@ use crate::labels;
 mod job;
 mod life;
 mod memo;
-use life::lifecycle;
 pub use life::phase_of;
+use life::{lifecycle, unseen_run};
 pub use memo::Memo;
 use memo::Tally;
 
@@ -56,6 +56,10 @@ pub struct Inputs {
     /// The other clusters of the cluster pools, as their connections see them; the turn lays
     /// their nodes and pods over `nodes` and `pods` ([`crate::remote::view::overlay`]).
     pub remote: Vec<crate::remote::RemoteCluster>,
+    /// Cluster pools whose other cluster this operator has not listed yet, and not for their
+    /// `lostAfter`: a job that its status says runs there is kept as that status says
+    /// (set by the overlay).
+    pub unseen_pools: crate::hashing::HashSet<String>,
 }
 
 /// An object of one of Spillway's kinds that cannot be read as its type.

@@ -134,6 +134,16 @@ impl Worker {
         }
     }
 
+    /// Registers one more GPU node there.
+    pub async fn add_node(&mut self, gpus: u32) {
+        let n = spillway_tests::unique_name(&format!("{}-gpu", self.ns));
+        self.kubelet
+            .register(FakeNode::gpu(&n, gpus).label("spillway.test/site", &self.ns))
+            .await
+            .expect("register a node there");
+        self.nodes.push(n);
+    }
+
     /// The pods there of the home job `job` (by its uid label).
     pub async fn pods_of(&self, job: &GpuJob) -> Vec<Pod> {
         let uid = job.metadata.uid.clone().unwrap_or_default();
@@ -528,7 +538,7 @@ async fn a_job_in_another_cluster_outlives_its_api_server_going_away_and_an_oper
  {
     let _turn = serial().await;
     let w = World::new("op-remote-fail").await;
-    let dc = Worker::install(&w, "dc", 1.0, 3, 8).await;
+    let mut dc = Worker::install(&w, "dc", 1.0, 3, 8).await;
     let queue = burst_queue(&w, &[&dc.pool]).await;
     let op = RunningOperator::start(w.client.clone(), None)
         .await
@@ -568,6 +578,23 @@ async fn a_job_in_another_cluster_outlives_its_api_server_going_away_and_an_oper
         "what was created before the kill is kept, not made again: {before:?} {uids:?}"
     );
     w.wait_phase("gang", JobPhase::Running).await;
+    // The successor sees the other cluster: a node added there shows in the pool's status.
+    dc.add_node(8).await;
+    eventually(
+        WAIT,
+        "the successor to count the new node there",
+        || async {
+            let p = Api::<ComputePool>::all(w.client.clone())
+                .get(&dc.pool)
+                .await
+                .map_err(|e| e.to_string())?;
+            match p.status.and_then(|s| s.nodes).map(|n| n.total) {
+                Some(4) => Ok(()),
+                other => Err(format!("{other:?} nodes")),
+            }
+        },
+    )
+    .await;
 
     // The other API server goes away for longer than a watch notices, then comes back: the
     // pool is Ready=False meanwhile, the job stays Running with the same pods, and nothing new
@@ -581,7 +608,8 @@ async fn a_job_in_another_cluster_outlives_its_api_server_going_away_and_an_oper
         assert_eq!(
             j.status.as_ref().and_then(|s| s.phase),
             Some(JobPhase::Running),
-            "kept while unreachable"
+            "kept while unreachable: {:?}",
+            j.status
         );
         m
     };
@@ -612,6 +640,32 @@ async fn a_job_in_another_cluster_outlives_its_api_server_going_away_and_an_oper
     // Back, it takes the next job.
     let while_away = w.wait_phase("while-away", JobPhase::Running).await;
     dc.wait_running(&while_away, 1).await;
+
+    // An operator that starts while the other API server is away has never seen its jobs
+    // there: it keeps them as their status says (ConnectionFailed meanwhile), and finds the
+    // same pods once it answers.
+    op.kill();
+    let restart = dc.cluster.restart_apiserver(Duration::from_secs(25));
+    let start = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let op = RunningOperator::start(w.client.clone(), None)
+            .await
+            .expect("a successor while the other cluster is away");
+        wait_pool_ready(&w, &dc.pool, ("False", "ConnectionFailed")).await;
+        op
+    };
+    let (restarted, op) = tokio::join!(restart, start);
+    restarted.expect("the other API server back");
+    wait_pool_ready(&w, &dc.pool, ("True", "Valid")).await;
+    let again: BTreeSet<String> = dc
+        .wait_running(&job, 2)
+        .await
+        .iter()
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect();
+    assert_eq!(again, uids, "the same pods, not new ones");
+    let j = w.wait_phase("gang", JobPhase::Running).await;
+    assert_eq!(j.status.as_ref().and_then(|s| s.restarts).unwrap_or(0), 0);
     op.stop().await.expect("clean stop");
     dc.remove(&w).await;
 }

@@ -34,8 +34,11 @@ use crate::labels;
 #[derive(Clone, Debug, PartialEq)]
 pub enum RemoteState {
     /// Not listed yet: the Secret, the kubeconfig or the first list has not worked (`error`
-    /// says why, once something failed).
-    Connecting { error: Option<String> },
+    /// says why, and `since` since when, once something failed).
+    Connecting {
+        error: Option<String>,
+        since: Option<Time>,
+    },
     /// Listed, and its watches are answered.
     Connected,
     /// Listed once, but its API server has not answered since `since`.
@@ -59,9 +62,25 @@ pub struct RemoteCluster {
 struct Health {
     /// Both caches have listed at least once.
     listed: [bool; 2],
-    /// The first failure of the current run of failures.
+    /// The first failure of the watches' current run of failures.
     failing_since: Option<Time>,
     error: Option<String>,
+    /// The first failure of the probe's current run of failures, and its error: a watch can
+    /// sit on a dead connection without an error for a while, the probe cannot.
+    probe_failing: Option<(Time, String)>,
+}
+
+impl Health {
+    /// Since when, and why, the cluster has not answered.
+    fn failing(&self) -> Option<(Time, String)> {
+        let watches = self
+            .failing_since
+            .map(|t| (t, self.error.clone().unwrap_or_default()));
+        match (watches, self.probe_failing.clone()) {
+            (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 /// One connection.
@@ -114,14 +133,12 @@ impl Remotes {
             .map(|(pool, c)| {
                 let h = c.health.lock().unwrap_or_else(|p| p.into_inner());
                 let listed = h.listed.iter().all(|l| *l);
-                let state = match (&h.failing_since, listed) {
+                let state = match (h.failing(), listed) {
                     (None, true) => RemoteState::Connected,
-                    (Some(since), true) => RemoteState::Unreachable {
-                        since: *since,
-                        error: h.error.clone().unwrap_or_default(),
-                    },
-                    (_, false) => RemoteState::Connecting {
+                    (Some((since, error)), true) => RemoteState::Unreachable { since, error },
+                    (failing, false) => RemoteState::Connecting {
                         error: h.error.clone(),
+                        since: failing.map(|f| f.0),
                     },
                 };
                 RemoteCluster {
@@ -282,6 +299,11 @@ async fn connect(
         changed.clone(),
         &mut tasks,
     );
+    tasks.push(tokio::spawn(probe(
+        client.clone(),
+        health.clone(),
+        changed.clone(),
+    )));
     Some(Connection {
         source,
         client: Some(client),
@@ -310,6 +332,37 @@ pub async fn client_of(bytes: &[u8]) -> Result<Client, String> {
         .await
         .map_err(|e| e.to_string())?;
     Client::try_from(config).map_err(|e| e.to_string())
+}
+
+/// Asks the other API server its version every [`KEEP_PERIOD`] (allowed to every
+/// authenticated user: no extra grant), and keeps `health.probe_failing`.
+async fn probe(client: Client, health: Arc<Mutex<Health>>, changed: Arc<Notify>) {
+    loop {
+        tokio::time::sleep(KEEP_PERIOD).await;
+        let answer = tokio::time::timeout(KEEP_PERIOD, client.apiserver_version()).await;
+        let error = match answer {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(_) => Some(format!("no answer in {} s", KEEP_PERIOD.as_secs())),
+        };
+        let mut h = health.lock().unwrap_or_else(|p| p.into_inner());
+        match (error, h.probe_failing.is_some()) {
+            (None, true) => {
+                h.probe_failing = None;
+                changed.notify_one();
+            }
+            (Some(e), false) => {
+                h.probe_failing = Some((now(), e));
+                changed.notify_one();
+            }
+            (Some(e), true) => {
+                if let Some(f) = h.probe_failing.as_mut() {
+                    f.1 = e;
+                }
+            }
+            (None, false) => {}
+        }
+    }
 }
 
 /// A watch cache on the other cluster whose events keep `health` (slot `slot` of `listed`).

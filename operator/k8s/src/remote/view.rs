@@ -6,6 +6,9 @@
 //!   cannot be mistaken for a home node), labelled with its pool. While its cluster does not
 //!   answer it is seen unschedulable (no new job goes there); once that has lasted the pool's
 //!   `lostAfter`, it is not seen at all: its jobs are lost with it, as with a lost node.
+//! - A cluster this operator has not listed yet (it started while that API server was away)
+//!   is an unseen pool of [`Inputs::unseen_pools`] until it lists or its `lostAfter` has
+//!   passed since the first failure: its jobs are kept as their status says.
 //! - A remote pod (labelled with its GpuJob's uid and home namespace) is seen in the job's
 //!   home namespace, owned by the job, on its `POOL/NODE`, and annotated with where it really
 //!   is ([`origin`]); one whose uid no GpuJob has is garbage.
@@ -162,6 +165,15 @@ pub fn overlay(inputs: &mut Inputs, kept: &mut Translations, now: Time) -> Overl
         .collect();
     let mut nodes = Vec::new();
     let mut pods = Vec::new();
+    // A cluster pool with no connection yet (this operator has only just started) is unseen
+    // too; the loop below takes those that have one out.
+    let mut unseen: crate::hashing::HashSet<String> = inputs
+        .pools
+        .iter()
+        .filter(|p| p.spec.cluster.is_some())
+        .filter_map(|p| p.metadata.name.clone())
+        .filter(|p| !inputs.remote.iter().any(|r| &r.pool == p))
+        .collect();
     for RemoteCluster {
         pool,
         state,
@@ -180,6 +192,11 @@ pub fn overlay(inputs: &mut Inputs, kept: &mut Translations, now: Time) -> Overl
         out.states.insert(pool.clone(), state.clone());
         let lost_after = Duration::parse(&spec.lost_after).unwrap_or(Duration::from_secs(600));
         let lost = matches!(state, RemoteState::Unreachable { since, .. } if now.since(*since) >= lost_after);
+        if let RemoteState::Connecting { since, .. } = state
+            && since.is_none_or(|s| now.since(s) < lost_after)
+        {
+            unseen.insert(pool.clone());
+        }
         let schedulable = *state == RemoteState::Connected;
         if !lost {
             let cap = out.capacity.entry(pool.clone()).or_default();
@@ -216,6 +233,7 @@ pub fn overlay(inputs: &mut Inputs, kept: &mut Translations, now: Time) -> Overl
     }
     inputs.nodes.extend(nodes);
     inputs.pods.extend(pods);
+    inputs.unseen_pools = unseen;
     *kept = next;
     out
 }

@@ -27,14 +27,14 @@ impl State {
         let name = pool.name_any();
         match self.remote.states.get(&name) {
             Some(RemoteState::Connected) => None,
-            None | Some(RemoteState::Connecting { error: None }) => Some((
+            None | Some(RemoteState::Connecting { error: None, .. }) => Some((
                 "Connecting",
                 format!(
                     "Connecting to the other cluster with the kubeconfig in Secret {}/{}; no job is sent there until it answers.",
                     spec.kubeconfig_secret_ref.namespace, spec.kubeconfig_secret_ref.name
                 ),
             )),
-            Some(RemoteState::Connecting { error: Some(e) }) => Some((
+            Some(RemoteState::Connecting { error: Some(e), .. }) => Some((
                 "ConnectionFailed",
                 format!(
                     "Cannot connect to the other cluster: {e}. No job is sent there until it answers."

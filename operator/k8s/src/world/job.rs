@@ -131,9 +131,12 @@ impl Facts<'_> {
         let replicas = job.spec.replicas.max(1) as u32;
         let pool_of = |node: &str| self.nodes.get(node).and_then(|f| f.pool).cloned();
         let assumed = self.assumed.get(&id);
+        let unseen = unseen_run(job, attempt, &self.inputs.unseen_pools);
         let mut lifecycle =
             if self.inputs.finished.contains(&id) || job.metadata.deletion_timestamp.is_some() {
                 Lifecycle::Done
+            } else if let Some(run) = unseen.clone() {
+                run
             } else {
                 lifecycle(job, attempt, replicas, &pods, assumed, &pool_of, &mut clock)
             };
@@ -141,6 +144,7 @@ impl Facts<'_> {
         // before the pod garbage collector removes its pod; so is one placed on a node that
         // went away before the pod was bound (it can never be scheduled).
         if let Lifecycle::Running { .. } = lifecycle
+            && unseen.is_none()
             && let Some(gone) = pods
                 .iter()
                 .filter(|p| pod_active(p))

@@ -167,3 +167,25 @@ pub fn phase_of(view: &JobView) -> JobPhase {
             .unwrap_or(JobPhase::Succeeded),
     }
 }
+
+/// The life of a job whose status says it runs, in this attempt, in a cluster pool this
+/// operator has not seen yet ([`Inputs::unseen_pools`]): running as that status says, on the
+/// nodes it names. None for any other job.
+pub(super) fn unseen_run(
+    job: &GpuJob,
+    attempt: u32,
+    unseen: &crate::hashing::HashSet<String>,
+) -> Option<Lifecycle> {
+    let s = job.status.as_ref()?;
+    let pool = s.pool.as_ref().filter(|p| unseen.contains(*p))?;
+    let this_attempt = s.restarts.unwrap_or(0).max(0) as u32 == attempt;
+    if s.phase != Some(JobPhase::Running) || !this_attempt {
+        return None;
+    }
+    Some(Lifecycle::Running {
+        nodes: s.nodes.clone(),
+        pool: Some(pool.clone()),
+        started_at: s.started_at.as_ref().map(millis)?,
+        all_running: true,
+    })
+}

@@ -37,8 +37,9 @@ pub struct Memo {
     namespaces: Vec<Arc<Namespace>>,
     same_queues: bool,
     same_namespaces: bool,
-    /// The pools and needs of the last build.
+    /// The pools, unseen cluster pools and needs of the last build.
     pools: Vec<core::Pool>,
+    unseen_pools: crate::hashing::HashSet<String>,
     needs: HashMap<String, String>,
     needs_changed: bool,
     build: u64,
@@ -218,7 +219,8 @@ impl Facts<'_> {
 }
 
 impl Memo {
-    /// Starts a build: forgets what the pools' or the needs' change can make wrong.
+    /// Starts a build: forgets what a change of the pools (or of which are unseen) or the
+    /// needs can make wrong.
     pub(super) fn begin(
         &mut self,
         pools: &[core::Pool],
@@ -231,12 +233,13 @@ impl Memo {
         self.same_queues = same_objects(&mut self.queues, &inputs.queues);
         self.same_namespaces = same_objects(&mut self.namespaces, &inputs.namespaces);
         self.last_volatile = std::mem::take(&mut self.volatile);
-        if self.pools != pools {
+        if self.pools != pools || self.unseen_pools != inputs.unseen_pools {
             // Every view is derived again; their core jobs are compared with none.
             self.changed.extend(self.jobs.drain().map(|(id, _)| id));
             Arc::make_mut(&mut self.views).clear();
             self.ids_version += 1;
             self.pools = pools.to_vec();
+            self.unseen_pools.clone_from(&inputs.unseen_pools);
             self.until.clear();
             self.entries = Entries::default();
         }

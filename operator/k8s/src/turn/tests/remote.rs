@@ -190,6 +190,7 @@ fn an_unreachable_cluster_takes_no_new_job_keeps_its_running_ones_then_loses_the
 fn a_cluster_pool_that_cannot_connect_says_why() {
     let i = with_dc2(RemoteState::Connecting {
         error: Some("Secret spillway-system/dc2 not found".into()),
+        since: Some(noon()),
     });
     let t = Loop::new().turn(&i, None, noon());
     let st = status_of(&t, StatusKind::ComputePool, "dc2").expect("pool status");
@@ -219,5 +220,58 @@ fn remote_gpu_time_is_billed_to_the_queue_and_the_pool() {
     assert!(
         (usd - 6.0).abs() < 0.2,
         "4 GPUs x $1.5 for about an hour: {usd}"
+    );
+}
+
+#[test]
+fn a_new_operator_that_cannot_reach_the_other_cluster_keeps_its_jobs_there() {
+    let mut i = with_dc2(RemoteState::Connected);
+    i.jobs = vec![job("train").gpus(4).restartable().build()];
+    let mut l = Loop::new();
+    let t = l.turn(&i, None, noon());
+    let (_, pod) = remote_creates(&t).remove(0);
+    i.remote[0].pods = vec![seen_there(&pod, "Running")];
+    let t = l.turn(&i, None, noon() + minutes(1));
+    let running = status_of(&t, StatusKind::GpuJob, "train").expect("running");
+    assert_eq!(running["phase"], "Running", "{running}");
+
+    // A successor starts while the other API server is away: at its first turn it has no
+    // connection yet, then one that has never seen a node or a pod there.
+    i.jobs = vec![job("train").gpus(4).restartable().status(running).build()];
+    let mut l = Loop::new();
+    let mut first = i.clone();
+    first.remote.clear();
+    let t = l.turn(&first, None, noon() + minutes(2));
+    assert!(
+        status_of(&t, StatusKind::GpuJob, "train").is_none_or(|s| s["phase"] == "Running"),
+        "{:?}",
+        status_of(&t, StatusKind::GpuJob, "train")
+    );
+    i.remote[0] = RemoteCluster {
+        pool: "dc2".into(),
+        state: RemoteState::Connecting {
+            error: Some("connection refused".into()),
+            since: Some(noon() + minutes(2)),
+        },
+        nodes: Vec::new(),
+        pods: Vec::new(),
+    };
+    for m in [3, 5] {
+        let t = l.turn(&i, None, noon() + minutes(m));
+        assert!(remote_creates(&t).is_empty(), "nothing made there again");
+        assert!(
+            status_of(&t, StatusKind::GpuJob, "train").is_none_or(|s| s["phase"] == "Running"),
+            "{:?}",
+            status_of(&t, StatusKind::GpuJob, "train")
+        );
+    }
+    // Still unseen once its lostAfter (10m) has passed since the first failure: lost and
+    // requeued, like a job on a lost node.
+    let t = l.turn(&i, None, noon() + minutes(13));
+    let st = status_of(&t, StatusKind::GpuJob, "train").expect("requeued");
+    assert_eq!(
+        (&st["phase"], &st["restarts"]),
+        (&json!("Queued"), &json!(1)),
+        "{st}"
     );
 }
