@@ -50,3 +50,13 @@ pub const FIELD_MANAGER: &str = "spillway";
 pub const CONTROLLER: &str = "spillway.io/operator";
 /// On GpuJobs with cloud instances: released (terminated) before the job is deleted.
 pub const CLOUD_FINALIZER: &str = "spillway.io/cloud-resources";
+
+/// The home name of node `node` of cluster pool `pool`.
+pub fn node_name(pool: &str, node: &str) -> String {
+    format!("{pool}/{node}")
+}
+
+/// The cluster pool and the remote name of a node seen as `POOL/NODE`.
+pub fn split_node(name: &str) -> Option<(&str, &str)> {
+    name.split_once('/')
+}

@@ -282,7 +282,7 @@ fn node_schedulable(node: &Node, pool: &ComputePool) -> bool {
 /// that cluster pool only.
 pub fn pool_of_node<'p>(node: &Node, pools: &'p [Arc<ComputePool>]) -> Option<&'p ComputePool> {
     let name = node.metadata.name.as_deref().unwrap_or_default();
-    if let Some((pool, _)) = crate::remote::view::split_node(name) {
+    if let Some((pool, _)) = crate::labels::split_node(name) {
         return pools
             .iter()
             .find(|p| p.spec.cluster.is_some() && p.metadata.name.as_deref() == Some(pool))

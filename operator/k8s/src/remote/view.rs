@@ -26,18 +26,8 @@ use spillway_core::{Duration, Time};
 
 use super::{RemoteCluster, RemoteState};
 use crate::hashing::HashMap;
-use crate::labels;
+use crate::labels::{self, node_name};
 use crate::world::Inputs;
-
-/// The home name of node `node` of cluster pool `pool`.
-pub fn node_name(pool: &str, node: &str) -> String {
-    format!("{pool}/{node}")
-}
-
-/// The cluster pool and the remote name of a node seen as `POOL/NODE`.
-pub fn split_node(name: &str) -> Option<(&str, &str)> {
-    name.split_once('/')
-}
 
 /// The key of a job's token in its cluster pool's tokens Secret (jobs of several home
 /// namespaces share that Secret).

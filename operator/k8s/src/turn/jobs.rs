@@ -69,7 +69,7 @@ impl State {
             for (r, node) in start.nodes.iter().enumerate() {
                 // A remote node is seen as POOL/NODE; the pod there names it as that cluster does.
                 let node_there = match cluster {
-                    Some(_) => remote::split_node(node).map_or(node.as_str(), |(_, n)| n),
+                    Some(_) => crate::labels::split_node(node).map_or(node.as_str(), |(_, n)| n),
                     None => node,
                 };
                 let mut pod = pods::replica_pod(

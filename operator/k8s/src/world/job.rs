@@ -151,7 +151,7 @@ impl Facts<'_> {
                 .filter_map(|p| pod_node_name(p))
                 .find(|n| !self.nodes.contains_key(n))
         {
-            let message = match crate::remote::view::split_node(gone) {
+            let message = match crate::labels::split_node(gone) {
                 Some((pool, node)) => format!(
                     "Node {node} of cluster pool {pool}, where one of its replicas runs, is gone (or its cluster has not answered for the pool's lostAfter)."
                 ),
