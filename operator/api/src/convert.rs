@@ -143,6 +143,11 @@ pub fn job(j: &GpuJob, queued_at: core::Time) -> Result<core::Job, FieldErrors> 
             .map(|t| core::Time::from_millis(t.0.as_millisecond())),
         max_hourly_cost: spec.max_hourly_cost,
         placement: spec.placement,
+        requirements: spec
+            .requirements
+            .as_ref()
+            .map(|r| r.to_core())
+            .unwrap_or_default(),
         labels: j.metadata.labels.clone().unwrap_or_default(),
         queued_at,
         attempt: 0,

@@ -99,6 +99,11 @@ pub struct GpuJobSpec {
     #[schemars(range(min = 0))]
     pub max_hourly_cost: Option<f64>,
 
+    /// What the GPUs' driver, CUDA version, product and memory must be (GPU feature
+    /// discovery's labels on nodes, the pool's `aws.environment` for cloud offerings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requirements: Option<crate::environment::JobRequirements>,
+
     /// Where the job may run: `Auto` (private first, cloud when allowed), `PrivateOnly` or
     /// `CloudOnly`.
     #[serde(default)]

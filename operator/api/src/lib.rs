@@ -12,6 +12,7 @@
 pub mod common;
 pub mod convert;
 pub mod dataset;
+pub mod environment;
 pub mod job;
 pub mod manifests;
 pub mod policy;

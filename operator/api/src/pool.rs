@@ -212,6 +212,11 @@ pub struct AwsPool {
     /// Extra tags on every instance (Spillway adds its own `spillway.io/*` tags).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,
+    /// What the image provides (driver and CUDA versions), held against jobs' `requirements`
+    /// when an offering is chosen. Without it, a job with a driver or CUDA requirement is not
+    /// sent to this pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<crate::environment::ImageEnvironment>,
     /// User data template that joins an instance to the cluster. `{{apiServer}}`,
     /// `{{caData}}` (the cluster CA, base64 PEM), `{{token}}` (a bootstrap token made for the
     /// launch), `{{nodeLabels}}`, `{{nodeTaints}}` (kubelet flag syntax), `{{pool}}` and

@@ -61,6 +61,14 @@ impl FieldErrors {
         }
     }
 
+    fn version(&mut self, path: &str, value: Option<&str>) {
+        if let Some(v) = value
+            && let Err(e) = v.parse::<spillway_core::Version>()
+        {
+            self.push(path, e.to_string());
+        }
+    }
+
     fn non_negative(&mut self, path: &str, value: Option<f64>) {
         if let Some(v) = value
             && !(v.is_finite() && v >= 0.0)
@@ -204,6 +212,33 @@ pub fn gpu_job(spec: &GpuJobSpec) -> Result<(), FieldErrors> {
         errs.push("spec.maxRuntime", "must be longer than 0");
     }
     errs.non_negative("spec.maxHourlyCost", spec.max_hourly_cost);
+    if let Some(r) = &spec.requirements {
+        errs.version(
+            "spec.requirements.minDriverVersion",
+            r.min_driver_version.as_deref(),
+        );
+        errs.version(
+            "spec.requirements.minCudaVersion",
+            r.min_cuda_version.as_deref(),
+        );
+        for (i, g) in r.gpu_products.iter().enumerate() {
+            if g.trim().is_empty() {
+                errs.push(
+                    format!("spec.requirements.gpuProducts[{i}]"),
+                    "must not be empty",
+                );
+            }
+        }
+        errs.unique("spec.requirements.gpuProducts", &r.gpu_products);
+        if let Some(m) = r.min_gpu_memory_gib
+            && !(1..=4096).contains(&m)
+        {
+            errs.push(
+                "spec.requirements.minGpuMemoryGiB",
+                format!("must be between 1 and 4096, got {m}"),
+            );
+        }
+    }
     match &spec.template.spec {
         Some(pod) if !pod.containers.is_empty() => {}
         _ => errs.push(
@@ -352,6 +387,16 @@ pub fn compute_pool(spec: &ComputePoolSpec) -> Result<(), FieldErrors> {
     if let Some(aws) = &spec.aws {
         if aws.region.trim().is_empty() {
             errs.push("spec.aws.region", "must not be empty");
+        }
+        if let Some(e) = &aws.environment {
+            errs.version(
+                "spec.aws.environment.driverVersion",
+                e.driver_version.as_deref(),
+            );
+            errs.version(
+                "spec.aws.environment.cudaVersion",
+                e.cuda_version.as_deref(),
+            );
         }
         match (&aws.ami_id, &aws.launch_template) {
             (None, None) => errs.push("spec.aws", "set amiId or launchTemplate"),

@@ -452,3 +452,47 @@ fn policy_rules() {
         "duplicate test name",
     );
 }
+
+#[test]
+fn requirements_and_image_environments_are_checked() {
+    let ok = json!({"requirements": {"minDriverVersion": "550.54.15", "minCudaVersion": "12.4",
+        "gpuProducts": ["*A100*"], "minGpuMemoryGiB": 80}});
+    assert_eq!(errors(validate::gpu_job(&job(ok))), vec![]);
+    assert_one(
+        validate::gpu_job(&job(json!({"requirements": {"minCudaVersion": "12.x"}}))),
+        "spec.requirements.minCudaVersion",
+        "\"12.x\" is not a version",
+    );
+    assert_one(
+        validate::gpu_job(&job(
+            json!({"requirements": {"gpuProducts": ["*A100*", "*A100*"]}}),
+        )),
+        "spec.requirements.gpuProducts[1]",
+        "duplicate value",
+    );
+    assert_one(
+        validate::gpu_job(&job(json!({"requirements": {"minGpuMemoryGiB": 0}}))),
+        "spec.requirements.minGpuMemoryGiB",
+        "between 1 and 4096, got 0",
+    );
+    assert_one(
+        validate::compute_pool(&pool(aws(
+            json!({"environment": {"driverVersion": "550.54", "cudaVersion": "twelve"}}),
+        ))),
+        "spec.aws.environment.cudaVersion",
+        "is not a version",
+    );
+    let converted = spillway_api::convert::job(
+        &spillway_api::GpuJob::new(
+            "a",
+            job(json!({"requirements": {"minDriverVersion": "550.54", "gpuProducts": ["*H100*"]}})),
+        ),
+        spillway_core::Time::from_millis(0),
+    )
+    .unwrap();
+    assert_eq!(
+        converted.requirements.min_driver.map(|v| v.to_string()),
+        Some("550.54".into())
+    );
+    assert_eq!(converted.requirements.gpu_products, ["*H100*"]);
+}

@@ -26,6 +26,7 @@ fn snapshot(pending: usize, nodes: usize, spread_s: i64) -> Snapshot {
     // Nodes mostly full: a realistic busy cluster, where most pending jobs wait.
     s.nodes = (0..nodes)
         .map(|i| Node {
+            facts: Default::default(),
             name: format!("node-{i:05}"),
             pool: "onprem".into(),
             gpu_model: Some(GpuModel::normalize(models[i % 4])),
@@ -39,6 +40,7 @@ fn snapshot(pending: usize, nodes: usize, spread_s: i64) -> Snapshot {
         .collect();
     s.offerings = (0..500)
         .map(|i| Offering {
+            facts: Default::default(),
             pool: "aws".into(),
             instance_type: format!("g{}.{}xlarge", i % 7, i % 50),
             gpu_model: GpuModel::normalize(models[i % 4]),

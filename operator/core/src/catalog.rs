@@ -194,6 +194,14 @@ pub fn offerings(
                 gpu_memory_gib: r.gpu_model.memory_gib().unwrap_or(0.0),
                 recent_interruptions: 0,
                 environment: crate::Environment::Cloud,
+                facts: crate::Facts {
+                    product: Some(r.gpu_model.as_str().to_string()),
+                    gpu_memory_mib: r
+                        .gpu_model
+                        .memory_gib()
+                        .map(|g| (g * 1024.0).round() as u64),
+                    ..crate::Facts::default()
+                },
             })
         };
         push(CapacityType::OnDemand, r.on_demand);

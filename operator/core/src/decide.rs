@@ -41,6 +41,7 @@ mod private;
 mod reclaim;
 mod remote;
 mod repatriate;
+mod requirements;
 mod scratch;
 mod settled;
 mod usage;
@@ -52,10 +53,10 @@ use crate::{
 };
 
 /// GPUs per replica and acceptable models.
-type ReplicaShape = (u32, Vec<crate::GpuModel>);
+pub(super) type ReplicaShape = (u32, Vec<crate::GpuModel>, crate::Requirements);
 
 /// A gang's shape for fit memos: GPUs per replica, acceptable models, may use reserved GPUs.
-type Shape = (u32, Vec<crate::GpuModel>, bool);
+type Shape = (u32, Vec<crate::GpuModel>, crate::Requirements, bool);
 
 /// Runs one scheduling cycle. Pure: the same snapshot, policy and `now` give the same plan.
 ///
@@ -166,7 +167,7 @@ struct Cycle<'a> {
     /// The needs of the instances, listed at the first provisioning job.
     needs_in_flight: std::cell::OnceCell<BTreeSet<&'a str>>,
     /// Replica slots per (GPUs per replica, models) on empty private nodes.
-    capacity_slots: Vec<((u32, Vec<crate::GpuModel>), u32)>,
+    capacity_slots: Vec<(ReplicaShape, u32)>,
     /// Shapes (GPUs per replica, models, may use reserved GPUs) that did not fit this cycle,
     /// with the smallest gang that failed.
     fit_failures: Vec<(Shape, u32)>,
@@ -197,7 +198,7 @@ struct Cycle<'a> {
     planned: u32,
     /// Gang shapes (GPUs per replica, models, replicas, runtime; None: unknown) that found no
     /// slot starting now.
-    now_failures: Vec<(u32, Vec<crate::GpuModel>, u32, Option<Duration>)>,
+    now_failures: Vec<(ReplicaShape, u32, Option<Duration>)>,
     /// Jobs not running (pending, provisioning, suspended), in snapshot order: found in the
     /// first pass over the jobs so that later steps do not walk the running ones again.
     unplaced: Vec<usize>,
@@ -428,6 +429,16 @@ impl<'a> Cycle<'a> {
         message: String,
         rule: Option<String>,
     ) {
+        if outcome == Outcome::Reject
+            && reason == Reason::NeverFits
+            && let Some(why) = self.unmet_requirements(job)
+        {
+            if self.settings.wait_decisions {
+                let d = Decision::new(&job.id, Outcome::Wait, Reason::RequirementsUnmet, why, None);
+                self.plan.decisions.push(d);
+            }
+            return;
+        }
         self.plan
             .decisions
             .push(Decision::new(&job.id, outcome, reason, message, rule));
@@ -498,7 +509,7 @@ impl<'a> Cycle<'a> {
         order.dedup();
         let mut placed = Vec::new();
         for n in order {
-            if !job.accepts_model(self.snap.nodes[n].gpu_model.as_ref()) {
+            if !job.accepts_node(&self.snap.nodes[n]) {
                 continue;
             }
             let k = (self.cloud_free[n] / g).min(job.replicas - placed.len() as u32);

@@ -17,6 +17,7 @@
 pub mod catalog;
 pub mod decide;
 pub mod duration;
+pub mod environment;
 pub mod error;
 pub mod gpu;
 pub mod model;
@@ -33,6 +34,7 @@ pub mod types;
 
 pub use decide::{FastMap, Scratch, decide, decide_with};
 pub use duration::{Duration, ParseDurationError};
+pub use environment::{Facts, Requirements, Version};
 pub use error::ErrorCategory;
 pub use gpu::{GpuModel, NodeShape};
 pub use model::{

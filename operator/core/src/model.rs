@@ -200,6 +200,8 @@ pub struct Node {
     pub instance_id: Option<String>,
     /// Since when the node has had no job (`None` while it runs one).
     pub idle_since: Option<Time>,
+    /// What its GPUs come with (GFD's labels).
+    pub facts: crate::Facts,
 }
 
 /// Something a cloud pool can launch: an instance type bought one way in one zone.
@@ -223,6 +225,9 @@ pub struct Offering {
     /// `Cloud` for an EC2 offering; `Remote` for the GPUs of a cluster pool, as its rules'
     /// offering filters see them (`decide/remote.rs`).
     pub environment: crate::Environment,
+    /// What its instances come with, as its pool promises (driver and CUDA of the image) and
+    /// its instance type says (GPU model and memory).
+    pub facts: crate::Facts,
 }
 
 /// A Dataset.
@@ -284,6 +289,8 @@ pub struct Job {
     pub deadline: Option<Time>,
     pub max_hourly_cost: Option<f64>,
     pub placement: Placement,
+    /// What it requires of the GPUs' driver, CUDA, product and memory.
+    pub requirements: crate::Requirements,
     pub labels: BTreeMap<String, String>,
     pub queued_at: Time,
     /// Incremented each time the job is stopped and requeued; part of its need key.
@@ -316,6 +323,7 @@ impl Job {
             deadline: None,
             max_hourly_cost: None,
             placement: Placement::Auto,
+            requirements: crate::Requirements::default(),
             labels: BTreeMap::new(),
             queued_at,
             attempt: 0,
@@ -342,6 +350,22 @@ impl Job {
 
     pub fn accepts_model(&self, model: Option<&GpuModel>) -> bool {
         self.gpu_models.is_empty() || model.is_some_and(|m| self.gpu_models.contains(m))
+    }
+
+    /// Whether GPUs of this model and these facts will do: a model it accepts and every
+    /// requirement met.
+    pub fn accepts(&self, model: Option<&GpuModel>, facts: &crate::Facts) -> bool {
+        self.accepts_model(model) && self.requirements.met_by(facts)
+    }
+
+    /// Whether a node will do (model and requirements; not its free GPUs).
+    pub fn accepts_node(&self, node: &Node) -> bool {
+        self.accepts(node.gpu_model.as_ref(), &node.facts)
+    }
+
+    /// Whether two jobs accept the same GPUs (for lookups kept per gang shape).
+    pub fn same_accepts(&self, models: &[GpuModel], requirements: &crate::Requirements) -> bool {
+        self.gpu_models == models && self.requirements == *requirements
     }
 
     /// How much of its work a job running since `started_at` loses if stopped at `now`: a

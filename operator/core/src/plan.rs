@@ -113,6 +113,9 @@ pub enum Reason {
     InvalidSpec,
     /// No private node or cloud offering could ever hold one replica.
     NeverFits,
+    /// Nodes and offerings of its size and model exist, but none meets its `requirements`
+    /// (driver, CUDA, GPU product or memory): it waits for one that does.
+    RequirementsUnmet,
 }
 
 impl Reason {
@@ -152,6 +155,7 @@ impl Reason {
             Reason::DatasetNotFound => "DatasetNotFound",
             Reason::InvalidSpec => "InvalidSpec",
             Reason::NeverFits => "NeverFits",
+            Reason::RequirementsUnmet => "RequirementsUnmet",
         }
     }
 }

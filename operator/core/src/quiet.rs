@@ -56,6 +56,8 @@ impl Quiet {
             && job.replicas >= 1
             && job.gpus_per_replica >= 1
             && job.placement != Placement::CloudOnly
+            // Its requirements would need each node's facts: decided again.
+            && job.requirements.is_empty()
             // Candidates are taken by priority, then arrival, then id.
             && (Reverse(job.priority), job.queued_at, job.id.as_str())
                 > (Reverse(q.priority), q.queued_at, q.id.as_str())

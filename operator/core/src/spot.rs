@@ -81,6 +81,7 @@ mod tests {
 
     fn offering(zone: &str, capacity_type: CapacityType) -> Offering {
         Offering {
+            facts: Default::default(),
             pool: "aws".into(),
             instance_type: "g5.xlarge".into(),
             gpu_model: GpuModel::normalize("A10G"),

@@ -429,6 +429,7 @@ fn need_instance(j: &Job, id: &str, node: Option<&str>) -> Instance {
 
 fn cloud_node(name: &str, instance: &str, idle_since_min: i64) -> Node {
     Node {
+        facts: Default::default(),
         name: name.into(),
         pool: "aws".into(),
         gpu_model: Some(GpuModel::normalize("A10G")),

@@ -268,6 +268,7 @@ impl World {
                     let name = format!("cloud-{}", self.joined);
                     inst.node = Some(name.clone());
                     let node = Node {
+                        facts: Default::default(),
                         name,
                         pool: inst.pool.clone(),
                         gpu_model: Some(GpuModel::normalize("A100")),

@@ -13,6 +13,7 @@ pub fn at_min(m: i64) -> Time {
 
 pub fn private_node(name: &str, gpus: u32, free: u32, model: &str) -> Node {
     Node {
+        facts: Default::default(),
         name: name.into(),
         pool: "onprem".into(),
         gpu_model: Some(GpuModel::normalize(model)),
@@ -33,6 +34,7 @@ pub fn offering(
     price: f64,
 ) -> Offering {
     Offering {
+        facts: Default::default(),
         pool: "aws".into(),
         instance_type: instance_type.into(),
         gpu_model: GpuModel::normalize(model),

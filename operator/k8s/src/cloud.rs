@@ -120,6 +120,19 @@ impl CloudConfig {
             offers.retain(|o| {
                 aws.capacity_types.is_empty() || aws.capacity_types.contains(&o.capacity_type)
             });
+            let promised = aws
+                .environment
+                .as_ref()
+                .map(|e| e.facts())
+                .unwrap_or_default();
+            for o in &mut offers {
+                o.facts = core::Facts {
+                    product: Some(o.gpu_model.as_str().to_string()),
+                    gpu_memory_mib: (o.gpu_memory_gib > 0.0)
+                        .then(|| (o.gpu_memory_gib * 1024.0).round() as u64),
+                    ..promised.clone()
+                };
+            }
             for o in &mut offers {
                 let key = (
                     o.pool.clone(),

@@ -573,6 +573,7 @@ pub fn build_kept(
             |m: &[u32], more: &HashMap<String, u32>| m[at] + more.get(name).copied().unwrap_or(0);
         let in_use = count(&used, &used_more);
         snap.nodes.push(core::Node {
+            facts: core::Facts::from_labels(n.labels()),
             name: name.to_string(),
             pool: pool.name_any(),
             gpu_model: node_model(n),

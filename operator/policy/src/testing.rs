@@ -223,6 +223,7 @@ pub fn situation_snapshot(
     } = spillway_core::NodeShape::parse(shape).map_err(|e| format!("situation.privateGpus {e}"))?;
     for i in 0..count {
         snapshot.nodes.push(Node {
+            facts: Default::default(),
             name: format!("private-{i}"),
             pool: "private".into(),
             gpu_model: model.clone(),
@@ -259,6 +260,7 @@ pub fn situation_snapshot(
         snapshot.pools.push(pool);
         for i in 0..shape.nodes {
             snapshot.nodes.push(Node {
+                facts: Default::default(),
                 name: format!("{}-{i}", r.name),
                 pool: r.name.clone(),
                 gpu_model: shape.model.clone(),
@@ -294,6 +296,7 @@ pub fn situation_snapshot(
     }
     for o in &situation.offerings {
         snapshot.offerings.push(Offering {
+            facts: Default::default(),
             pool: "cloud".into(),
             instance_type: o.instance_type.clone(),
             gpu_model: GpuModel::normalize(&o.gpu_model),

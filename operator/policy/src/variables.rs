@@ -88,6 +88,11 @@ pub const VARIABLES: &[Variable] = &[
                 "double",
                 "`spec.maxHourlyCost`, USD per hour",
             ),
+            f(
+                "requirements",
+                "map",
+                "`spec.requirements`: `minDriverVersion` and `minCudaVersion` (string), `gpuProducts` (list(string)), `minGpuMemoryGiB` (int), each absent when not set",
+            ),
             f("labels", "map(string, string)", "the GpuJob's labels"),
         ],
     },

@@ -29,7 +29,7 @@ use crate::reads::{Fields, Reads, Var};
 type V<'a> = Box<dyn Val + 'a>;
 
 /// The fields of `job`, in the order `variables::VARIABLES` lists them.
-pub(crate) const JOB_FIELDS: [&str; 15] = [
+pub(crate) const JOB_FIELDS: [&str; 16] = [
     "name",
     "namespace",
     "queue",
@@ -44,6 +44,7 @@ pub(crate) const JOB_FIELDS: [&str; 15] = [
     "estimatedRuntimeSeconds",
     "maxRuntimeSeconds",
     "maxHourlyCost",
+    "requirements",
     "labels",
 ];
 
@@ -216,6 +217,28 @@ fn job_field<'a>(ctx: &PolicyContext<'a>, field: &str) -> Option<V<'a>> {
         "estimatedRuntimeSeconds" => d(job.estimated_runtime?.as_secs_f64()),
         "maxRuntimeSeconds" => d(job.max_runtime?.as_secs_f64()),
         "maxHourlyCost" => d(job.max_hourly_cost?),
+        "requirements" => {
+            let r = &job.requirements;
+            let version = |v: Option<spillway_core::Version>| -> Option<V<'a>> {
+                v.map(|v| Box::new(CelString::from(v.to_string())) as V<'a>)
+            };
+            map([
+                ("minDriverVersion", version(r.min_driver)),
+                ("minCudaVersion", version(r.min_cuda)),
+                (
+                    "gpuProducts",
+                    (!r.gpu_products.is_empty()).then(|| {
+                        Box::new(CelList::from(
+                            r.gpu_products.iter().map(|p| s(p)).collect::<Vec<_>>(),
+                        )) as V<'a>
+                    }),
+                ),
+                (
+                    "minGpuMemoryGiB",
+                    r.min_gpu_memory_gib.map(|m| u(u64::from(m))),
+                ),
+            ])
+        }
         "labels" => map(job.labels.iter().map(|(k, v)| (k.as_str(), Some(s(v))))),
         _ => return None,
     })

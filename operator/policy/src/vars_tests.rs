@@ -33,7 +33,21 @@ struct JobView<'a> {
     max_runtime_seconds: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_hourly_cost: Option<f64>,
+    requirements: RequirementsView,
     labels: &'a BTreeMap<String, String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RequirementsView {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min_driver_version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min_cuda_version: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    gpu_products: Vec<String>,
+    #[serde(rename = "minGpuMemoryGiB", skip_serializing_if = "Option::is_none")]
+    min_gpu_memory_gib: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -117,6 +131,12 @@ fn reference(
         estimated_runtime_seconds: job.estimated_runtime.map(|d| d.as_secs_f64()),
         max_runtime_seconds: job.max_runtime.map(|d| d.as_secs_f64()),
         max_hourly_cost: job.max_hourly_cost,
+        requirements: RequirementsView {
+            min_driver_version: job.requirements.min_driver.map(|v| v.to_string()),
+            min_cuda_version: job.requirements.min_cuda.map(|v| v.to_string()),
+            gpu_products: job.requirements.gpu_products.clone(),
+            min_gpu_memory_gib: job.requirements.min_gpu_memory_gib.map(u64::from),
+        },
         labels: &job.labels,
     };
     let q = ctx.queue_state;
@@ -211,6 +231,7 @@ fn listed(name: &str) -> BTreeSet<String> {
 
 fn offering() -> Offering {
     Offering {
+        facts: Default::default(),
         pool: "aws".into(),
         instance_type: "p4d.24xlarge".into(),
         gpu_model: GpuModel::normalize("A100"),
@@ -277,6 +298,12 @@ fn jobs() -> Vec<(Job, Queue)> {
     full.estimated_runtime = Some(Duration::from_secs(7_200));
     full.max_runtime = Some(Duration::from_secs(9_000));
     full.max_hourly_cost = Some(12.5);
+    full.requirements = Requirements {
+        min_driver: Some("550.54".parse().unwrap()),
+        min_cuda: Some("12.4".parse().unwrap()),
+        gpu_products: vec!["*H100*".into()],
+        min_gpu_memory_gib: Some(80),
+    };
     full.labels = BTreeMap::from([
         ("team".to_string(), "vision".to_string()),
         ("tier".to_string(), "gold".to_string()),
@@ -374,6 +401,10 @@ fn pruned_variables_give_every_rule_the_same_result() {
         (
             "presence",
             "has(job.estimatedRuntimeSeconds) && has(queue.budgetLeftHourlyUSD)",
+        ),
+        (
+            "requirements",
+            "has(job.requirements.minCudaVersion) && job.requirements.minCudaVersion == '12.4' && job.requirements.minGpuMemoryGiB >= 80u",
         ),
         // A field no job has, read by index (a dotted read of it is refused when the rule
         // compiles): it fails at every evaluation, with and without pruning.

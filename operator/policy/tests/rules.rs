@@ -26,6 +26,7 @@ fn offering(
     region: &str,
 ) -> Offering {
     Offering {
+        facts: Default::default(),
         pool: "aws".into(),
         instance_type: instance_type.into(),
         gpu_model: GpuModel::normalize("A100"),
@@ -51,6 +52,7 @@ fn snapshot() -> Snapshot {
         queues: vec![q],
         pools: vec![Pool::private("onprem"), Pool::cloud("aws", "us-east-1")],
         nodes: vec![Node {
+            facts: Default::default(),
             name: "n1".into(),
             pool: "onprem".into(),
             gpu_model: Some(GpuModel::normalize("A100")),

@@ -494,6 +494,7 @@ impl<'a> Engine<'a> {
         let inst = &self.instances[instance].core;
         let name = format!("{}-{}", inst.instance_type, inst.id);
         let node = Node {
+            facts: Default::default(),
             name: name.clone(),
             pool: inst.pool.clone(),
             gpu_model: Some(self.instances[instance].gpu_model.clone()),

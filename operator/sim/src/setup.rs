@@ -85,6 +85,7 @@ pub fn snapshot(
     }
     for n in inventory {
         snap.nodes.push(Node {
+            facts: Default::default(),
             name: n.name.clone(),
             pool: private_pool.clone(),
             gpu_model: n.model.clone(),
@@ -174,6 +175,7 @@ pub fn add_remote_clusters(snap: &mut Snapshot, remotes: &[RemoteCluster]) -> Re
         }
         for i in 0..r.shape.nodes {
             snap.nodes.push(Node {
+                facts: Default::default(),
                 name: format!("{}-{i}", r.name),
                 pool: r.name.clone(),
                 gpu_model: r.shape.model.clone(),

@@ -446,7 +446,7 @@ impl<'a> Cycle<'a> {
         let g = job.gpus_per_replica;
         if let Some((_, found)) = memo
             .iter()
-            .find(|((mg, models), _)| *mg == g && *models == job.gpu_models)
+            .find(|((mg, models, req), _)| *mg == g && job.same_accepts(models, req))
         {
             return found.clone();
         }
@@ -455,10 +455,13 @@ impl<'a> Cycle<'a> {
             .offerings
             .iter()
             .enumerate()
-            .filter(|(_, o)| o.gpus >= g && job.accepts_model(Some(&o.gpu_model)))
+            .filter(|(_, o)| o.gpus >= g && job.accepts(Some(&o.gpu_model), &o.facts))
             .map(|(i, _)| i)
             .collect();
-        memo.push(((g, job.gpu_models.clone()), found.clone()));
+        memo.push((
+            (g, job.gpu_models.clone(), job.requirements.clone()),
+            found.clone(),
+        ));
         found
     }
 

@@ -29,7 +29,7 @@ impl<'a> Cycle<'a> {
         }
         w.private_estimate = None;
         let runtime = job.planning_runtime();
-        let accepts = |i: usize| job.accepts_model(nodes[i].gpu_model.as_ref());
+        let accepts = |i: usize| job.accepts_node(&nodes[i]);
         // Fits now? Capacity only shrinks during the pass, so a gang of this shape that did not
         // fit for as long keeps not fitting.
         let longer = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
@@ -37,12 +37,15 @@ impl<'a> Cycle<'a> {
             (None, Some(_)) => false,
             (Some(a), Some(b)) => a <= b,
         };
-        let known_not_now = self.now_failures.iter().any(|(g, models, replicas, d)| {
-            *g == job.gpus_per_replica
-                && *replicas <= job.replicas
-                && *models == job.gpu_models
-                && longer(*d, runtime)
-        });
+        let known_not_now = self
+            .now_failures
+            .iter()
+            .any(|((g, models, req), replicas, d)| {
+                *g == job.gpus_per_replica
+                    && *replicas <= job.replicas
+                    && job.same_accepts(models, req)
+                    && longer(*d, runtime)
+            });
         if !known_not_now {
             // The free-GPU index answers "does it fit at all now" cheaply; its choice usually
             // delays no slot, else every node is tried against the slots.
@@ -72,8 +75,11 @@ impl<'a> Cycle<'a> {
                 }
             }
             self.now_failures.push((
-                job.gpus_per_replica,
-                job.gpu_models.clone(),
+                (
+                    job.gpus_per_replica,
+                    job.gpu_models.clone(),
+                    job.requirements.clone(),
+                ),
                 job.replicas,
                 runtime,
             ));

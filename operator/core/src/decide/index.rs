@@ -115,7 +115,7 @@ impl PrivateIndex {
         }
         let fits = set
             .range((g, 0)..)
-            .filter(|&&(_, i)| job.accepts_model(nodes[i].gpu_model.as_ref()));
+            .filter(|&&(_, i)| job.accepts_node(&nodes[i]));
         let mut placed = Vec::with_capacity(job.replicas as usize);
         let mut take = |room: u32, i: usize| {
             let k = (room / g).min(job.replicas - placed.len() as u32);

@@ -144,6 +144,7 @@ mod tests {
 
     fn node(name: &str) -> Node {
         Node {
+            facts: Default::default(),
             name: name.into(),
             pool: "p".into(),
             gpu_model: None,

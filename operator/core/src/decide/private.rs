@@ -145,15 +145,15 @@ impl<'a> Cycle<'a> {
                         .all(|res| res.at.is_some_and(|at| self.now + r <= at))
                 });
             // Free GPUs only shrink during the pass, so a shape that failed keeps failing.
-            let shape_failed = self
-                .fit_failures
-                .iter()
-                .any(|((g, models, ignore), replicas)| {
-                    *g == job.gpus_per_replica
-                        && *ignore == ends_before_reservations
-                        && *replicas <= job.replicas
-                        && *models == job.gpu_models
-                });
+            let shape_failed =
+                self.fit_failures
+                    .iter()
+                    .any(|((g, models, req, ignore), replicas)| {
+                        *g == job.gpus_per_replica
+                            && *ignore == ends_before_reservations
+                            && *replicas <= job.replicas
+                            && job.same_accepts(models, req)
+                    });
             let fit = if self.settings.order == QueueOrder::Conservative {
                 let hold = job.planning_runtime().is_none() && !lanes[l].reserved;
                 match self.conservative(job, &mut w, hold) {
@@ -181,6 +181,7 @@ impl<'a> Cycle<'a> {
                         (
                             job.gpus_per_replica,
                             job.gpu_models.clone(),
+                            job.requirements.clone(),
                             ends_before_reservations,
                         ),
                         job.replicas,
@@ -326,7 +327,7 @@ impl<'a> Cycle<'a> {
         let cached = self
             .capacity_slots
             .iter()
-            .find(|((cg, models), _)| *cg == g && *models == job.gpu_models)
+            .find(|((cg, models, req), _)| *cg == g && job.same_accepts(models, req))
             .map(|(_, slots)| *slots);
         let slots = match cached {
             Some(s) => s,
@@ -337,12 +338,12 @@ impl<'a> Cycle<'a> {
                         .nodes
                         .iter()
                         .enumerate()
-                        .filter(|&(i, _)| private[i])
+                        .filter(|&(i, n)| private[i] && job.requirements.met_by(&n.facts))
                         .map(|(_, n)| (n.gpus, n.gpu_model.as_ref())),
                     job,
                 );
                 self.capacity_slots
-                    .push(((g, job.gpu_models.clone()), slots));
+                    .push(((g, job.gpu_models.clone(), job.requirements.clone()), slots));
                 slots
             }
         };
@@ -368,8 +369,7 @@ impl<'a> Cycle<'a> {
         let mut free: Vec<u32> = (0..nodes.len())
             .map(|i| self.private.effective(i))
             .collect();
-        let accepts =
-            |i: usize| self.private.private[i] && job.accepts_model(nodes[i].gpu_model.as_ref());
+        let accepts = |i: usize| self.private.private[i] && job.accepts_node(&nodes[i]);
         let mut slots: u32 = (0..nodes.len())
             .filter(|&i| accepts(i))
             .map(|i| free[i] / g)
@@ -408,11 +408,7 @@ impl<'a> Cycle<'a> {
         };
         // Best fit at that time; prefer nodes with more GPUs free now (they are closer).
         let mut order: Vec<usize> = (0..nodes.len())
-            .filter(|&i| {
-                self.private.private[i]
-                    && room[i] >= g
-                    && job.accepts_model(nodes[i].gpu_model.as_ref())
-            })
+            .filter(|&i| self.private.private[i] && room[i] >= g && job.accepts_node(&nodes[i]))
             .collect();
         order.sort_by_key(|&i| (room[i], std::cmp::Reverse(self.private.free[i]), i));
         let mut left = job.replicas;

@@ -30,7 +30,7 @@ impl<'a> Cycle<'a> {
             return false;
         }
         let usable: Vec<bool> = (0..snap.nodes.len())
-            .map(|i| self.private.private[i] && job.accepts_model(snap.nodes[i].gpu_model.as_ref()))
+            .map(|i| self.private.private[i] && job.accepts_node(&snap.nodes[i]))
             .collect();
         // Room per node: free (not held for another job) plus what is being released.
         let mut room: Vec<u32> = (0..snap.nodes.len())

@@ -239,7 +239,7 @@ impl<'a> Cycle<'a> {
                     snap.nodes[n]
                         .gpu_model
                         .as_ref()
-                        .filter(|m| job.accepts_model(Some(m)))
+                        .filter(|m| job.accepts_node(&snap.nodes[n]) && job.accepts_model(Some(m)))
                 })
                 .cloned()
                 .or_else(|| {
@@ -337,6 +337,7 @@ impl<'a> Cycle<'a> {
             unavailable_until: None,
             recent_interruptions: 0,
             environment: Environment::Remote,
+            facts: crate::Facts::default(),
         };
         let state = self.state(&job.queue).cloned().unwrap_or_default();
         let ctx = PolicyContext {
@@ -357,7 +358,7 @@ impl<'a> Cycle<'a> {
         let pools = self.remote_pools(queue);
         snap.nodes.iter().any(|n| {
             n.gpus >= job.gpus_per_replica
-                && job.accepts_model(n.gpu_model.as_ref())
+                && job.accepts_node(n)
                 && self.pools.get(&n.pool).is_some_and(|p| pools.contains(&p))
         })
     }

@@ -8,9 +8,9 @@
 
 use super::private::{Lane, OrderKey};
 use super::{Reservation, Waiting};
+use crate::Time;
 use crate::policy::QueueState;
 use crate::profile::Profile;
-use crate::{GpuModel, Time};
 
 /// Buffers for [`super::decide_with`], reused from one call to the next. Holds no result: a
 /// cycle given a used scratch plans exactly what one given a new scratch plans.
@@ -28,7 +28,7 @@ pub struct Scratch {
     pub(super) suspended: Vec<usize>,
     pub(super) releases: Vec<(Time, usize, u32)>,
     pub(super) reservations: Vec<Reservation>,
-    pub(super) capacity_slots: Vec<((u32, Vec<GpuModel>), u32)>,
+    pub(super) capacity_slots: Vec<(super::ReplicaShape, u32)>,
     /// Each queue's candidates; empty lists whose allocations are kept.
     pub(super) per_queue: Vec<Vec<OrderKey>>,
     pub(super) lanes: Vec<Lane>,

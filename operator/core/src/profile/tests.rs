@@ -4,6 +4,7 @@ use super::*;
 
 fn node(name: &str, gpus: u32) -> Node {
     Node {
+        facts: Default::default(),
         name: name.into(),
         pool: "p".into(),
         gpu_model: None,
