@@ -6,9 +6,13 @@
 //! [`Requirements`] are a job's minimums (`GpuJob spec.requirements`). A requirement is met
 //! only by a fact that is known: a node without GFD labels does not meet `minDriverVersion`.
 
+mod compare;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
+
+pub use compare::{Drift, Provided, Shortfall, drift, shortfalls, version_text};
 
 /// GFD's labels (NVIDIA k8s-device-plugin, `docs/gpu-feature-discovery`).
 pub mod labels {

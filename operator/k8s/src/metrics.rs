@@ -98,6 +98,8 @@ struct Inner {
     decide_cycles: BTreeMap<Labels, u64>,
     job_views: BTreeMap<Labels, u64>,
     spot_interruptions: BTreeMap<Labels, u64>,
+    environment_mismatches: BTreeMap<Labels, u64>,
+    environment_drift: BTreeMap<Labels, f64>,
     spend: BTreeMap<Labels, f64>,
     actions: BTreeMap<Labels, u64>,
     action_errors: BTreeMap<Labels, u64>,
@@ -202,6 +204,26 @@ impl Metrics {
                     ("instance_type", instance_type.into()),
                 ])
                 .or_default() += 1
+        });
+    }
+
+    /// A joined cloud node fell short of its pool's environment.
+    pub fn environment_mismatch(&self, pool: &str) {
+        self.with(|m| {
+            *m.environment_mismatches
+                .entry(vec![("pool", pool.into())])
+                .or_default() += 1
+        });
+    }
+
+    /// Replaces the drift gauge: per cloud or cluster pool compared with the private side,
+    /// whether its driver branch or CUDA version differs.
+    pub fn set_environment_drift(&self, drift: BTreeMap<String, bool>) {
+        self.with(|m| {
+            m.environment_drift = drift
+                .into_iter()
+                .map(|(p, d)| (vec![("pool", p)], if d { 1.0 } else { 0.0 }))
+                .collect();
         });
     }
 
@@ -473,6 +495,18 @@ impl Metrics {
                 Kind::Counter,
                 "Spot instances that went away without Spillway terminating them, by pool and instance type.",
                 points(&m.spot_interruptions),
+            ),
+            Family(
+                "spillway_environment_mismatches_total",
+                Kind::Counter,
+                "Cloud nodes that joined short of their pool's promised environment (driver, CUDA, GPU, memory) or their job's requirements, by pool.",
+                points(&m.environment_mismatches),
+            ),
+            Family(
+                "spillway_environment_drift",
+                Kind::Gauge,
+                "1 when a cloud or cluster pool's driver branch or CUDA version differs from the private nodes', else 0; pools not compared (facts unknown on a side) are absent.",
+                points(&m.environment_drift),
             ),
             Family(
                 "spillway_actions_total",

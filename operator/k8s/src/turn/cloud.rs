@@ -293,7 +293,7 @@ impl State {
     /// Cordons the node (if any), terminates the instance (if any), then deletes the node.
     /// Remembered under both names until each is gone, so that a node outliving its
     /// instance (its deletion not seen yet) is not retired a second time as an orphan.
-    fn retire(&mut self, instance: Option<String>, node: Option<String>, why: &str) {
+    pub(super) fn retire(&mut self, instance: Option<String>, node: Option<String>, why: &str) {
         let keys: Vec<String> = instance
             .iter()
             .map(|i| format!("instance/{i}"))

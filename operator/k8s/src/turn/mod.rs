@@ -23,6 +23,7 @@
 //! only while all of that is unchanged; everything else is derived again each turn.
 
 mod cloud;
+mod environment;
 mod identity;
 mod jobs;
 mod objects;
@@ -133,6 +134,8 @@ pub struct State {
     opened_accounts: HashSet<String>,
     /// Cloud nodes seen idle, since when.
     idle_since: HashMap<String, Time>,
+    /// Offerings (pool, instance type) whose instance fell short of its pool's environment.
+    mismatched: HashMap<(String, String), environment::Mismatched>,
     /// The spend ledger's data last written, until the cache shows it.
     spend_written: Option<std::collections::BTreeMap<String, String>>,
     /// The issuer's key ring last written, until the cache shows it.
@@ -177,6 +180,7 @@ impl State {
             ledger: Ledger::default(),
             opened_accounts: HashSet::new(),
             idle_since: HashMap::new(),
+            mismatched: HashMap::new(),
             keys_written: None,
             spend_written: None,
             tokens: HashMap::new(),
@@ -278,8 +282,10 @@ impl State {
             .iter()
             .map(|p| (p.name_any(), p.clone()))
             .collect();
+        let mut facts_wake = None;
         if let Some(c) = cloud {
             self.add_cloud_facts(&mut built, &inputs, c, now);
+            facts_wake = self.check_environments(&mut built, &inputs, c, metrics, now);
         }
         let rates = self.account_spend(&mut built, &inputs, cloud, metrics, now);
         if let Some(c) = cloud {
@@ -320,10 +326,10 @@ impl State {
         }
         self.collect_remote_garbage();
         let wake = self.jobs(&plan, &built, &inputs, &pools, metrics, now);
-        let wake = match (wake, identity_wake) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let wake = [wake, identity_wake, facts_wake]
+            .into_iter()
+            .flatten()
+            .min();
         self.objects(&built, &inputs, cloud, &rates, metrics, now);
         Turn {
             actions: std::mem::take(&mut self.out),

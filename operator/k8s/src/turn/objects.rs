@@ -273,9 +273,10 @@ impl State {
         inputs: &Inputs,
         cloud: Option<CloudInputs<'_>>,
         rates: &Rates,
-        _metrics: &Metrics,
+        metrics: &Metrics,
         now: Time,
     ) {
+        let mut drift = BTreeMap::new();
         for p in &inputs.pools {
             let name = p.name_any();
             let nodes: Vec<&core::Node> = built
@@ -364,6 +365,26 @@ impl State {
                 }
                 _ => status::remove_condition(&mut st.conditions, "LaunchHealthy"),
             }
+            if cloud.is_some() && is_cloud {
+                self.mismatches_in_health(&name, &mut st.conditions, generation, now);
+            }
+            match super::environment::drift_condition(p, built) {
+                Some((status, reason, message)) => {
+                    if status != "Unknown" {
+                        drift.insert(name.clone(), status == "True");
+                    }
+                    status::set_condition_status(
+                        &mut st.conditions,
+                        "EnvironmentDrift",
+                        status,
+                        reason,
+                        &message,
+                        generation,
+                        now,
+                    );
+                }
+                None => status::remove_condition(&mut st.conditions, "EnvironmentDrift"),
+            }
             if !changed(&mut self.written.pools, &name, &st, &base, &current) {
                 continue;
             }
@@ -374,6 +395,7 @@ impl State {
                 serde_json::to_value(&st),
             );
         }
+        metrics.set_environment_drift(drift);
     }
 
     fn datasets(&mut self, built: &world::Built, inputs: &Inputs, now: Time) {

@@ -4,6 +4,7 @@
 mod fixtures;
 
 mod cloud;
+mod environment;
 mod identity;
 mod jobs;
 mod kept;
