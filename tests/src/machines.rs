@@ -12,6 +12,24 @@ use tokio::task::JoinHandle;
 use crate::kubelet::{FakeKubelet, FakeNode};
 use crate::moto::cluster_instances;
 
+/// The labels GPU feature discovery writes for a driver (`550.54.15`) and the CUDA version it
+/// supports (`12.4`).
+pub fn gfd_labels(driver: &str, cuda: &str) -> BTreeMap<String, String> {
+    let d: Vec<&str> = driver.split('.').collect();
+    let c: Vec<&str> = cuda.split('.').collect();
+    let part = |v: &[&str], i: usize| v.get(i).copied().unwrap_or("").to_string();
+    [
+        ("nvidia.com/cuda.driver.major", part(&d, 0)),
+        ("nvidia.com/cuda.driver.minor", part(&d, 1)),
+        ("nvidia.com/cuda.driver.rev", part(&d, 2)),
+        ("nvidia.com/cuda.runtime.major", part(&c, 0)),
+        ("nvidia.com/cuda.runtime.minor", part(&c, 1)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
 /// GPUs and model of the instance types tests use.
 pub fn gpus_of(instance_type: &str) -> (u32, &'static str) {
     match instance_type {
@@ -45,6 +63,19 @@ impl BootingMachines {
         cluster: String,
         boot_delay: Option<Duration>,
     ) -> BootingMachines {
+        BootingMachines::start_with_images(ec2, kubelet, cluster, boot_delay, HashMap::new())
+    }
+
+    /// As [`BootingMachines::start`], and a machine booted from an image of `images` gets that
+    /// image's labels on its Node, as GPU feature discovery would write them from the driver
+    /// the image really installs.
+    pub fn start_with_images(
+        ec2: aws_sdk_ec2::Client,
+        kubelet: Arc<FakeKubelet>,
+        cluster: String,
+        boot_delay: Option<Duration>,
+        images: HashMap<String, BTreeMap<String, String>>,
+    ) -> BootingMachines {
         let joined: Arc<Mutex<BTreeMap<String, String>>> = Arc::default();
         let j = joined.clone();
         let task = tokio::spawn(async move {
@@ -75,12 +106,15 @@ impl BootingMachines {
                     let itype = i.instance_type.clone();
                     let (gpus, model) = gpus_of(&itype);
                     let zone = i.zone.as_deref().unwrap_or("us-east-1a");
-                    let fake = FakeNode::gpu(&id, gpus)
+                    let mut fake = FakeNode::gpu(&id, gpus)
                         .model(model)
                         .label("spillway.io/pool", i.tag("spillway.io/pool"))
                         .label("spillway.io/instance-id", &id)
                         .label("node.kubernetes.io/instance-type", &itype)
                         .provider_id(&format!("aws:///{zone}/{id}"));
+                    for (k, v) in images.get(&i.image_id).into_iter().flatten() {
+                        fake = fake.label(k, v);
+                    }
                     if kubelet.register(fake).await.is_ok() {
                         j.lock().expect("joined").insert(id.clone(), id.clone());
                     }

@@ -178,6 +178,8 @@ pub struct TaggedInstance {
     /// Why it last changed state (EC2 puts the termination time there).
     pub state_reason: Option<String>,
     pub tags: std::collections::BTreeMap<String, String>,
+    /// The machine image it booted.
+    pub image_id: String,
 }
 
 impl TaggedInstance {
@@ -233,6 +235,7 @@ pub async fn cluster_instances(
                 .map(str::to_string),
             launched: i.launch_time().map(|t| t.as_secs_f64()),
             state_reason: i.state_transition_reason().map(str::to_string),
+            image_id: i.image_id().unwrap_or_default().to_string(),
             tags: i
                 .tags()
                 .iter()
@@ -240,4 +243,52 @@ pub async fn cluster_instances(
                 .collect(),
         })
         .collect())
+}
+
+/// A machine image of moto's with these tags, made as a platform team makes one: an instance
+/// of a stock image, imaged (`CreateImage`) and tagged; the instance is terminated.
+pub async fn tagged_image(
+    ec2: &aws_sdk_ec2::Client,
+    name: &str,
+    tags: &[(&str, &str)],
+) -> anyhow::Result<String> {
+    let stock = ec2.describe_images().send().await?;
+    let base = stock
+        .images()
+        .iter()
+        .find_map(|i| i.image_id().map(str::to_string))
+        .context("moto ships no image")?;
+    let run = ec2
+        .run_instances()
+        .image_id(&base)
+        .instance_type(aws_sdk_ec2::types::InstanceType::T3Micro)
+        .min_count(1)
+        .max_count(1)
+        .send()
+        .await?;
+    let instance = run
+        .instances()
+        .first()
+        .and_then(|i| i.instance_id())
+        .context("no instance")?
+        .to_string();
+    let image = ec2
+        .create_image()
+        .instance_id(&instance)
+        .name(name)
+        .send()
+        .await?
+        .image_id()
+        .context("no image id")?
+        .to_string();
+    let mut req = ec2.create_tags().resources(&image);
+    for (k, v) in tags {
+        req = req.tags(aws_sdk_ec2::types::Tag::builder().key(*k).value(*v).build());
+    }
+    req.send().await?;
+    ec2.terminate_instances()
+        .instance_ids(&instance)
+        .send()
+        .await?;
+    Ok(image)
 }

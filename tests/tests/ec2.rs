@@ -191,6 +191,7 @@ async fn instance_type_facts_and_spot_prices_through_the_provider() {
             .map(|t| (t.instance_type.clone(), t.clone()))
             .collect(),
         spot: prices,
+        images: Default::default(),
     };
     let applied = spillway_cloud::facts::apply(offers.clone(), &region, &[]);
     let spot = |v: &[spillway_core::Offering]| -> Vec<(String, f64)> {
@@ -217,4 +218,43 @@ async fn instance_type_facts_and_spot_prices_through_the_provider() {
         "{applied:?}"
     );
     assert!(applied.iter().all(|o| o.gpu_model.as_str() == "L4"));
+}
+
+/// `DescribeImages` through [`spillway_aws::Ec2Provider`]: an image's tags, which state the
+/// environment a pool promises when its spec does not; an image that does not exist is none.
+#[tokio::test]
+async fn an_images_tags_through_the_provider() {
+    use spillway_cloud::CloudProvider;
+    let moto = MotoServer::shared().await;
+    let ec2 = moto.ec2_client().await;
+    let image = spillway_tests::moto::tagged_image(
+        &ec2,
+        &spillway_tests::unique_name("gpu-base"),
+        &[
+            ("spillway.io/nvidia-driver-version", "550.54.15"),
+            ("spillway.io/cuda-version", "12.4"),
+        ],
+    )
+    .await
+    .unwrap_or_else(|e| panic!("an image: {e:?}\n{}", moto.log_tail()));
+    let provider = spillway_aws::Ec2Provider::new(ec2, Default::default());
+    let info = provider
+        .image(&image)
+        .await
+        .unwrap_or_else(|e| panic!("DescribeImages: {e}\n{}", moto.log_tail()))
+        .expect("the image is described");
+    let facts = info.facts();
+    assert_eq!(
+        (
+            facts.driver.map(|v| v.to_string()),
+            facts.cuda.map(|v| v.to_string())
+        ),
+        (Some("550.54.15".into()), Some("12.4".into())),
+        "{info:?}"
+    );
+    assert_eq!(
+        provider.image("ami-0123456789abcdef0").await.ok(),
+        Some(None),
+        "an unknown image is none, not an error"
+    );
 }

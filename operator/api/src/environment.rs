@@ -56,6 +56,61 @@ pub struct ImageEnvironment {
     pub cuda_version: Option<String>,
 }
 
+/// What a pool's GPUs come with, as the operator last read it: the distinct values over its
+/// nodes (GPU feature discovery's labels, and the kubelet's node info), or, for a cloud pool
+/// with no node yet, what its image promises (`aws.environment`, else the image's tags) and its
+/// instance types' GPUs. At most 8 values each.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolEnvironment {
+    /// `nodes` (the pool's nodes state it) or `image` (a cloud pool's promise).
+    pub source: String,
+    /// NVIDIA driver versions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub driver_versions: Vec<String>,
+    /// CUDA versions the drivers support.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cuda_versions: Vec<String>,
+    /// GPU products (`nvidia.com/gpu.product`; for an image, the instance types' GPU models).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_products: Vec<String>,
+    /// Memory of one GPU, MiB.
+    #[serde(
+        rename = "gpuMemoryMiB",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub gpu_memory_mib: Vec<i64>,
+    /// Kernel versions of the nodes (`status.nodeInfo.kernelVersion`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kernel_versions: Vec<String>,
+    /// Container runtimes of the nodes (`status.nodeInfo.containerRuntimeVersion`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub container_runtimes: Vec<String>,
+}
+
+/// How many distinct values of one kind [`PoolEnvironment`] keeps.
+pub const ENVIRONMENT_VALUES: usize = 8;
+
+impl PoolEnvironment {
+    /// The driver and CUDA versions stated, as the core's facts (one per value; what does not
+    /// parse is left out), for comparing pools.
+    pub fn facts(&self) -> Vec<core::Facts> {
+        let drivers = self.driver_versions.iter().filter_map(|v| v.parse().ok());
+        let cudas = self.cuda_versions.iter().filter_map(|v| v.parse().ok());
+        drivers
+            .map(|d| core::Facts {
+                driver: Some(d),
+                ..core::Facts::default()
+            })
+            .chain(cudas.map(|c| core::Facts {
+                cuda: Some(c),
+                ..core::Facts::default()
+            }))
+            .collect()
+    }
+}
+
 impl JobRequirements {
     /// The core's requirements (a version that does not parse was refused by validation and
     /// counts as none here).

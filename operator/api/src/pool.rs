@@ -330,9 +330,15 @@ pub struct ComputePoolStatus {
     /// failover the operator bills from here, so no time is billed twice or lost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accrued_through: Option<MicroTime>,
+    /// What the pool's GPUs come with (driver, CUDA, GPU products and memory, kernels and
+    /// container runtimes), as `kubectl spillway parity` shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<crate::environment::PoolEnvironment>,
     /// `Ready` (`False` with reason `Invalid` and the field when the pool cannot be used) and,
-    /// for cloud pools, `LaunchHealthy` (recent capacity errors, throttling and offerings
-    /// cooling down).
+    /// for cloud pools, `LaunchHealthy` (recent capacity errors, throttling, offerings
+    /// cooling down, instances that joined short of the promised environment); for cloud and
+    /// cluster pools, `EnvironmentDrift` (`True` when their driver branch or CUDA version
+    /// differs from the private nodes', `Unknown` when a side states neither).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

@@ -14,8 +14,8 @@ use aws_sdk_ec2::types::{
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use spillway_cloud::{
-    BoxFuture, CallPolicy, CloudError, CloudInstance, CloudProvider, Image, InstanceState,
-    InstanceTypeInfo, LaunchRequest, SpotPrice, tags,
+    BoxFuture, CallPolicy, CloudError, CloudInstance, CloudProvider, Image, ImageInfo,
+    InstanceState, InstanceTypeInfo, LaunchRequest, SpotPrice, tags,
 };
 use spillway_core::{CapacityType, Time};
 
@@ -441,6 +441,46 @@ impl CloudProvider for Ec2Provider {
             }
         })
     }
+
+    fn image<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<ImageInfo>, CloudError>> {
+        Box::pin(async move {
+            let r = self
+                .call("DescribeImages", || {
+                    let req = self.client.describe_images().image_ids(id);
+                    async move { sent(req.send().await) }
+                })
+                .await;
+            match r {
+                Ok(page) => Ok(page.images().iter().find_map(to_image_info)),
+                // Gone, or never an image id: nothing to read.
+                Err(CloudError::Refused { code, .. })
+                    if code == "InvalidAMIID.NotFound"
+                        || code == "InvalidAMIID.Unavailable"
+                        || code == "InvalidAMIID.Malformed" =>
+                {
+                    Ok(None)
+                }
+                Err(e) => Err(e),
+            }
+        })
+    }
+}
+
+/// One DescribeImages answer, as the image's tags.
+fn to_image_info(i: &aws_sdk_ec2::types::Image) -> Option<ImageInfo> {
+    Some(ImageInfo {
+        id: i.image_id()?.to_string(),
+        tags: i
+            .tags()
+            .iter()
+            .filter_map(|t| {
+                Some((
+                    t.key()?.to_string(),
+                    t.value().unwrap_or_default().to_string(),
+                ))
+            })
+            .collect(),
+    })
 }
 
 /// One DescribeInstanceTypes answer, as facts.

@@ -29,6 +29,8 @@ pub fn plausible_spot(price: f64, on_demand: f64) -> bool {
 pub struct RegionFacts {
     pub types: HashMap<String, InstanceTypeInfo>,
     pub spot: Vec<SpotPrice>,
+    /// The pools' machine images, by id.
+    pub images: HashMap<String, crate::ImageInfo>,
 }
 
 /// `offers` (one pool's, from the catalog) with the provider's facts applied. `zones`, when not
@@ -141,6 +143,7 @@ mod tests {
                 price("g5.xlarge", "us-east-1c", 0.00001),
                 price("p4de.24xlarge", "us-east-1a", 12.5),
             ],
+            images: HashMap::new(),
         };
         let out = apply(catalog(), &facts, &[]);
         let spot: Vec<(&str, &str, f64)> = out
@@ -172,6 +175,7 @@ mod tests {
         let facts = RegionFacts {
             types: HashMap::new(),
             spot: vec![price("g5.xlarge", "us-east-1a", 0.00001)],
+            images: HashMap::new(),
         };
         let out = apply(catalog(), &facts, &[]);
         let spot: Vec<f64> = out

@@ -34,6 +34,30 @@ pub mod tags {
     pub const QUEUE: &str = "spillway.io/queue";
     pub const NEED: &str = "spillway.io/need";
     pub const CAPACITY_TYPE: &str = "spillway.io/capacity-type";
+    /// On a machine image: the NVIDIA driver version it installs (`550.54.15`).
+    pub const IMAGE_DRIVER: &str = "spillway.io/nvidia-driver-version";
+    /// On a machine image: the CUDA version its driver supports (`12.4`).
+    pub const IMAGE_CUDA: &str = "spillway.io/cuda-version";
+}
+
+/// What the provider says of one machine image.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ImageInfo {
+    pub id: String,
+    pub tags: BTreeMap<String, String>,
+}
+
+impl ImageInfo {
+    /// The driver and CUDA versions the image's tags ([`tags::IMAGE_DRIVER`],
+    /// [`tags::IMAGE_CUDA`]) state; a tag that is missing or not a version is unknown.
+    pub fn facts(&self) -> spillway_core::Facts {
+        let version = |k: &str| self.tags.get(k).and_then(|v| v.parse().ok());
+        spillway_core::Facts {
+            driver: version(tags::IMAGE_DRIVER),
+            cuda: version(tags::IMAGE_CUDA),
+            ..spillway_core::Facts::default()
+        }
+    }
 }
 
 /// The machine image to boot.
@@ -281,6 +305,12 @@ pub trait CloudProvider: Send + Sync {
         &'a self,
         types: &'a [String],
     ) -> BoxFuture<'a, Result<Vec<SpotPrice>, CloudError>>;
+    /// One machine image and its tags; `None` when the provider does not know it. A provider
+    /// with no images to describe (the simulator) keeps this default: none.
+    fn image<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<ImageInfo>, CloudError>> {
+        let _ = id;
+        Box::pin(async { Ok(None) })
+    }
 }
 
 /// How each cloud call is bounded. There is one retry layer per call, beneath this trait: the

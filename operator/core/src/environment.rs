@@ -35,6 +35,8 @@ pub struct Version {
     pub patch: u32,
     /// How many parts were written (for display: `12.4` stays `12.4`).
     parts: u8,
+    /// The digits the patch was written with (for display: NVIDIA's `535.104.05` stays so).
+    patch_digits: u8,
 }
 
 impl Version {
@@ -44,6 +46,7 @@ impl Version {
             minor,
             patch,
             parts: 3,
+            patch_digits: 1,
         }
     }
 
@@ -85,6 +88,7 @@ impl FromStr for Version {
             minor: n[1],
             patch: n[2],
             parts: parts.len() as u8,
+            patch_digits: parts.get(2).map_or(1, |p| p.len().min(9) as u8),
         })
     }
 }
@@ -94,7 +98,14 @@ impl fmt::Display for Version {
         match self.parts {
             1 => write!(f, "{}", self.major),
             2 => write!(f, "{}.{}", self.major, self.minor),
-            _ => write!(f, "{}.{}.{}", self.major, self.minor, self.patch),
+            _ => write!(
+                f,
+                "{}.{}.{:0width$}",
+                self.major,
+                self.minor,
+                self.patch,
+                width = usize::from(self.patch_digits)
+            ),
         }
     }
 }
@@ -117,11 +128,17 @@ impl Facts {
     /// The facts GFD's labels state (labels that are missing or do not parse are unknown).
     pub fn from_labels(labels: &BTreeMap<String, String>) -> Facts {
         let num = |k: &str| labels.get(k).and_then(|v| v.trim().parse::<u32>().ok());
-        // GFD writes the revision with its leading zeros ("02"); a missing or empty one is 0.
+        // GFD writes the revision with its leading zeros ("05", kept for display); a missing
+        // or empty one is 0.
         let driver = num(labels::DRIVER_MAJOR).map(|major| {
             let minor = num(labels::DRIVER_MINOR).unwrap_or(0);
             match num(labels::DRIVER_REV) {
-                Some(rev) => Version::new(major, minor, rev),
+                Some(rev) => Version {
+                    patch_digits: labels
+                        .get(labels::DRIVER_REV)
+                        .map_or(1, |r| r.trim().len().min(9) as u8),
+                    ..Version::new(major, minor, rev)
+                },
                 None => Version {
                     parts: 2,
                     ..Version::new(major, minor, 0)
@@ -351,6 +368,16 @@ mod tests {
     fn versions_parse_compare_and_print_as_written() {
         let v: Version = "550.54.15".parse().unwrap();
         assert_eq!(v.to_string(), "550.54.15");
+        assert_eq!(
+            "535.104.05".parse::<Version>().unwrap().to_string(),
+            "535.104.05"
+        );
+        assert!(
+            "535.104.05"
+                .parse::<Version>()
+                .unwrap()
+                .at_least(&"535.104.5".parse().unwrap())
+        );
         assert_eq!("12.4".parse::<Version>().unwrap().to_string(), "12.4");
         assert!(v.at_least(&"550.54".parse().unwrap()));
         assert!(
@@ -381,7 +408,7 @@ mod tests {
             (labels::PRODUCT, "NVIDIA-A100-SXM4-40GB"),
             (labels::MEMORY, "40960"),
         ]));
-        assert_eq!(f.driver.unwrap().to_string(), "535.104.5");
+        assert_eq!(f.driver.unwrap().to_string(), "535.104.05");
         assert_eq!(f.cuda.unwrap().to_string(), "12.2");
         assert_eq!(f.product.as_deref(), Some("NVIDIA-A100-SXM4-40GB"));
         assert_eq!(f.gpu_memory_mib, Some(40960));

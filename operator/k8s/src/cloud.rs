@@ -7,6 +7,8 @@
 //! Nothing here decides: the core plans launches and scale-down; this module carries them out
 //! and keeps the facts the next snapshot needs.
 
+mod offerings;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,7 +16,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use kube::ResourceExt;
 use spillway_api::ComputePool;
-use spillway_cloud::facts::{self, RegionFacts};
+use spillway_cloud::facts::RegionFacts;
 use spillway_cloud::{CloudError, CloudInstance, CloudProvider, Image, LaunchRequest};
 use spillway_core::catalog::CatalogRow;
 use spillway_core::spot::SpotHistory;
@@ -58,109 +60,18 @@ impl std::fmt::Debug for CloudConfig {
     }
 }
 
-impl CloudConfig {
-    fn catalog_row(&self, instance_type: &str, zone: &str) -> Option<&CatalogRow> {
-        let rows = || {
-            self.catalog
-                .iter()
-                .filter(move |r| r.instance_type == instance_type)
-        };
-        rows().find(|r| r.zone == zone).or_else(|| rows().next())
-    }
-
-    /// GPUs and hourly price of an instance: the provider's GPU count and its zone's spot
-    /// price when known and plausible, else the catalog's.
-    pub fn describe(&self, i: &CloudInstance, view: &CloudView) -> (u32, f64) {
-        let Some(r) = self.catalog_row(&i.instance_type, &i.zone) else {
-            return (0, 0.0);
-        };
-        let region = view.regions.get(&i.id).and_then(|r| view.facts.get(r));
-        let gpus = region
-            .and_then(|f| f.types.get(&i.instance_type))
-            .map(|t| t.gpus)
-            .filter(|g| *g > 0)
-            .unwrap_or(r.gpus);
-        let price = match i.capacity_type {
-            CapacityType::Spot => region
-                .and_then(|f| {
-                    f.spot.iter().find(|p| {
-                        p.instance_type == i.instance_type
-                            && p.zone == i.zone
-                            && facts::plausible_spot(p.hourly_price, r.on_demand)
-                    })
-                })
-                .map(|p| p.hourly_price)
-                .or(r.spot)
-                .unwrap_or(r.on_demand),
-            CapacityType::OnDemand => r.on_demand,
-        };
-        (gpus, price)
-    }
-
-    /// The offerings of the cloud pools, with capacity cool-downs applied.
-    pub fn offerings(
-        &self,
-        pools: &[Arc<ComputePool>],
-        view: &CloudView,
-        now: Time,
-    ) -> Vec<core::Offering> {
-        let mut out = Vec::new();
-        for p in pools {
-            let Some(aws) = &p.spec.aws else { continue };
-            let offers = core::catalog::offerings(
-                &self.catalog,
-                &p.name_any(),
-                &aws.region,
-                &aws.instance_types,
-            );
-            let mut offers = match view.facts.get(&aws.region) {
-                Some(f) => facts::apply(offers, f, &aws.availability_zones),
-                None => offers,
-            };
-            offers.retain(|o| {
-                aws.capacity_types.is_empty() || aws.capacity_types.contains(&o.capacity_type)
-            });
-            let promised = aws
-                .environment
-                .as_ref()
-                .map(|e| e.facts())
-                .unwrap_or_default();
-            for o in &mut offers {
-                o.facts = core::Facts {
-                    product: Some(o.gpu_model.as_str().to_string()),
-                    gpu_memory_mib: (o.gpu_memory_gib > 0.0)
-                        .then(|| (o.gpu_memory_gib * 1024.0).round() as u64),
-                    ..promised.clone()
-                };
-            }
-            for o in &mut offers {
-                let key = (
-                    o.pool.clone(),
-                    o.instance_type.clone(),
-                    o.capacity_type,
-                    o.zone.clone(),
-                );
-                let any = (key.0.clone(), key.1.clone(), key.2, ANY_ZONE.to_string());
-                let until = [view.cooldowns.get(&key), view.cooldowns.get(&any)]
-                    .into_iter()
-                    .flatten()
-                    .filter(|t| **t > now)
-                    .max();
-                if let Some(until) = until {
-                    o.unavailable_until = Some(*until);
-                }
-            }
-            view.spot.apply(&mut offers, now);
-            out.extend(offers);
-        }
-        out
-    }
-}
-
 /// The bundled on-demand and spot price catalog (SkyPilot format, us-east-1).
 pub const DEFAULT_CATALOG: &str = include_str!("../../../examples/catalog-aws-us-east-1.csv");
 
 type OfferingKey = (String, String, CapacityType, String);
+
+/// What the pools of one region need the provider to describe.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Wanted {
+    pub types: BTreeSet<String>,
+    /// The pools' `amiId`s.
+    pub images: BTreeSet<String>,
+}
 
 /// The zone of a cool-down that applies to every zone of an offering.
 const ANY_ZONE: &str = "*";
@@ -169,11 +80,11 @@ const ANY_ZONE: &str = "*";
 /// EC2 publishes a new one at most every few minutes).
 const FACTS_EVERY: core::Duration = core::Duration::from_secs(600);
 
-/// What the provider said of one region's instance types, and when.
+/// What the provider said of one region's instance types and images, and when.
 #[derive(Debug, Default)]
 struct Facts {
-    /// The instance types asked about.
-    asked: BTreeSet<String>,
+    /// The instance types and images asked about.
+    asked: Wanted,
     at: Option<Time>,
     facts: RegionFacts,
 }
@@ -304,20 +215,21 @@ impl Cloud {
             .clone()
     }
 
-    /// The instance types of the catalog each region's pools may launch.
-    pub fn wanted_types(&self, pools: &[Arc<ComputePool>]) -> BTreeMap<String, BTreeSet<String>> {
-        let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    /// The instance types of the catalog each region's pools may launch, and their images.
+    pub fn wanted(&self, pools: &[Arc<ComputePool>]) -> BTreeMap<String, Wanted> {
+        let mut out: BTreeMap<String, Wanted> = BTreeMap::new();
         for p in pools {
             let Some(aws) = &p.spec.aws else { continue };
-            let types = out.entry(aws.region.clone()).or_default();
+            let wanted = out.entry(aws.region.clone()).or_default();
             for o in core::catalog::offerings(
                 &self.config.catalog,
                 &p.name_any(),
                 &aws.region,
                 &aws.instance_types,
             ) {
-                types.insert(o.instance_type);
+                wanted.types.insert(o.instance_type);
             }
+            wanted.images.extend(aws.ami_id.iter().cloned());
         }
         out
     }
@@ -328,7 +240,7 @@ impl Cloud {
     /// (interruptions), which are also remembered per offering.
     pub async fn refresh(&self, pools: &[Arc<ComputePool>]) -> Vec<CloudInstance> {
         let mut interrupted = Vec::new();
-        let wanted = self.wanted_types(pools);
+        let wanted = self.wanted(pools);
         {
             // A launch of unknown outcome in a region no pool uses any more, or that no
             // listing settled in a minute (EC2 answering no listing meanwhile), stops holding
@@ -435,7 +347,7 @@ impl Cloud {
                     f.asked != types || f.at.is_none_or(|at| now.since(at) >= FACTS_EVERY)
                 })
             };
-            if stale && !types.is_empty() {
+            if stale && !(types.types.is_empty() && types.images.is_empty()) {
                 self.refresh_facts(&region, types, provider.as_ref(), now)
                     .await;
             }
@@ -443,18 +355,22 @@ impl Cloud {
         interrupted
     }
 
-    /// Reads instance-type facts and spot prices of one region. A failed call keeps what was
-    /// known (or the catalog alone) and is tried again in [`FACTS_EVERY`].
+    /// Reads instance-type facts, spot prices and the pools' images of one region. A failed
+    /// call keeps what was known (or the catalog alone) and is tried again in [`FACTS_EVERY`].
     async fn refresh_facts(
         &self,
         region: &str,
-        types: BTreeSet<String>,
+        types: Wanted,
         provider: &dyn CloudProvider,
         now: Time,
     ) {
-        let list: Vec<String> = types.iter().cloned().collect();
+        let list: Vec<String> = types.types.iter().cloned().collect();
         let described = provider.instance_types(&list).await;
         let priced = provider.spot_prices(&list).await;
+        let mut images = Vec::new();
+        for ami in &types.images {
+            images.push((ami.clone(), provider.image(ami).await));
+        }
         let mut st = self.state();
         let entry = st.facts.entry(region.to_string()).or_default();
         // Each read stands alone: what failed keeps its earlier answer (or the catalog) until
@@ -476,6 +392,24 @@ impl Cloud {
                 tracing::warn!(region, error = %e, "cannot read spot prices; using the catalog's")
             }
         }
+        for (ami, read) in images {
+            match read {
+                Ok(Some(info)) => {
+                    entry.facts.images.insert(ami, info);
+                }
+                Ok(None) => {
+                    tracing::warn!(region, image = %ami, "the image is not known to the cloud; its pool promises only its aws.environment");
+                    entry.facts.images.remove(&ami);
+                }
+                Err(e) => {
+                    tracing::warn!(region, image = %ami, error = %e, "cannot describe the image; keeping what its tags said before")
+                }
+            }
+        }
+        entry
+            .facts
+            .images
+            .retain(|ami, _| types.images.contains(ami));
         entry.asked = types;
         entry.at = Some(now);
     }

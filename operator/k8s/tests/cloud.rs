@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use spillway_api::ComputePool;
 use spillway_cloud::{
-    BoxFuture, CloudError, CloudInstance, CloudProvider, InstanceState, InstanceTypeInfo,
-    LaunchRequest, SpotPrice,
+    BoxFuture, CloudError, CloudInstance, CloudProvider, ImageInfo, InstanceState,
+    InstanceTypeInfo, LaunchRequest, SpotPrice,
 };
 use spillway_core::{CapacityType, Launch, OfferingChoice, Time};
 use spillway_k8s::cloud::{Cloud, CloudConfig, CloudView, DEFAULT_CATALOG, ProviderFactory};
@@ -26,6 +26,8 @@ struct Fake {
     fact_calls: AtomicU32,
     /// Each token's answer, given again when the token comes back (as EC2 does).
     tokens: Mutex<std::collections::HashMap<String, Vec<CloudInstance>>>,
+    /// Machine images by id.
+    images: Vec<ImageInfo>,
 }
 
 fn instance(id: &str, need: &str) -> CloudInstance {
@@ -103,6 +105,9 @@ impl CloudProvider for Fake {
                 .cloned()
                 .collect())
         })
+    }
+    fn image<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<ImageInfo>, CloudError>> {
+        Box::pin(async move { Ok(self.images.iter().find(|i| i.id == id).cloned()) })
     }
     fn spot_prices<'a>(
         &'a self,
@@ -504,4 +509,71 @@ async fn a_need_launched_again_after_its_instances_were_terminated_asks_under_a_
     assert_eq!(tokens[0], tokens[1], "the same need, the same token");
     assert_ne!(tokens[1], tokens[2], "a new token once the first was spent");
     assert_eq!(c.view(&regions).instances.len(), 1);
+}
+
+/// A pool that states no `aws.environment` promises what its image's tags say; one that states
+/// it is believed over the tags, field by field.
+#[tokio::test]
+async fn an_images_tags_are_the_environment_a_pool_promises_unless_it_states_one() {
+    let fake = Arc::new(Fake {
+        images: vec![ImageInfo {
+            id: "ami-1".into(),
+            tags: [
+                ("spillway.io/nvidia-driver-version", "550.54.15"),
+                ("spillway.io/cuda-version", "12.4"),
+                ("Name", "gpu-base"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        }],
+        ..Fake::default()
+    });
+    let c = cloud(fake);
+    let tagged = pool("on-demand");
+    let mut stated = (*pool("on-demand")).clone();
+    stated.metadata.name = Some("stated".into());
+    if let Some(aws) = stated.spec.aws.as_mut() {
+        aws.environment = Some(spillway_api::environment::ImageEnvironment {
+            driver_version: None,
+            cuda_version: Some("12.6".into()),
+        });
+    }
+    let mut unknown = (*pool("on-demand")).clone();
+    unknown.metadata.name = Some("unknown".into());
+    if let Some(aws) = unknown.spec.aws.as_mut() {
+        aws.ami_id = Some("ami-gone".into());
+    }
+    let pools = [tagged, Arc::new(stated), Arc::new(unknown)];
+    c.refresh(&pools).await;
+    let regions = ["us-east-1".to_string()].into_iter().collect();
+    let offers = c
+        .config
+        .offerings(&pools, &c.view(&regions), spillway_k8s::clock::now());
+    let facts = |pool: &str| {
+        let f = &offers.iter().find(|o| o.pool == pool).expect(pool).facts;
+        (
+            f.driver.map(|v| v.to_string()),
+            f.cuda.map(|v| v.to_string()),
+            f.product.clone(),
+        )
+    };
+    assert_eq!(
+        facts("aws"),
+        (
+            Some("550.54.15".into()),
+            Some("12.4".into()),
+            Some("L4".into())
+        )
+    );
+    assert_eq!(
+        facts("stated"),
+        (
+            Some("550.54.15".into()),
+            Some("12.6".into()),
+            Some("L4".into())
+        ),
+        "the stated CUDA wins, the tag fills the driver"
+    );
+    assert_eq!(facts("unknown"), (None, None, Some("L4".into())));
 }

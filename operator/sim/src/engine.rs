@@ -418,6 +418,7 @@ impl<'a> Engine<'a> {
             job.checkpoint_interval = self.world.checkpoint_interval;
         }
         job.gpu_models = tj.gpu_models.clone();
+        job.requirements = tj.requirements.clone();
         job.datasets = tj.datasets.clone();
         let estimate = self.world.estimates.of(tj, i, self.world.seed);
         job.estimated_runtime = estimate.map(|s| Duration::from_millis((s * 1000.0) as u64));
@@ -493,8 +494,11 @@ impl<'a> Engine<'a> {
     fn join(&mut self, instance: usize, t: i64) {
         let inst = &self.instances[instance].core;
         let name = format!("{}-{}", inst.instance_type, inst.id);
+        // What its pool promised (see `environment`).
+        let offered = (self.snap.snapshot().offerings.iter())
+            .find(|o| o.pool == inst.pool && o.instance_type == inst.instance_type);
         let node = Node {
-            facts: Default::default(),
+            facts: offered.map(|o| o.facts.clone()).unwrap_or_default(),
             name: name.clone(),
             pool: inst.pool.clone(),
             gpu_model: Some(self.instances[instance].gpu_model.clone()),

@@ -101,6 +101,7 @@ mod tests {
             priority: 0,
             restartable: false,
             datasets: Vec::new(),
+            requirements: Default::default(),
             censored: false,
         }
     }

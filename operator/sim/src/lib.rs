@@ -10,6 +10,7 @@
 pub mod bound;
 pub mod cloud;
 pub mod engine;
+pub mod environment;
 pub mod estimates;
 pub mod html;
 pub mod report;

@@ -37,12 +37,18 @@ pub fn snapshot(
                 .map_err(|e| format!("{}:{}: {e}", d.file.display(), d.line))?,
         );
     }
-    let mut aws_types: Vec<(String, Vec<String>)> = Vec::new();
+    // Each cloud pool's instance types and the environment its image promises.
+    let mut aws_types: Vec<(String, Vec<String>, spillway_core::Facts)> = Vec::new();
     for p in &m.pools {
         let pool = spillway_api::convert::pool(&p.object)
             .map_err(|e| format!("{}:{}: {e}", p.file.display(), p.line))?;
         if let Some(aws) = &p.object.spec.aws {
-            aws_types.push((pool.name.clone(), aws.instance_types.clone()));
+            let promised = aws.environment.as_ref().map(|e| e.facts());
+            aws_types.push((
+                pool.name.clone(),
+                aws.instance_types.clone(),
+                promised.unwrap_or_default(),
+            ));
         }
         snap.pools.push(pool);
     }
@@ -70,22 +76,33 @@ pub fn snapshot(
             .find(|r| !r.is_empty())
             .unwrap_or_else(|| "us-east-1".into());
         snap.pools.push(Pool::cloud(DEFAULT_CLOUD_POOL, region));
-        aws_types.push((DEFAULT_CLOUD_POOL.to_string(), Vec::new()));
+        aws_types.push((
+            DEFAULT_CLOUD_POOL.to_string(),
+            Vec::new(),
+            spillway_core::Facts::default(),
+        ));
     }
     for pool in &snap.pools {
         if let PoolKind::Cloud { region, .. } = &pool.kind {
-            let types = aws_types
+            let (types, promised) = aws_types
                 .iter()
-                .find(|(n, _)| *n == pool.name)
-                .map(|(_, t)| t.as_slice())
-                .unwrap_or(&[]);
-            snap.offerings
-                .extend(catalog::offerings(catalog_rows, &pool.name, region, types));
+                .find(|(n, ..)| *n == pool.name)
+                .map(|(_, t, f)| (t.as_slice(), f.clone()))
+                .unwrap_or_default();
+            snap.offerings.extend(
+                catalog::offerings(catalog_rows, &pool.name, region, types)
+                    .into_iter()
+                    .map(|mut o| {
+                        o.facts.driver = promised.driver;
+                        o.facts.cuda = promised.cuda;
+                        o
+                    }),
+            );
         }
     }
     for n in inventory {
         snap.nodes.push(Node {
-            facts: Default::default(),
+            facts: crate::environment::of_model(n.model.as_ref()),
             name: n.name.clone(),
             pool: private_pool.clone(),
             gpu_model: n.model.clone(),

@@ -3,7 +3,9 @@
 //!
 //! Spillway's CSV has the columns `job_id,arrival_s,runtime_s,num_gpus`, plus optional
 //! `estimated_runtime_s`, `gpu_model` (alternatives separated by `|`), `queue`, `priority`,
-//! `restartable` (`true`/`false`/`1`/`0`), `datasets` (separated by `|`) and `replicas`.
+//! `restartable` (`true`/`false`/`1`/`0`), `datasets` (separated by `|`), `replicas`, and the
+//! job's requirements (`GpuJob spec.requirements`): `min_driver_version`, `min_cuda_version`,
+//! `gpu_products` (globs separated by `|`) and `min_gpu_memory_gib`.
 //!
 //! openb (`openb_pod_list_*.csv`): tasks asking for no GPU are skipped; a fractional GPU
 //! (`gpu_milli < 1000`) counts as one whole GPU; arrival is `creation_time` and runtime
@@ -36,6 +38,8 @@ pub struct TraceJob {
     pub priority: i32,
     pub restartable: bool,
     pub datasets: Vec<String>,
+    /// What its GPUs must come with.
+    pub requirements: spillway_core::Requirements,
     /// Still running when the trace was cut: `runtime_s` is a lower bound.
     pub censored: bool,
 }
@@ -259,6 +263,7 @@ fn parse_openb(text: &str) -> Result<Vec<TraceJob>, InputError> {
             priority: 0,
             restartable: false,
             datasets: Vec::new(),
+            requirements: Default::default(),
             censored: false,
         });
         ends.push(end);
@@ -284,6 +289,10 @@ fn parse_spillway(text: &str) -> Result<Vec<TraceJob>, InputError> {
     let restart = h.col("restartable");
     let datasets = h.col("datasets");
     let replicas = h.col("replicas");
+    let min_driver = h.col("min_driver_version");
+    let min_cuda = h.col("min_cuda_version");
+    let products = h.col("gpu_products");
+    let min_memory = h.col("min_gpu_memory_gib");
     let mut jobs = Vec::new();
     let list = |f: &[&str], c: Option<usize>| -> Vec<String> {
         c.and_then(|c| f.get(c))
@@ -341,6 +350,23 @@ fn parse_spillway(text: &str) -> Result<Vec<TraceJob>, InputError> {
                 message: format!("replicas must be between 1 and {max}, got {replicas}"),
             });
         }
+        let version = |c: Option<usize>, name: &str| {
+            c.and_then(|c| f.get(c))
+                .filter(|v| !v.is_empty())
+                .map(|v| {
+                    v.parse().map_err(|e| InputError {
+                        line,
+                        message: format!("{name}: {e}"),
+                    })
+                })
+                .transpose()
+        };
+        let requirements = spillway_core::Requirements {
+            min_driver: version(min_driver, "min_driver_version")?,
+            min_cuda: version(min_cuda, "min_cuda_version")?,
+            gpu_products: list(&f, products),
+            min_gpu_memory_gib: optional(&f, min_memory, "min_gpu_memory_gib", line)?,
+        };
         jobs.push(TraceJob {
             id: job_id.to_string(),
             arrival_s,
@@ -359,6 +385,7 @@ fn parse_spillway(text: &str) -> Result<Vec<TraceJob>, InputError> {
             priority: optional(&f, prio, "priority", line)?.unwrap_or(0),
             restartable,
             datasets: list(&f, datasets),
+            requirements,
             censored: false,
         });
     }

@@ -59,6 +59,7 @@ fn trace(seed: u64, jobs: usize) -> Vec<TraceJob> {
                 } else {
                     vec![]
                 },
+                requirements: Default::default(),
                 censored: false,
             }
         })

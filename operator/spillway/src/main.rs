@@ -52,6 +52,9 @@ enum Command {
     /// What GPUs have cost: queues' and cloud pools' spend this month, jobs' accrued cost.
     #[cfg(feature = "cluster")]
     Cost(kubectl::cost::CostArgs),
+    /// What each pool's GPUs come with (driver, CUDA, GPU, kernel, runtime), drift flagged.
+    #[cfg(feature = "cluster")]
+    Parity(kubectl::parity::ParityArgs),
     /// Run the operator (the controllers) against a cluster.
     #[cfg(feature = "cluster")]
     Operator(Box<operator_cmd::OperatorArgs>),
@@ -118,6 +121,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Pools(args) => Ok(kubectl::run(|| kubectl::overview::pools(args))),
         #[cfg(feature = "cluster")]
         Command::Cost(args) => Ok(kubectl::run(|| kubectl::cost::cost(args))),
+        #[cfg(feature = "cluster")]
+        Command::Parity(args) => Ok(kubectl::run(|| kubectl::parity::run(args))),
         #[cfg(feature = "cluster")]
         Command::Token { command } => identity_cmd::token(command),
         #[cfg(feature = "cluster")]

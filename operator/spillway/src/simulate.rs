@@ -27,6 +27,15 @@ pub struct SimulateArgs {
     /// Private inventory as NODESxGPUS[:MODEL], for example 4x8 or 2x8:H100.
     #[arg(long, value_name = "NODESxGPUS[:MODEL]")]
     private_gpus: Option<String>,
+    /// The NVIDIA driver and CUDA versions of the private nodes, DRIVER/CUDA such as
+    /// 535.104.05/12.2 (either may be empty), for jobs with requirements (the trace's
+    /// min_driver_version, min_cuda_version columns). Default: unknown, which meets none.
+    #[arg(long, value_name = "DRIVER/CUDA")]
+    private_environment: Option<String>,
+    /// The driver and CUDA versions of the cloud pools' images where their spec.aws.environment
+    /// (in --config) states none, such as 550.54.15/12.4.
+    #[arg(long, value_name = "DRIVER/CUDA")]
+    cloud_environment: Option<String>,
     /// Another cluster jobs may spill to after the private nodes and before the cloud:
     /// NAME=NODESxGPUS[:MODEL][@PRICE], such as dc2=4x8:A100@1.20 (USD per GPU-hour, default
     /// 0). Repeatable; every queue tries them in this order before its own pools. A pool of
@@ -193,6 +202,18 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode, InputError> {
     };
     let mut base = setup::snapshot(manifests.as_ref(), &inventory, &rows).map_err(InputError)?;
     setup::add_remote_clusters(&mut base, &args.remote_cluster).map_err(InputError)?;
+    let environment = |flag: &str, v: &Option<String>| {
+        v.as_deref()
+            .map(|s| {
+                spillway_sim::environment::parse(s).map_err(|e| InputError(format!("{flag} {e}")))
+            })
+            .transpose()
+    };
+    spillway_sim::environment::apply(
+        &mut base,
+        environment("--private-environment", &args.private_environment)?.as_ref(),
+        environment("--cloud-environment", &args.cloud_environment)?.as_ref(),
+    );
 
     let strategies = if args.strategy.is_empty() {
         vec![

@@ -1,4 +1,4 @@
-//! `kubectl spillway status|jobs|queues|pools|cost|explain` (and `spillway operator`) against
+//! `kubectl spillway status|jobs|queues|pools|cost|parity|explain` (and `spillway operator`) against
 //! the real control plane, with the fake kubelet for nodes.
 
 use std::process::{Command, Output};
@@ -392,6 +392,88 @@ async fn operator_binary_and_kubectl_plugin() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let out = run(&plugin, &[&["jobs", "-o", "xml"][..], &kc].concat());
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+
+    // `parity` on a mixed cluster: the private node's driver (GPU feature discovery's labels)
+    // against a cloud pool's promise, drift flagged.
+    let gfd = json!({"nvidia.com/cuda.driver.major": "535", "nvidia.com/cuda.driver.minor": "104",
+                     "nvidia.com/cuda.driver.rev": "05", "nvidia.com/cuda.runtime.major": "12",
+                     "nvidia.com/cuda.runtime.minor": "2",
+                     "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"});
+    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .patch(
+            &format!("{ns}-n0"),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"labels": gfd}})),
+        )
+        .await
+        .expect("label the node");
+    create(
+        &client,
+        "ComputePool",
+        "computepools",
+        None,
+        json!({
+            "apiVersion": "spillway.io/v1alpha1", "kind": "ComputePool",
+            "metadata": {"name": format!("{ns}-aws")},
+            "spec": {"aws": {"region": "us-east-1", "amiId": "ami-12345678",
+                             "instanceTypes": ["g6.xlarge"],
+                             "environment": {"driverVersion": "550.54.15", "cudaVersion": "12.4"}}},
+        }),
+    )
+    .await;
+    let parity = eventually(Duration::from_secs(60), "parity", || async {
+        let out = run(&plugin, &[&["parity"][..], &kc].concat());
+        let t = text(&out);
+        if out.status.success() && t.contains("yes: driver branch 550 here") {
+            Ok(t)
+        } else {
+            Err(t)
+        }
+    })
+    .await;
+    let row = |name: &str| -> Vec<String> {
+        parity
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} in {parity}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    assert!(parity.starts_with("POOL "), "{parity}");
+    assert_eq!(
+        row(&format!("{ns}-pool"))[1..],
+        [
+            "private",
+            "nodes",
+            "535.104.05",
+            "12.2",
+            "NVIDIA-A100-SXM4-80GB",
+            "-",
+            "fake",
+            "fake://1",
+            "-"
+        ],
+        "{parity}"
+    );
+    assert_eq!(
+        row(&format!("{ns}-aws"))[1..6],
+        ["aws", "image", "550.54.15", "12.4", "L4"],
+        "{parity}"
+    );
+    assert!(
+        parity.contains("yes: driver branch 550 here, 535 on private nodes; CUDA 12.4 here, 12.2 on private nodes"),
+        "{parity}"
+    );
+    let out = run(&plugin, &[&["parity", "-o", "json"][..], &kc].concat());
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("parity JSON");
+    let aws = rows
+        .as_array()
+        .and_then(|r| r.iter().find(|p| p["pool"] == format!("{ns}-aws")))
+        .expect("the aws row");
+    assert_eq!(aws["type"], "aws");
+    assert_eq!(aws["drift"].as_array().map(Vec::len), Some(2), "{aws}");
+    assert_eq!(aws["environment"]["driverVersions"], json!(["550.54.15"]));
 
     // The running job's token verifies with `spillway token verify` against the JWKS the
     // operator serves; the wrong audience is refused with a reason and exit code 1.

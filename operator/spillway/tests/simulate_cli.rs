@@ -574,3 +574,88 @@ fn remote_clusters_take_the_overflow_and_the_report_shows_spend_by_pool() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("NODESxGPUS"));
 }
+
+/// Replays honour jobs' requirements: a job needing CUDA 12.4 passes over private nodes with
+/// 12.2 and bursts where the cloud pool's image has it (`--cloud-environment`, or the pool's
+/// `spec.aws.environment` in `--config`); with nowhere to run, it stays unfinished.
+#[test]
+fn replays_honour_requirements_against_each_sides_environment() {
+    let dir = tmp("requirements");
+    let trace = dir.join("trace.csv");
+    std::fs::write(
+        &trace,
+        "job_id,arrival_s,runtime_s,num_gpus,estimated_runtime_s,min_cuda_version,gpu_products\n\
+         plain,0,3600,4,3600,,\n\
+         cuda124,10,3600,4,3600,12.4,\n\
+         h100,20,3600,1,3600,,*H100*\n",
+    )
+    .unwrap();
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            "simulate",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--private-gpus",
+            "1x8:A100",
+            "--private-environment",
+            "535.104.05/12.2",
+            "--strategy",
+            "spillway",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let out = spillway(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")[0].clone()
+    };
+    let counts = |v: &serde_json::Value| {
+        (
+            v["burst_jobs"].as_u64(),
+            v["finished_jobs"].as_u64(),
+            v["unfinished_jobs"].as_u64(),
+        )
+    };
+    // The private A100s take the plain job; the H100 job and the CUDA 12.4 job burst.
+    let with = run(&["--cloud-environment", "550.54.15/12.4"]);
+    assert_eq!(counts(&with), (Some(2), Some(3), Some(0)), "{with}");
+    // No image states CUDA 12.4: that job never runs.
+    let without = run(&[]);
+    assert_eq!(counts(&without), (Some(1), Some(2), Some(1)), "{without}");
+    // The same from a pool's spec.aws.environment.
+    let config = dir.join("setup.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: spillway.io/v1alpha1\nkind: GpuQueue\nmetadata: {name: default}\n\
+         spec: {burst: {enabled: true, maxWait: 0s}}\n---\n\
+         apiVersion: spillway.io/v1alpha1\nkind: ComputePool\nmetadata: {name: private}\n\
+         spec: {private: {nodeSelector: {pool: private}}}\n---\n\
+         apiVersion: spillway.io/v1alpha1\nkind: ComputePool\nmetadata: {name: cloud}\n\
+         spec: {aws: {region: us-east-1, amiId: ami-1, instanceTypes: ['g6.*', 'p5.*'], \
+         environment: {driverVersion: 550.54.15, cudaVersion: '12.4'}}}\n",
+    )
+    .unwrap();
+    let from_config = run(&["--config", config.to_str().unwrap()]);
+    assert_eq!(
+        counts(&from_config),
+        (Some(2), Some(3), Some(0)),
+        "{from_config}"
+    );
+    let bad = spillway(&[
+        "simulate",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--cloud-environment",
+        "12.4",
+    ]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr)
+            .contains("--cloud-environment \"12.4\": expected DRIVER/CUDA"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}

@@ -2,6 +2,7 @@
 //! kubelet, and the harness booting a Node for each instance.
 
 mod bursting;
+mod environment;
 mod identity;
 mod lifecycle;
 mod locality;

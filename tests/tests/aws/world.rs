@@ -196,6 +196,34 @@ impl World {
         )
     }
 
+    /// As [`World::boot_machines`], a machine booted from one of `images` getting that
+    /// image's labels (GPU feature discovery's, for the driver the image really has).
+    pub fn boot_machines_from(
+        &self,
+        delay: Option<Duration>,
+        images: std::collections::HashMap<String, std::collections::BTreeMap<String, String>>,
+    ) -> BootingMachines {
+        BootingMachines::start_with_images(
+            self.ec2.clone(),
+            self.kubelet.clone(),
+            self.cluster_tag.clone(),
+            delay,
+            images,
+        )
+    }
+
+    /// Merges `aws` into the cloud pool's `spec.aws`.
+    pub async fn patch_aws_pool(&self, aws: serde_json::Value) {
+        Api::<ComputePool>::all(self.client.clone())
+            .patch(
+                &self.aws_pool,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"spec": {"aws": aws}})),
+            )
+            .await
+            .expect("patch the cloud pool");
+    }
+
     /// Fills the one private GPU with a job, so the next ones must wait (and burst).
     pub async fn fill_private_gpu(&self) {
         self.submit("blocker", json!({}), None).await;

@@ -174,12 +174,12 @@ mod tests {
         assert!(shortfalls(&newer, &promised).is_empty());
         // GPU feature discovery not running: nothing to contradict.
         assert!(shortfalls(&Facts::default(), &promised).is_empty());
-        let old = facts("535.104.5", "12.2", "NVIDIA-A100-SXM4-40GB", 40_960);
+        let old = facts("535.104.05", "12.2", "NVIDIA-A100-SXM4-40GB", 40_960);
         let s = shortfalls(&old, &promised);
         assert_eq!(
             s.iter().map(ToString::to_string).collect::<Vec<_>>(),
             [
-                "driver 535.104.5 where 550.54 was promised",
+                "driver 535.104.05 where 550.54 was promised",
                 "CUDA 12.2 where 12.4 was promised",
                 "GPU NVIDIA-A100-SXM4-40GB where A100-80GB was promised",
                 "GPU memory 40 GiB where 80 GiB was promised",

@@ -8,12 +8,14 @@
 //!
 //! And each cloud or cluster pool's drift from the private side (`EnvironmentDrift`).
 
-use crate::hashing::HashMap;
+use crate::hashing::{HashMap, HashMapExt};
+use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{Resource, ResourceExt};
 use spillway_api::ComputePool;
+use spillway_api::environment::{ENVIRONMENT_VALUES, PoolEnvironment};
 use spillway_core::environment::{self as env, Provided};
 use spillway_core::{self as core, Time};
 
@@ -326,4 +328,103 @@ fn capitalise(s: &str) -> String {
         Some(f) => f.to_uppercase().chain(c).collect(),
         None => String::new(),
     }
+}
+
+/// Each pool's environment as its status shows it (see [`PoolEnvironment`]): the distinct
+/// values over its nodes, or for a cloud pool whose nodes state no driver or CUDA version,
+/// what its offerings promise.
+pub(super) fn environments(
+    built: &world::Built,
+    inputs: &Inputs,
+) -> HashMap<String, PoolEnvironment> {
+    #[derive(Default)]
+    struct Sets {
+        drivers: BTreeSet<String>,
+        cuda: BTreeSet<String>,
+        products: BTreeSet<String>,
+        memory: BTreeSet<i64>,
+        kernels: BTreeSet<String>,
+        runtimes: BTreeSet<String>,
+    }
+    let mut by_pool: HashMap<&str, Sets> = HashMap::new();
+    for n in &inputs.nodes {
+        let Some(pool) = built.node_pool.get(n.name_any().as_str()) else {
+            continue;
+        };
+        let s = by_pool.entry(pool.as_str()).or_default();
+        let l = n.labels();
+        let label = |k: &str| l.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
+        use core::environment::labels as gfd;
+        if let (Some(major), Some(minor)) = (label(gfd::DRIVER_MAJOR), label(gfd::DRIVER_MINOR)) {
+            s.drivers.insert(match label(gfd::DRIVER_REV) {
+                Some(rev) => format!("{major}.{minor}.{rev}"),
+                None => format!("{major}.{minor}"),
+            });
+        }
+        if let (Some(major), Some(minor)) = (label(gfd::CUDA_MAJOR), label(gfd::CUDA_MINOR)) {
+            s.cuda.insert(format!("{major}.{minor}"));
+        }
+        s.products.extend(label(gfd::PRODUCT).map(str::to_string));
+        s.memory
+            .extend(label(gfd::MEMORY).and_then(|m| m.parse::<i64>().ok()));
+        if let Some(info) = n.status.as_ref().and_then(|s| s.node_info.as_ref()) {
+            s.kernels.insert(info.kernel_version.clone());
+            s.runtimes.insert(info.container_runtime_version.clone());
+        }
+    }
+    let first = |s: BTreeSet<String>| -> Vec<String> {
+        s.into_iter()
+            .filter(|v| !v.is_empty())
+            .take(ENVIRONMENT_VALUES)
+            .collect()
+    };
+    let mut out = HashMap::new();
+    for p in &inputs.pools {
+        let name = p.name_any();
+        let mut s = by_pool.remove(name.as_str()).unwrap_or_default();
+        let mut source = "nodes";
+        if p.spec.aws.is_some() && s.drivers.is_empty() && s.cuda.is_empty() {
+            source = "image";
+            s.products.clear();
+            s.memory.clear();
+            let offered: Vec<&core::Facts> = built
+                .snapshot
+                .offerings
+                .iter()
+                .filter(|o| o.pool == name)
+                .map(|o| &o.facts)
+                .collect();
+            // Without a cloud to read offerings from, the pool's own word.
+            let stated = p
+                .spec
+                .aws
+                .as_ref()
+                .and_then(|a| a.environment.as_ref())
+                .map(|e| e.facts())
+                .filter(|_| offered.is_empty());
+            for f in offered.into_iter().chain(stated.as_ref()) {
+                s.drivers.extend(f.driver.map(|v| v.to_string()));
+                s.cuda.extend(f.cuda.map(|v| v.to_string()));
+                s.products.extend(f.product.clone());
+                s.memory.extend(f.gpu_memory_mib.map(|m| m as i64));
+            }
+        }
+        let e = PoolEnvironment {
+            source: source.to_string(),
+            driver_versions: first(s.drivers),
+            cuda_versions: first(s.cuda),
+            gpu_products: first(s.products),
+            gpu_memory_mib: s.memory.into_iter().take(ENVIRONMENT_VALUES).collect(),
+            kernel_versions: first(s.kernels),
+            container_runtimes: first(s.runtimes),
+        };
+        let empty = PoolEnvironment {
+            source: e.source.clone(),
+            ..PoolEnvironment::default()
+        };
+        if e != empty {
+            out.insert(name, e);
+        }
+    }
+    out
 }

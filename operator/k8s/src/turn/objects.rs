@@ -277,6 +277,7 @@ impl State {
         now: Time,
     ) {
         let mut drift = BTreeMap::new();
+        let mut environments = super::environment::environments(built, inputs);
         for p in &inputs.pools {
             let name = p.name_any();
             let nodes: Vec<&core::Node> = built
@@ -310,6 +311,7 @@ impl State {
                 hourly_usd: billed.then(|| round_cents(rate.1)),
                 this_month_usd: base.this_month_usd,
                 accrued_through: base.accrued_through.clone(),
+                environment: environments.remove(&name),
                 conditions: base.conditions.clone(),
             };
             if billed

@@ -10,6 +10,7 @@ pub mod cost;
 pub mod explain;
 pub mod jobs;
 pub mod overview;
+pub mod parity;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -129,7 +129,7 @@ fn a_node_short_of_its_pools_promise_fails_the_launch_and_the_job_is_planned_aga
     );
     assert!(
         notes[0].1.contains(
-            "driver 535.104.5 where 550.54.15 was promised; CUDA 12.2 where 12.4 was promised"
+            "driver 535.104.05 where 550.54.15 was promised; CUDA 12.2 where 12.4 was promised"
         ),
         "both values named: {}",
         notes[0].1
@@ -248,6 +248,16 @@ fn a_cloud_pools_drift_from_the_private_nodes_is_a_condition_and_a_metric() {
     );
     let private = status_of(&t, StatusKind::ComputePool, "onprem").expect("private status");
     assert!(condition(&private, "EnvironmentDrift").is_none());
+    // Each side's facts, as `kubectl spillway parity` shows them: the private nodes' labels
+    // as written, the cloud pool's promise and its instance types' GPUs.
+    assert_eq!(
+        private["environment"],
+        json!({"source": "nodes", "driverVersions": ["535.104.05"], "cudaVersions": ["12.2"]})
+    );
+    assert_eq!(pool["environment"]["source"], "image");
+    assert_eq!(pool["environment"]["driverVersions"], json!(["550.54.15"]));
+    assert_eq!(pool["environment"]["cudaVersions"], json!(["12.4"]));
+    assert_eq!(pool["environment"]["gpuProducts"], json!(["A100", "L4"]));
     let text = l.metrics.render();
     assert!(
         text.contains("spillway_environment_drift{pool=\"aws\"} 1"),
