@@ -267,6 +267,14 @@ pub struct GpuJobStatus {
     /// When all replicas started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
+    /// When the job first started (its pods created), kept across restarts: its time to start
+    /// is this minus `queuedAt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_started_at: Option<Time>,
+    /// When the job lost a replica (a lost node, a spot reclaim, a lost instance) and was
+    /// requeued; cleared when it runs again (its recovery time is then that start minus this).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted_at: Option<Time>,
     /// When the job succeeded or failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Time>,

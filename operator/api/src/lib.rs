@@ -13,6 +13,7 @@ pub mod common;
 pub mod convert;
 pub mod dataset;
 pub mod environment;
+pub mod indicators;
 pub mod job;
 pub mod manifests;
 pub mod policy;

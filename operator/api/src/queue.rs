@@ -267,6 +267,10 @@ pub struct GpuQueueStatus {
     /// Cloud spend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spend: Option<QueueSpend>,
+    /// Time to start, GPU-hours, private GPU allocation, recovery time, cost per run and burst
+    /// share over the last 24 hours and 30 days (docs/indicators.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub indicators: Option<crate::indicators::QueueIndicators>,
     /// `Ready` (`False` with reason `Invalid` and the field when the queue cannot be used; its
     /// jobs then wait) and, with a budget, `BudgetExhausted`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

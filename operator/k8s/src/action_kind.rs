@@ -19,6 +19,7 @@ pub enum ActionKind {
     PatchFinalizer,
     ApplySecret,
     RecordSpend,
+    RecordIndicators,
     Annotate,
     Span,
 }
@@ -41,6 +42,7 @@ impl ActionKind {
             ActionKind::PatchFinalizer => "patch_finalizer",
             ActionKind::ApplySecret => "apply_secret",
             ActionKind::RecordSpend => "record_spend",
+            ActionKind::RecordIndicators => "record_indicators",
             ActionKind::Annotate => "annotate",
             ActionKind::Span => "span",
         }

@@ -194,6 +194,9 @@ pub enum Action {
     /// Writes the spend ledger ConfigMap ([`crate::spend_record`]) by server-side apply: the
     /// whole data, so a newer write makes an older one moot.
     RecordSpend(Box<k8s_openapi::api::core::v1::ConfigMap>),
+    /// Writes the indicator ledger ConfigMap ([`crate::indicators`]) by server-side apply: the
+    /// whole data, so a newer write makes an older one moot.
+    RecordIndicators(Box<k8s_openapi::api::core::v1::ConfigMap>),
     /// Records a span of a job's trace (no API call: the loop hands it to the telemetry
     /// exporter, which never blocks).
     Span(Box<crate::otel::SpanRecord>),
@@ -224,6 +227,7 @@ impl Action {
             Action::PatchFinalizer { .. } => ActionKind::PatchFinalizer,
             Action::ApplySecret(_) => ActionKind::ApplySecret,
             Action::RecordSpend(_) => ActionKind::RecordSpend,
+            Action::RecordIndicators(_) => ActionKind::RecordIndicators,
             Action::Annotate { .. } => ActionKind::Annotate,
             Action::Span(_) => ActionKind::Span,
         }
@@ -289,7 +293,7 @@ impl Action {
                 namespace, name, ..
             } => Key::new("GpuJob", format!("{namespace}/{name}")),
             Action::ApplySecret(s) => Key::new("Secret", format!("{}/{}", s.namespace(), s.name())),
-            Action::RecordSpend(c) => Key::new(
+            Action::RecordSpend(c) | Action::RecordIndicators(c) => Key::new(
                 "ConfigMap",
                 format!(
                     "{}/{}",
@@ -310,6 +314,7 @@ impl Action {
                 | Action::ApplySecret(_)
                 | Action::ApplyRemoteSecret { .. }
                 | Action::RecordSpend(_)
+                | Action::RecordIndicators(_)
         )
     }
 

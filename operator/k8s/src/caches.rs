@@ -41,6 +41,8 @@ pub struct Caches {
     pub keys: Option<Store<Secret>>,
     /// The spend ledger ConfigMap (a watch on that one ConfigMap of the operator's namespace).
     pub spend: Option<Store<ConfigMap>>,
+    /// The indicator ledger ConfigMap (likewise).
+    pub indicators: Option<Store<ConfigMap>>,
 }
 
 fn spawn_reflector<K>(
@@ -203,13 +205,14 @@ impl Caches {
     /// Starts one watch per kind; `changed` is notified on every change. The watch tasks are
     /// returned for the caller to stop.
     /// `keys` names the identity issuer's Secret (namespace, name), when there is one;
-    /// `spend` the spend ledger ConfigMap.
+    /// `ledgers` the spend and the indicator ledger ConfigMaps.
     pub fn start(
         client: &Client,
         changed: Arc<Notify>,
         keys: Option<(&str, &str)>,
-        spend: Option<(&str, &str)>,
+        ledgers: [Option<(&str, &str)>; 2],
     ) -> (Caches, Vec<JoinHandle<()>>) {
+        let [spend, indicators] = ledgers;
         let c = &changed;
         let all = watcher::Config::default;
         let mut t = Vec::new();
@@ -272,6 +275,7 @@ impl Caches {
             ),
             keys: keys.map(|(ns, name)| one_named(client, ns, name, c, &mut t)),
             spend: spend.map(|(ns, name)| one_named(client, ns, name, c, &mut t)),
+            indicators: indicators.map(|(ns, name)| one_named(client, ns, name, c, &mut t)),
         };
         (caches, t)
     }
@@ -290,8 +294,8 @@ impl Caches {
         if let Some(keys) = &self.keys {
             keys.wait_until_ready().await.map_err(e)?;
         }
-        if let Some(spend) = &self.spend {
-            spend.wait_until_ready().await.map_err(e)?;
+        for ledger in [&self.spend, &self.indicators].into_iter().flatten() {
+            ledger.wait_until_ready().await.map_err(e)?;
         }
         Ok(())
     }
@@ -325,6 +329,7 @@ impl Caches {
             namespaces: self.namespaces.state(),
             identity_keys: self.keys.as_ref().and_then(|k| k.state().first().cloned()),
             spend_record: self.spend.as_ref().and_then(|k| k.state().first().cloned()),
+            indicator_record: (self.indicators.as_ref()).and_then(|k| k.state().first().cloned()),
             unreadable,
             ..Inputs::default()
         }

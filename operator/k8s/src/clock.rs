@@ -39,3 +39,14 @@ pub fn micro_time(t: Time) -> MicroTime {
             .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
     )
 }
+
+/// The core's time in RFC 3339, to the millisecond.
+pub fn rfc3339(t: Time) -> String {
+    micro_time(t).0.to_string()
+}
+
+/// An RFC 3339 time as the core's; `None` when it is not one.
+pub fn parse_rfc3339(s: &str) -> Option<Time> {
+    let ts: k8s_openapi::jiff::Timestamp = s.trim().parse().ok()?;
+    Some(Time::from_millis(ts.as_millisecond()))
+}

@@ -61,6 +61,9 @@ pub struct Settings {
     /// Where each queue's and pool's month of spend is recorded besides their status (so it
     /// outlives them); `None` keeps it in status only.
     pub spend_record: Option<crate::spend_record::RecordRef>,
+    /// Where the queues' indicators are recorded (so they outlive a restart or failover);
+    /// `None` keeps them in memory and status only.
+    pub indicator_record: Option<crate::spend_record::RecordRef>,
 }
 
 impl Default for Settings {
@@ -78,6 +81,7 @@ impl Default for Settings {
             identity: None,
             pod_otlp_endpoint: None,
             spend_record: None,
+            indicator_record: None,
         }
     }
 }
@@ -132,6 +136,7 @@ impl Controller {
             identity: settings.identity.clone(),
             pod_otlp_endpoint: settings.pod_otlp_endpoint.clone(),
             spend_record: settings.spend_record.clone(),
+            indicator_record: settings.indicator_record.clone(),
         });
         let cloud = settings.cloud.clone().map(Cloud::new);
         Controller {

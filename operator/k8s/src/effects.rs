@@ -244,9 +244,9 @@ impl KubeEffects {
         self.wrote("secret", r, &[])
     }
 
-    /// The spend ledger, by server-side apply of its data (the chart creates the ConfigMap;
-    /// the operator only patches it).
-    async fn record_spend(&self, cm: &ConfigMap, fence: &Fence) -> Result<(), Error> {
+    /// A ledger (spend, indicators), by server-side apply of its data (the chart creates the
+    /// ConfigMap; the operator only patches it).
+    async fn record_ledger(&self, cm: &ConfigMap, fence: &Fence) -> Result<(), Error> {
         let namespace = cm.metadata.namespace.as_deref().unwrap_or_default();
         let name = cm.metadata.name.as_deref().unwrap_or_default();
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
@@ -450,7 +450,9 @@ impl Effects for KubeEffects {
                     r
                 }
                 Action::ApplySecret(secret) => self.apply_secret(&self.client, secret, fence).await,
-                Action::RecordSpend(cm) => self.record_spend(cm, fence).await,
+                Action::RecordSpend(cm) | Action::RecordIndicators(cm) => {
+                    self.record_ledger(cm, fence).await
+                }
                 Action::Span(record) => {
                     crate::otel::record(record);
                     Ok(())

@@ -25,6 +25,7 @@ pub mod executor;
 pub mod hashing;
 pub mod http;
 pub mod identity;
+pub mod indicators;
 pub mod labels;
 pub mod leader;
 pub mod metrics;
@@ -132,11 +133,11 @@ pub async fn run(
         identity
             .as_ref()
             .map(|i| (i.namespace.as_str(), i.secret.as_str())),
-        config
-            .controller
-            .spend_record
-            .as_ref()
-            .map(|r| (r.namespace.as_str(), r.name.as_str())),
+        [
+            config.controller.spend_record.as_ref(),
+            config.controller.indicator_record.as_ref(),
+        ]
+        .map(|r| r.map(|r| (r.namespace.as_str(), r.name.as_str()))),
     );
     tasks.0.extend(watch_tasks);
     // Every replica serves the issuer's documents from its cache, leader or not.

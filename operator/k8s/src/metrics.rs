@@ -2,19 +2,51 @@
 //! families with bounded label sets (queues and pools are configuration; outcomes and reasons
 //! are the core's closed enums).
 
+mod families;
+
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
 
-/// Histogram buckets of job wait, seconds.
-const WAIT_BUCKETS: &[f64] = &[
-    1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0,
-    43200.0, 86400.0,
-];
 /// Histogram buckets of one decision cycle, seconds.
 const CYCLE_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
+use crate::indicators::{COST_BOUNDS, SECONDS_BOUNDS};
+
+/// The histogram families: name, help, bounds. [`Inner::hists`] holds them in this order.
+const HISTOGRAMS: [(&str, &str, &[f64]); 5] = [
+    (
+        "spillway_job_wait_seconds",
+        "Seconds from entering the queue to starting, per queue (every start).",
+        SECONDS_BOUNDS,
+    ),
+    (
+        "spillway_reconcile_duration_seconds",
+        "Duration of one decision cycle (snapshot, decide, plan dispatch).",
+        CYCLE_BUCKETS,
+    ),
+    (
+        "spillway_time_to_start_seconds",
+        "Seconds from entering the queue to the first start, by queue and the environment it started in.",
+        SECONDS_BOUNDS,
+    ),
+    (
+        "spillway_recovery_seconds",
+        "Seconds from a failure (lost node, spot reclaim, lost instance) to the job running again, by queue and environment.",
+        SECONDS_BOUNDS,
+    ),
+    (
+        "spillway_run_cost_usd",
+        "Accrued cost of each finished run (succeeded or failed), USD, by queue.",
+        COST_BOUNDS,
+    ),
+];
+const JOB_WAIT: usize = 0;
+const RECONCILE: usize = 1;
+const TIME_TO_START: usize = 2;
+const RECOVERY: usize = 3;
+const RUN_COST: usize = 4;
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -88,8 +120,12 @@ struct Inner {
     pool_gpus: BTreeMap<Labels, f64>,
     decisions: BTreeMap<Labels, u64>,
     api_writes: BTreeMap<Labels, u64>,
-    job_wait: BTreeMap<Labels, Histogram>,
-    reconcile: Histogram,
+    /// The [`HISTOGRAMS`], in order.
+    hists: [BTreeMap<Labels, Histogram>; 5],
+    gpu_seconds: BTreeMap<Labels, f64>,
+    queue_spend: BTreeMap<Labels, f64>,
+    queue_budget: BTreeMap<Labels, f64>,
+    queue_max_wait: BTreeMap<Labels, f64>,
     leader: f64,
     policy_errors: BTreeMap<Labels, u64>,
     cloud_calls: BTreeMap<Labels, u64>,
@@ -109,6 +145,15 @@ struct Inner {
     cache_objects: BTreeMap<Labels, f64>,
     runtime_tasks: f64,
     telemetry_spans: BTreeMap<Labels, u64>,
+}
+
+/// A queue's figures the alerts compare with.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct QueueGauges {
+    pub queue: String,
+    pub spend_this_month_usd: f64,
+    pub budget_monthly_usd: Option<f64>,
+    pub max_wait_seconds: Option<f64>,
 }
 
 /// The operator's metrics, shared by the controller and the HTTP server.
@@ -269,17 +314,70 @@ impl Metrics {
         });
     }
 
-    pub fn job_waited(&self, queue: &str, seconds: f64) {
+    fn observe(&self, family: usize, labels: Labels, v: f64) {
         self.with(|m| {
-            m.job_wait
-                .entry(vec![("queue", queue.into())])
+            m.hists[family]
+                .entry(labels)
                 .or_default()
-                .observe(WAIT_BUCKETS, seconds);
+                .observe(HISTOGRAMS[family].2, v);
         });
     }
 
+    pub fn job_waited(&self, queue: &str, seconds: f64) {
+        self.observe(JOB_WAIT, vec![("queue", queue.into())], seconds);
+    }
+
     pub fn reconciled(&self, seconds: f64) {
-        self.with(|m| m.reconcile.observe(CYCLE_BUCKETS, seconds));
+        self.observe(RECONCILE, Vec::new(), seconds);
+    }
+
+    /// A job's first start, `seconds` after it was queued.
+    pub fn time_to_start(&self, queue: &str, environment: &str, seconds: f64) {
+        let labels = vec![("queue", queue.into()), ("environment", environment.into())];
+        self.observe(TIME_TO_START, labels, seconds);
+    }
+
+    /// A job running again `seconds` after a failure.
+    pub fn recovery(&self, queue: &str, environment: &str, seconds: f64) {
+        let labels = vec![("queue", queue.into()), ("environment", environment.into())];
+        self.observe(RECOVERY, labels, seconds);
+    }
+
+    /// A finished run's accrued cost.
+    pub fn run_cost(&self, queue: &str, usd: f64) {
+        self.observe(RUN_COST, vec![("queue", queue.into())], usd);
+    }
+
+    /// Replaces the queue gauges the alerts compare with.
+    pub fn set_queue_gauges(&self, queues: Vec<QueueGauges>) {
+        self.with(|m| {
+            m.queue_spend.clear();
+            m.queue_budget.clear();
+            m.queue_max_wait.clear();
+            for g in queues {
+                let l = vec![("queue", g.queue)];
+                m.queue_spend.insert(l.clone(), g.spend_this_month_usd);
+                if let Some(b) = g.budget_monthly_usd {
+                    m.queue_budget.insert(l.clone(), b);
+                }
+                if let Some(w) = g.max_wait_seconds {
+                    m.queue_max_wait.insert(l, w);
+                }
+            }
+        });
+    }
+
+    /// GPU-seconds a queue's jobs ran in a pool.
+    pub fn gpu_seconds(&self, queue: &str, pool: &str, environment: &str, seconds: f64) {
+        self.with(|m| {
+            *m.gpu_seconds
+                .entry(vec![
+                    ("queue", queue.into()),
+                    ("pool", pool.into()),
+                    ("environment", environment.into()),
+                ])
+                .or_default() += seconds;
+        });
     }
 
     pub fn set_leader(&self, leader: bool) {
@@ -398,192 +496,18 @@ impl Metrics {
         self.with(|m| m.api_writes.values().sum())
     }
 
-    /// Every counter and gauge family, with its points: what `/metrics` shows and what the
-    /// OTLP exporter sends (histograms: their `_count` and `_sum`).
-    fn table(m: &Inner) -> Vec<Family> {
-        trait Num: Copy {
-            fn f(self) -> f64;
-        }
-        impl Num for u64 {
-            fn f(self) -> f64 {
-                self as f64
-            }
-        }
-        impl Num for f64 {
-            fn f(self) -> f64 {
-                self
-            }
-        }
-        fn points<V: Num>(map: &BTreeMap<Labels, V>) -> Vec<(Labels, f64)> {
-            map.iter().map(|(l, v)| (l.clone(), v.f())).collect()
-        }
-        vec![
-            Family(
-                "spillway_jobs",
-                Kind::Gauge,
-                "GpuJobs by queue and phase.",
-                points(&m.jobs),
-            ),
-            Family(
-                "spillway_queue_gpus_in_use",
-                Kind::Gauge,
-                "GPUs in use by each queue's running jobs, by environment.",
-                points(&m.queue_gpus),
-            ),
-            Family(
-                "spillway_pool_gpus",
-                Kind::Gauge,
-                "GPUs of each ComputePool's nodes: capacity and allocated.",
-                points(&m.pool_gpus),
-            ),
-            Family(
-                "spillway_decisions_total",
-                Kind::Counter,
-                "Decisions that changed a job's status, by outcome and reason.",
-                points(&m.decisions),
-            ),
-            Family(
-                "spillway_api_writes_total",
-                Kind::Counter,
-                "Writes to the Kubernetes API, by kind and result.",
-                points(&m.api_writes),
-            ),
-            Family(
-                "spillway_policy_rule_errors_total",
-                Kind::Counter,
-                "BurstPolicy rule expressions that failed at run time (treated as not matching).",
-                points(&m.policy_errors),
-            ),
-            Family(
-                "spillway_cloud_calls_total",
-                Kind::Counter,
-                "Cloud launches and terminations, by call and result.",
-                points(&m.cloud_calls),
-            ),
-            Family(
-                "spillway_spend_usd_total",
-                Kind::Counter,
-                "Cloud spend accrued while this operator ran, USD, by queue, pool and capacity type.",
-                points(&m.spend),
-            ),
-            Family(
-                "spillway_decide_cycles_total",
-                Kind::Counter,
-                "Decision cycles by result: decided in full, or skipped because nothing could change an outcome.",
-                points(&m.decide_cycles),
-            ),
-            Family(
-                "spillway_job_views_total",
-                Kind::Counter,
-                "GpuJob views a turn worked from, by result: derived from the caches, or kept from the turn before because nothing they were derived from changed.",
-                points(&m.job_views),
-            ),
-            Family(
-                "spillway_garbage_collected_total",
-                Kind::Counter,
-                "Orphaned instances terminated and Nodes of vanished instances deleted, by kind.",
-                points(&m.garbage),
-            ),
-            Family(
-                "spillway_webhook_reviews_total",
-                Kind::Counter,
-                "Admission reviews this replica answered, by kind and result (allowed, warned, refused, malformed).",
-                points(&m.webhook),
-            ),
-            Family(
-                "spillway_spot_interruptions_total",
-                Kind::Counter,
-                "Spot instances that went away without Spillway terminating them, by pool and instance type.",
-                points(&m.spot_interruptions),
-            ),
-            Family(
-                "spillway_environment_mismatches_total",
-                Kind::Counter,
-                "Cloud nodes that joined short of their pool's promised environment (driver, CUDA, GPU, memory) or their job's requirements, by pool.",
-                points(&m.environment_mismatches),
-            ),
-            Family(
-                "spillway_environment_drift",
-                Kind::Gauge,
-                "1 when a cloud or cluster pool's driver branch or CUDA version differs from the private nodes', else 0; pools not compared (facts unknown on a side) are absent.",
-                points(&m.environment_drift),
-            ),
-            Family(
-                "spillway_actions_total",
-                Kind::Counter,
-                "Actions the executor finished, by kind and result (ok, failed, cancelled, superseded, skipped).",
-                points(&m.actions),
-            ),
-            Family(
-                "spillway_action_errors_total",
-                Kind::Counter,
-                "Failed attempts of actions, by kind and error category.",
-                points(&m.action_errors),
-            ),
-            Family(
-                "spillway_action_retries_total",
-                Kind::Counter,
-                "Retries of failed actions, by kind.",
-                points(&m.action_retries),
-            ),
-            Family(
-                "spillway_telemetry_spans_total",
-                Kind::Counter,
-                "Spans of the operator's own traces, by result (exported, dropped, failed).",
-                points(&m.telemetry_spans),
-            ),
-            Family(
-                "spillway_invalid_objects",
-                Kind::Gauge,
-                "GpuQueues, ComputePools, Datasets and BurstPolicies the operator cannot use, by kind.",
-                points(&m.invalid_objects),
-            ),
-            Family(
-                "spillway_actions_in_flight",
-                Kind::Gauge,
-                "Actions started and not finished.",
-                vec![(Vec::new(), m.actions_in_flight)],
-            ),
-            Family(
-                "spillway_cache_objects",
-                Kind::Gauge,
-                "Objects in the operator's watch caches, by kind.",
-                points(&m.cache_objects),
-            ),
-            Family(
-                "spillway_runtime_tasks",
-                Kind::Gauge,
-                "Tasks alive in the operator's async runtime.",
-                vec![(Vec::new(), m.runtime_tasks)],
-            ),
-        ]
-    }
-
     /// The counter and gauge families and the histograms' counts and sums, for OTLP.
     pub fn families(&self) -> Vec<Family> {
         self.with(|m| {
-            let mut all = Metrics::table(m);
+            let mut all = families::table(m);
             all.push(Family(
                 "spillway_leader",
                 Kind::Gauge,
                 "1 while this replica is the leader.",
                 vec![(Vec::new(), m.leader)],
             ));
-            let wait: Vec<(Labels, &Histogram)> =
-                m.job_wait.iter().map(|(l, h)| (l.clone(), h)).collect();
-            let cycle = vec![(Vec::new(), &m.reconcile)];
-            for (name, help, hists) in [
-                (
-                    "spillway_job_wait_seconds",
-                    "Seconds from entering the queue to starting, per queue.",
-                    wait,
-                ),
-                (
-                    "spillway_reconcile_duration_seconds",
-                    "Duration of one decision cycle.",
-                    cycle,
-                ),
-            ] {
+            for (i, (name, help, _)) in HISTOGRAMS.iter().enumerate() {
+                let hists = &m.hists[i];
                 all.push(Family(
                     leak(format!("{name}_count")),
                     Kind::Counter,
@@ -608,7 +532,7 @@ impl Metrics {
     pub fn render(&self) -> String {
         self.with(|m| {
             let mut out = String::new();
-            for Family(name, kind, help, points) in Metrics::table(m) {
+            for Family(name, kind, help, points) in families::table(m) {
                 header(&mut out, name, kind.as_str(), help);
                 for (labels, v) in &points {
                     let _ = writeln!(out, "{name}{} {v}", label_text(labels, None));
@@ -621,34 +545,18 @@ impl Metrics {
                 "1 while this replica is the leader.",
             );
             let _ = writeln!(out, "spillway_leader {}", m.leader);
-            header(
-                &mut out,
-                "spillway_job_wait_seconds",
-                "histogram",
-                "Seconds from entering the queue to starting, per queue.",
-            );
-            for (labels, h) in &m.job_wait {
-                histogram(
-                    &mut out,
-                    "spillway_job_wait_seconds",
-                    labels,
-                    WAIT_BUCKETS,
-                    h,
-                );
+            for (i, (name, help, bounds)) in HISTOGRAMS.iter().enumerate() {
+                header(&mut out, name, "histogram", help);
+                // The cycle's (no labels) is shown from the start, at zero.
+                let empty = BTreeMap::from([(Vec::new(), Histogram::default())]);
+                let series = match &m.hists[i] {
+                    h if h.is_empty() && i == RECONCILE => &empty,
+                    h => h,
+                };
+                for (labels, h) in series {
+                    histogram(&mut out, name, labels, bounds, h);
+                }
             }
-            header(
-                &mut out,
-                "spillway_reconcile_duration_seconds",
-                "histogram",
-                "Duration of one decision cycle (snapshot, decide, plan dispatch).",
-            );
-            histogram(
-                &mut out,
-                "spillway_reconcile_duration_seconds",
-                &Vec::new(),
-                CYCLE_BUCKETS,
-                &m.reconcile,
-            );
             out
         })
     }

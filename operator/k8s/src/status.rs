@@ -263,6 +263,10 @@ pub fn desired(
                     .clone()
                     .unwrap_or_else(|| k8s_time(*started_at)),
             );
+            if s.first_started_at.is_none() {
+                s.first_started_at = s.started_at.clone();
+            }
+            s.interrupted_at = None;
             let waited = started_at.since(view.queued_at).as_secs_f64().round() as i64;
             if let Some(d) = decision.filter(|d| {
                 matches!(

@@ -53,6 +53,8 @@ pub struct Inputs {
     pub identity_keys: Option<Arc<k8s_openapi::api::core::v1::Secret>>,
     /// The spend ledger ConfigMap ([`crate::spend_record`]), when it exists.
     pub spend_record: Option<Arc<k8s_openapi::api::core::v1::ConfigMap>>,
+    /// The indicator ledger ConfigMap ([`crate::indicators`]), when it exists.
+    pub indicator_record: Option<Arc<k8s_openapi::api::core::v1::ConfigMap>>,
     /// The other clusters of the cluster pools, as their connections see them; the turn lays
     /// their nodes and pods over `nodes` and `pods` ([`crate::remote::view::overlay`]).
     pub remote: Vec<crate::remote::RemoteCluster>,

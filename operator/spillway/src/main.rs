@@ -52,6 +52,12 @@ enum Command {
     /// What GPUs have cost: queues' and cloud pools' spend this month, jobs' accrued cost.
     #[cfg(feature = "cluster")]
     Cost(kubectl::cost::CostArgs),
+    /// Chargeback: per namespace and queue, GPU-hours, cost and indicators over a window.
+    #[cfg(feature = "cluster")]
+    Report(kubectl::report::ReportArgs),
+    /// The cluster's finished jobs as a `spillway simulate` trace, on stdout.
+    #[cfg(feature = "cluster")]
+    ExportTrace(kubectl::export::ExportTraceArgs),
     /// What each pool's GPUs come with (driver, CUDA, GPU, kernel, runtime), drift flagged.
     #[cfg(feature = "cluster")]
     Parity(kubectl::parity::ParityArgs),
@@ -123,6 +129,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cost(args) => Ok(kubectl::run(|| kubectl::cost::cost(args))),
         #[cfg(feature = "cluster")]
         Command::Parity(args) => Ok(kubectl::run(|| kubectl::parity::run(args))),
+        #[cfg(feature = "cluster")]
+        Command::Report(args) => Ok(kubectl::run(|| kubectl::report::run(args))),
+        #[cfg(feature = "cluster")]
+        Command::ExportTrace(args) => Ok(kubectl::run(|| kubectl::export::run(args))),
         #[cfg(feature = "cluster")]
         Command::Token { command } => identity_cmd::token(command),
         #[cfg(feature = "cluster")]

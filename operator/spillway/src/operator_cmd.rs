@@ -127,6 +127,11 @@ pub struct OperatorArgs {
     /// it (docs/operations.md). Empty: status only.
     #[arg(long, value_name = "NAME", default_value = "spillway-spend")]
     pub spend_ledger: String,
+    /// Name of the ConfigMap, in the operator's namespace, that keeps each queue's indicators
+    /// (time to start, GPU-hours, recovery, cost per run) by day for 31 days, so a restart or
+    /// failover loses none (docs/indicators.md). Empty: memory and status only.
+    #[arg(long, value_name = "NAME", default_value = "spillway-indicators")]
+    pub indicator_ledger: String,
     /// Serve the validating admission webhook (every replica) on --webhook-addr.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub webhook: bool,
@@ -255,6 +260,12 @@ pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
                     spillway_k8s::spend_record::RecordRef {
                         namespace: namespace.clone(),
                         name: args.spend_ledger.clone(),
+                    }
+                }),
+                indicator_record: (!args.indicator_ledger.is_empty()).then(|| {
+                    spillway_k8s::spend_record::RecordRef {
+                        namespace: namespace.clone(),
+                        name: args.indicator_ledger.clone(),
                     }
                 }),
                 ..Settings::default()

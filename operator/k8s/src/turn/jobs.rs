@@ -246,6 +246,7 @@ impl State {
             self.annotated.retain(|k| live.contains(k.as_str()));
             self.attempt_floor.retain(|k, _| live.contains(k.as_str()));
             self.wait_observed.retain(|k| live.contains(k.as_str()));
+            (self.indicators.seen).retain(|k, _| live.contains(k.as_str()));
             self.pruned_at = ids;
         }
         if !self.deleting.is_empty() {
@@ -373,6 +374,8 @@ impl State {
     }
 
     pub(super) fn apply_job_status(&mut self, view: &JobView, st: &GpuJobStatus) {
+        let before = self.last_status(view);
+        self.observe_status(view, &before, st);
         self.quiet.remove(&view.id);
         self.written.jobs.insert(view.id.clone(), st.clone());
         self.emit(Action::ApplyStatus(StatusPatch {
@@ -500,6 +503,10 @@ impl State {
         if view.job.spec.restartable || !was_running {
             let next = self.next_attempt(view);
             requeued(&mut st, next);
+            // The first failure since it last ran: its recovery counts from here.
+            if st.interrupted_at.is_none() {
+                st.interrupted_at = Some(crate::clock::k8s_time(now));
+            }
             let note = format!("{message} The job is requeued (attempt {next}).");
             status::set_condition(
                 &mut st.conditions,

@@ -25,6 +25,7 @@
 mod cloud;
 mod environment;
 mod identity;
+mod indicators;
 mod jobs;
 mod objects;
 pub(crate) mod policies;
@@ -68,6 +69,8 @@ pub struct TurnSettings {
     pub pod_otlp_endpoint: Option<String>,
     /// The spend ledger; `None` keeps spend in status only.
     pub spend_record: Option<crate::spend_record::RecordRef>,
+    /// The indicator ledger; `None` keeps the indicators in memory (and status) only.
+    pub indicator_record: Option<crate::spend_record::RecordRef>,
 }
 
 impl Default for TurnSettings {
@@ -78,6 +81,7 @@ impl Default for TurnSettings {
             identity: None,
             pod_otlp_endpoint: None,
             spend_record: None,
+            indicator_record: None,
         }
     }
 }
@@ -134,6 +138,8 @@ pub struct State {
     opened_accounts: HashSet<String>,
     /// Cloud nodes seen idle, since when.
     idle_since: HashMap<String, Time>,
+    /// The indicators' book and what the queues' statuses show of it.
+    indicators: indicators::Keeping,
     /// Offerings (pool, instance type) whose instance fell short of its pool's environment.
     mismatched: HashMap<(String, String), environment::Mismatched>,
     /// The spend ledger's data last written, until the cache shows it.
@@ -181,6 +187,7 @@ impl State {
             opened_accounts: HashSet::new(),
             idle_since: HashMap::new(),
             mismatched: HashMap::new(),
+            indicators: indicators::Keeping::default(),
             keys_written: None,
             spend_written: None,
             tokens: HashMap::new(),
@@ -288,6 +295,7 @@ impl State {
             facts_wake = self.check_environments(&mut built, &inputs, c, metrics, now);
         }
         let rates = self.account_spend(&mut built, &inputs, cloud, metrics, now);
+        self.account_indicators(&built, &inputs, metrics, now);
         if let Some(c) = cloud {
             // After the spend: what EC2 has not answered yet is not billed, but it is counted.
             cloud::add_launching(&mut built, c, now);
@@ -331,6 +339,8 @@ impl State {
             .flatten()
             .min();
         self.objects(&built, &inputs, cloud, &rates, metrics, now);
+        self.record_indicators(metrics, now);
+        self.prune_shown(&inputs);
         Turn {
             actions: std::mem::take(&mut self.out),
             wake,
@@ -431,6 +441,11 @@ impl State {
             Action::ApplySecret(secret) => {
                 tracing::warn!(secret = %format!("{}/{}", secret.namespace(), secret.name()), error = %f.error, "writing a Secret failed; writing it again at the next turn");
                 self.token_failed(secret.namespace(), secret.name());
+                Vec::new()
+            }
+            Action::RecordIndicators(_) => {
+                tracing::warn!(error = %f.error, "writing the indicator ledger failed; writing it again at the next turn");
+                self.indicators_failed();
                 Vec::new()
             }
             Action::RecordSpend(_) => {

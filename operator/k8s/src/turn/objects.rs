@@ -173,6 +173,7 @@ impl State {
         }
         metrics.set_gpus(queue_gpus, pool_gpus);
 
+        let mut gauges = Vec::new();
         for q in &inputs.queues {
             let name = q.name_any();
             let Some(mut st) = per_queue.remove(&name) else {
@@ -187,6 +188,7 @@ impl State {
                 .unwrap_or(current.clone());
             st.gpus_in_use
                 .get_or_insert_with(GpusByEnvironment::default);
+            st.indicators = Some(self.queue_indicators(&name, base.indicators.as_ref(), now));
             st.conditions = base.conditions.clone();
             let problem = built.invalid_objects.get(&format!("GpuQueue/{name}"));
             let generation = q.metadata.generation;
@@ -255,6 +257,7 @@ impl State {
                     },
                 },
             );
+            gauges.push(super::indicators::queue_gauges(q, &st));
             if !changed(&mut self.written.queues, &name, &st, &base, &current) {
                 continue;
             }
@@ -265,6 +268,7 @@ impl State {
                 serde_json::to_value(&st),
             );
         }
+        metrics.set_queue_gauges(gauges);
     }
 
     fn pools(

@@ -8,9 +8,13 @@
 
 pub mod cost;
 pub mod explain;
+pub mod export;
+pub mod history;
 pub mod jobs;
 pub mod overview;
 pub mod parity;
+pub mod report;
+pub mod report_html;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -334,6 +334,7 @@ async fn lifecycle(helm: Helm) {
         format!("Lease {ns}/{fullname}"),
         format!("Secret {ns}/{fullname}-identity-keys"),
         format!("ConfigMap {ns}/{fullname}-spend"),
+        format!("ConfigMap {ns}/{fullname}-indicators"),
         format!("Service {ns}/{fullname}-webhook"),
         format!("Secret {ns}/{fullname}-webhook-tls"),
         format!("ValidatingWebhookConfiguration /{fullname}"),
@@ -658,10 +659,23 @@ async fn lifecycle(helm: Helm) {
             "no *{suffix} in the spend ledger: {recorded:?}"
         );
     }
+    // And the queue's indicators in theirs.
+    let indicators = ledgers
+        .get(&format!("{fullname}-indicators"))
+        .await
+        .unwrap()
+        .data
+        .unwrap_or_default();
+    assert!(
+        indicators
+            .keys()
+            .any(|k| k.ends_with(&format!(".queue.{ns}"))),
+        "the queue in the indicator ledger: {indicators:?}"
+    );
     drop(machines);
     op.stop();
 
-    // helm uninstall: nothing of the release is left but the CRDs and the spend ledger.
+    // helm uninstall: nothing of the release is left but the CRDs and the two ledgers.
     let uninstall = helm.run(&[
         "uninstall",
         &release,
@@ -676,9 +690,14 @@ async fn lifecycle(helm: Helm) {
         helm.major,
         text(&uninstall)
     );
-    let kept = vec![format!("ConfigMap {ns}/{ledger_name}")];
+    let mut kept = vec![
+        format!("ConfigMap {ns}/{ledger_name}"),
+        format!("ConfigMap {ns}/{fullname}-indicators"),
+    ];
+    kept.sort();
     eventually(WAIT, "no object of the release left", || async {
-        let left = release_objects(&client, &release).await;
+        let mut left = release_objects(&client, &release).await;
+        left.sort();
         if left == kept {
             Ok(())
         } else {

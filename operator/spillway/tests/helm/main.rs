@@ -224,6 +224,7 @@ fn the_default_render_is_hardened_and_least_privilege() {
             "--identity-keys-secret=spillway-identity-keys",
             "--identity-issuer=https://spillway-identity.spillway-system.svc",
             "--spend-ledger=spillway-spend",
+            "--indicator-ledger=spillway-indicators",
             "--webhook=true",
             "--webhook-secret=spillway-webhook-tls",
             "--webhook-self-signed=true",
@@ -274,13 +275,15 @@ fn the_default_render_is_hardened_and_least_privilege() {
             one(&objects, "Lease", "spillway")["metadata"]["namespace"],
             "spillway-system"
         );
-        // The spend ledger outlives the release (a reinstall must not reset budgets), and the
-        // operator reads and patches that one ConfigMap only.
-        let ledger = one(&objects, "ConfigMap", "spillway-spend");
-        assert_eq!(
-            ledger["metadata"]["annotations"]["helm.sh/resource-policy"],
-            "keep"
-        );
+        // The spend and indicator ledgers outlive the release (a reinstall must not reset
+        // budgets or history), and the operator reads and patches those two ConfigMaps only.
+        for name in ["spillway-spend", "spillway-indicators"] {
+            let ledger = one(&objects, "ConfigMap", name);
+            assert_eq!(
+                ledger["metadata"]["annotations"]["helm.sh/resource-policy"],
+                "keep"
+            );
+        }
         let configmap_rules: Vec<_> = rules(&objects)
             .into_iter()
             .filter(|(_, r)| strings(&r["resources"]).contains(&"configmaps"))
@@ -288,7 +291,10 @@ fn the_default_render_is_hardened_and_least_privilege() {
         assert_eq!(configmap_rules.len(), 1, "{configmap_rules:?}");
         let (at, r) = &configmap_rules[0];
         assert_eq!(at, "namespace spillway-system");
-        assert_eq!(strings(&r["resourceNames"]), ["spillway-spend"]);
+        assert_eq!(
+            strings(&r["resourceNames"]),
+            ["spillway-indicators", "spillway-spend"]
+        );
         assert_eq!(strings(&r["verbs"]), ["get", "list", "watch", "patch"]);
         // The webhook: only Spillway's kinds reach it, and an operator that is down blocks
         // nothing by default; the operator may change this one configuration's caBundle only.

@@ -6,6 +6,7 @@ mod fixtures;
 mod cloud;
 mod environment;
 mod identity;
+mod indicators;
 mod jobs;
 mod kept;
 mod objects;

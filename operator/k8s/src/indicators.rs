@@ -1,0 +1,480 @@
+//! The indicators a platform team reports on, kept per queue across restarts and failovers:
+//! time to start, GPU-hours by environment and pool, private GPU allocation, recovery time
+//! after a failure, cost per run and burst share (docs/indicators.md defines each).
+//!
+//! They live in a ledger the operator owns (`--indicator-ledger`, a ConfigMap in its namespace
+//! that the chart creates and keeps), one key per series and UTC day, `<YYYY-MM-DD>.<series>`,
+//! where a series is `queue.<name>` or `private` (the private pools' capacity). A day holds
+//! hourly buckets while it is today or yesterday, then one bucket merged from them; days older
+//! than [`KEEP_DAYS`] are dropped. So a queue costs about 200 bytes a day, and a ConfigMap's
+//! 1 MiB holds some 80 queues' 30 days. Each bucket holds histograms (fixed bounds, the same
+//! as the metrics'), sums and GPU-seconds; the windows of `status.indicators` are merged from
+//! the buckets, their quantiles estimated as Prometheus' `histogram_quantile` does.
+//!
+//! Pure: the turn hands in the cached ConfigMap, what it observed and the clock; it gets back
+//! the data to write and the status to show.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use serde::{Deserialize, Serialize};
+use spillway_api::indicators::{
+    CostPerRun, GpuHours, Indicators, Quantiles, QueueIndicators, TimeToStart,
+};
+use spillway_core::{Duration, Time};
+
+/// Days of buckets kept, today included (the 30-day window and a day to spare).
+pub const KEEP_DAYS: i64 = 31;
+
+/// Bounds of the time histograms (time to start, recovery), seconds: the metrics' too.
+pub const SECONDS_BOUNDS: &[f64] = &[
+    1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0,
+    43200.0, 86400.0,
+];
+
+/// Bounds of the cost-per-run histogram, USD.
+pub const COST_BOUNDS: &[f64] = &[
+    0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0,
+    5000.0,
+];
+
+/// The series of the private pools' capacity.
+pub const PRIVATE: &str = "private";
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+fn is_zero_f(v: &f64) -> bool {
+    *v == 0.0
+}
+
+/// A histogram over fixed bounds: counts by bucket index (the index past the last bound is
+/// `+Inf`), only those not zero.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Hist {
+    #[serde(rename = "b", default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub buckets: BTreeMap<u8, u64>,
+    #[serde(rename = "n", default, skip_serializing_if = "is_zero")]
+    pub count: u64,
+    #[serde(rename = "s", default, skip_serializing_if = "is_zero_f")]
+    pub sum: f64,
+}
+
+impl Hist {
+    pub fn observe(&mut self, bounds: &[f64], v: f64) {
+        let v = if v.is_finite() { v.max(0.0) } else { 0.0 };
+        let i = bounds.iter().position(|b| v <= *b).unwrap_or(bounds.len());
+        *self.buckets.entry(i as u8).or_default() += 1;
+        self.count += 1;
+        self.sum += v;
+    }
+
+    pub fn merge(&mut self, other: &Hist) {
+        for (i, n) in &other.buckets {
+            *self.buckets.entry(*i).or_default() += n;
+        }
+        self.count += other.count;
+        self.sum += other.sum;
+    }
+
+    /// The `q` quantile, linear within the bucket it falls in (a bucket's lower bound is the
+    /// bound before it, 0 for the first); one in the `+Inf` bucket is the last bound.
+    pub fn quantile(&self, bounds: &[f64], q: f64) -> Option<f64> {
+        if self.count == 0 {
+            return None;
+        }
+        let rank = q * self.count as f64;
+        let mut seen = 0u64;
+        for (i, n) in &self.buckets {
+            let i = usize::from(*i);
+            if (seen + n) as f64 >= rank {
+                let Some(upper) = bounds.get(i) else {
+                    return bounds.last().copied();
+                };
+                let lower = if i == 0 { 0.0 } else { bounds[i - 1] };
+                let within = (rank - seen as f64) / *n as f64;
+                return Some(lower + (upper - lower) * within.clamp(0.0, 1.0));
+            }
+            seen += n;
+        }
+        bounds.last().copied()
+    }
+
+    fn quantiles(&self, bounds: &[f64]) -> Option<Quantiles> {
+        Some(Quantiles {
+            p50: round(self.quantile(bounds, 0.5)?, 0),
+            p95: round(self.quantile(bounds, 0.95)?, 0),
+            count: self.count as i64,
+        })
+    }
+}
+
+/// What one series saw in one bucket of time.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Bucket {
+    /// Time to start of first starts, by the environment they started in.
+    #[serde(rename = "tts", default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub time_to_start: BTreeMap<String, Hist>,
+    /// Recovery times, by the environment the job ran again in.
+    #[serde(rename = "rec", default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub recovery: BTreeMap<String, Hist>,
+    /// Accrued cost of finished runs.
+    #[serde(rename = "cost", default, skip_serializing_if = "is_empty_hist")]
+    pub cost: Hist,
+    /// GPU-seconds run, by environment.
+    #[serde(rename = "env", default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub gpu_seconds: BTreeMap<String, f64>,
+    /// GPU-seconds run, by pool.
+    #[serde(rename = "pool", default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pool_gpu_seconds: BTreeMap<String, f64>,
+    /// The private pools' GPU capacity, GPU-seconds (series `private`).
+    #[serde(rename = "cap", default, skip_serializing_if = "is_zero_f")]
+    pub capacity_gpu_seconds: f64,
+}
+
+fn is_empty_hist(h: &Hist) -> bool {
+    h.count == 0
+}
+
+impl Bucket {
+    pub fn merge(&mut self, other: &Bucket) {
+        let hists = [
+            (&mut self.time_to_start, &other.time_to_start),
+            (&mut self.recovery, &other.recovery),
+        ];
+        for (mine, theirs) in hists {
+            for (k, h) in theirs {
+                mine.entry(k.clone()).or_default().merge(h);
+            }
+        }
+        self.cost.merge(&other.cost);
+        for (mine, theirs) in [
+            (&mut self.gpu_seconds, &other.gpu_seconds),
+            (&mut self.pool_gpu_seconds, &other.pool_gpu_seconds),
+        ] {
+            for (k, v) in theirs {
+                *mine.entry(k.clone()).or_default() += v;
+            }
+        }
+        self.capacity_gpu_seconds += other.capacity_gpu_seconds;
+    }
+}
+
+/// One UTC day of one series: hourly buckets (by hour of day) while it is recent, then one
+/// merged bucket.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Day {
+    #[serde(rename = "h", default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub hours: BTreeMap<u8, Bucket>,
+    #[serde(rename = "d", default, skip_serializing_if = "Option::is_none")]
+    pub merged: Option<Bucket>,
+}
+
+impl Day {
+    fn all(&self) -> Bucket {
+        let mut b = self.merged.clone().unwrap_or_default();
+        for h in self.hours.values() {
+            b.merge(h);
+        }
+        b
+    }
+}
+
+/// The day number (days since the epoch, UTC) and hour of a moment.
+fn day_hour(t: Time) -> (i64, u8) {
+    let secs = t.as_millis().div_euclid(1000);
+    (
+        secs.div_euclid(86_400),
+        (secs.rem_euclid(86_400) / 3600) as u8,
+    )
+}
+
+/// `YYYY-MM-DD` of a day number.
+fn date(day: i64) -> String {
+    k8s_openapi::jiff::Timestamp::from_second(day * 86_400)
+        .map(|t| t.strftime("%Y-%m-%d").to_string())
+        .unwrap_or_default()
+}
+
+fn day_of(date: &str) -> Option<i64> {
+    let d: k8s_openapi::jiff::civil::Date = date.parse().ok()?;
+    let t = d.to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC).ok()?;
+    Some(t.timestamp().as_second().div_euclid(86_400))
+}
+
+/// Rounds to `digits` decimals.
+fn round(v: f64, digits: i32) -> f64 {
+    let f = 10f64.powi(digits);
+    (v * f).round() / f
+}
+
+/// The ledger as the turn keeps it: each series' days, the data last read or written, and
+/// whether something changed since.
+#[derive(Clone, Debug, Default)]
+pub struct Book {
+    /// (series, day number) -> the day.
+    days: BTreeMap<(String, i64), Day>,
+    /// Keys that could not be read, kept as they are.
+    raw_unread: BTreeMap<String, String>,
+    /// Time observations (starts, recoveries, finishes) not yet written.
+    pub unwritten_events: u64,
+    /// Anything not yet written.
+    pub dirty: bool,
+    /// Everything up to here is in the buckets (GPU-seconds accrued).
+    pub through: Option<Time>,
+    /// When the book was opened from the ledger (a turn reads it once per leadership).
+    pub opened: bool,
+}
+
+/// Key of the `through` mark in the ledger.
+const THROUGH: &str = "through";
+
+impl Book {
+    /// Reads the ledger; an entry that does not parse is logged and kept as it is.
+    pub fn read(cm: Option<&ConfigMap>) -> Book {
+        let mut b = Book::default();
+        for (k, v) in cm.and_then(|c| c.data.as_ref()).into_iter().flatten() {
+            if k == THROUGH {
+                b.through = crate::clock::parse_rfc3339(v);
+                continue;
+            }
+            let parsed = k
+                .split_once('.')
+                .and_then(|(d, series)| Some((day_of(d)?, series)))
+                .and_then(|(d, series)| Some((d, series, serde_json::from_str::<Day>(v).ok()?)));
+            match parsed {
+                Some((d, series, day)) => {
+                    b.days.insert((series.to_string(), d), day);
+                }
+                None => {
+                    tracing::warn!(key = %k, "an indicator ledger entry cannot be read; kept as it is");
+                    b.raw_unread.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        b.opened = true;
+        b
+    }
+
+    /// The bucket of `series` for the hour of `t`.
+    fn bucket(&mut self, series: &str, t: Time) -> &mut Bucket {
+        let (d, h) = day_hour(t);
+        self.dirty = true;
+        self.days
+            .entry((series.to_string(), d))
+            .or_default()
+            .hours
+            .entry(h)
+            .or_default()
+    }
+
+    pub fn queue_series(queue: &str) -> String {
+        format!("queue.{queue}")
+    }
+
+    /// A first start of a job of `queue` in `environment`, `seconds` after it was queued.
+    pub fn started(&mut self, queue: &str, environment: &str, seconds: f64, at: Time) {
+        self.unwritten_events += 1;
+        self.bucket(&Book::queue_series(queue), at)
+            .time_to_start
+            .entry(environment.to_string())
+            .or_default()
+            .observe(SECONDS_BOUNDS, seconds);
+    }
+
+    /// A job of `queue` running again in `environment`, `seconds` after it failed.
+    pub fn recovered(&mut self, queue: &str, environment: &str, seconds: f64, at: Time) {
+        self.unwritten_events += 1;
+        self.bucket(&Book::queue_series(queue), at)
+            .recovery
+            .entry(environment.to_string())
+            .or_default()
+            .observe(SECONDS_BOUNDS, seconds);
+    }
+
+    /// A run of `queue` finished, having cost `usd`.
+    pub fn finished(&mut self, queue: &str, usd: f64, at: Time) {
+        self.unwritten_events += 1;
+        self.bucket(&Book::queue_series(queue), at)
+            .cost
+            .observe(COST_BOUNDS, usd);
+    }
+
+    /// Adds `gpus` GPUs of `queue` running in `pool` (`environment`) from `from` to `to`,
+    /// spread over the hours they span.
+    pub fn ran(
+        &mut self,
+        queue: &str,
+        pool: &str,
+        environment: &str,
+        gpus: f64,
+        from: Time,
+        to: Time,
+    ) {
+        let series = Book::queue_series(queue);
+        for (at, secs) in hours_between(from, to) {
+            let b = self.bucket(&series, at);
+            *b.gpu_seconds.entry(environment.to_string()).or_default() += gpus * secs;
+            *b.pool_gpu_seconds.entry(pool.to_string()).or_default() += gpus * secs;
+        }
+    }
+
+    /// Adds the private pools' capacity of `gpus` GPUs from `from` to `to`.
+    pub fn capacity(&mut self, gpus: f64, from: Time, to: Time) {
+        for (at, secs) in hours_between(from, to) {
+            self.bucket(PRIVATE, at).capacity_gpu_seconds += gpus * secs;
+        }
+    }
+
+    /// Merges the hours of days before yesterday and drops days older than [`KEEP_DAYS`].
+    pub fn compact(&mut self, now: Time) {
+        let (today, _) = day_hour(now);
+        self.days.retain(|(_, d), _| today - d < KEEP_DAYS);
+        for ((_, d), day) in self.days.iter_mut() {
+            if today - *d >= 2 && !day.hours.is_empty() {
+                let all = day.all();
+                day.hours.clear();
+                day.merged = Some(all);
+                self.dirty = true;
+            }
+        }
+        self.raw_unread.retain(|k, _| {
+            k.split_once('.')
+                .and_then(|(d, _)| day_of(d))
+                .is_none_or(|d| today - d < KEEP_DAYS)
+        });
+    }
+
+    /// The ledger's data as it should be written.
+    pub fn data(&self) -> BTreeMap<String, String> {
+        let mut out = self.raw_unread.clone();
+        for ((series, d), day) in &self.days {
+            if let Ok(v) = serde_json::to_string(day) {
+                out.insert(format!("{}.{series}", date(*d)), v);
+            }
+        }
+        if let Some(t) = self.through {
+            out.insert(THROUGH.to_string(), crate::clock::rfc3339(t));
+        }
+        out
+    }
+
+    /// `series` merged over the window: the last 24 hours (this hour and the 23 before it) or
+    /// the last 30 days (today and the 29 before it).
+    pub fn window(&self, series: &str, now: Time, last: Window) -> Bucket {
+        let (today, hour) = day_hour(now);
+        let now_hour = today * 24 + i64::from(hour);
+        let mut out = Bucket::default();
+        let first_day = match last {
+            Window::Hours24 => (now_hour - 23).div_euclid(24),
+            Window::Days30 => today - 29,
+        };
+        for ((_, d), day) in self
+            .days
+            .range((series.to_string(), first_day)..=(series.to_string(), today))
+        {
+            match last {
+                Window::Days30 => out.merge(&day.all()),
+                Window::Hours24 => {
+                    for (h, b) in &day.hours {
+                        if d * 24 + i64::from(*h) > now_hour - 24 {
+                            out.merge(b);
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// A queue's indicators over both windows.
+    pub fn queue_indicators(&self, queue: &str, now: Time) -> QueueIndicators {
+        let series = Book::queue_series(queue);
+        let of = |w: Window| {
+            let b = self.window(&series, now, w);
+            let capacity = self.window(PRIVATE, now, w).capacity_gpu_seconds;
+            indicators(&b, capacity)
+        };
+        QueueIndicators {
+            last_24h: Some(of(Window::Hours24)),
+            last_30d: Some(of(Window::Days30)),
+        }
+    }
+}
+
+/// The windows of `status.indicators`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Window {
+    Hours24,
+    Days30,
+}
+
+/// The indicators a window's bucket gives, with the private capacity over it.
+pub fn indicators(b: &Bucket, private_capacity_gpu_seconds: f64) -> Indicators {
+    let mut all = Hist::default();
+    let mut by_environment = BTreeMap::new();
+    for (env, h) in &b.time_to_start {
+        all.merge(h);
+        if let Some(q) = h.quantiles(SECONDS_BOUNDS) {
+            by_environment.insert(env.clone(), q);
+        }
+    }
+    let time_to_start = all.quantiles(SECONDS_BOUNDS).map(|q| TimeToStart {
+        p50: q.p50,
+        p95: q.p95,
+        count: q.count,
+        by_environment,
+    });
+    let mut recovery = Hist::default();
+    for h in b.recovery.values() {
+        recovery.merge(h);
+    }
+    let hours = |env: &str| round(b.gpu_seconds.get(env).copied().unwrap_or(0.0) / 3600.0, 2);
+    let private_seconds = b.gpu_seconds.get("private").copied().unwrap_or(0.0);
+    let started_away: u64 = ["cloud", "remote"]
+        .iter()
+        .filter_map(|e| b.time_to_start.get(*e))
+        .map(|h| h.count)
+        .sum();
+    Indicators {
+        time_to_start_seconds: time_to_start,
+        gpu_hours: GpuHours {
+            private: hours("private"),
+            cloud: hours("cloud"),
+            remote: hours("remote"),
+        },
+        private_gpu_allocation: Some(if private_capacity_gpu_seconds > 0.0 {
+            round((private_seconds / private_capacity_gpu_seconds).min(1.0), 3)
+        } else {
+            0.0
+        }),
+        recovery_seconds: recovery.quantiles(SECONDS_BOUNDS),
+        cost_per_run_usd: (b.cost.count > 0).then(|| CostPerRun {
+            mean: round(b.cost.sum / b.cost.count as f64, 2),
+            p95: round(b.cost.quantile(COST_BOUNDS, 0.95).unwrap_or(0.0), 2),
+            count: b.cost.count as i64,
+        }),
+        burst_share: (all.count > 0).then(|| round(started_away as f64 / all.count as f64, 3)),
+    }
+}
+
+/// The hours `[from, to)` spans: (a moment in the hour, seconds of it), in order.
+fn hours_between(from: Time, to: Time) -> Vec<(Time, f64)> {
+    let mut out = Vec::new();
+    let mut t = from.as_millis();
+    let end = to.as_millis();
+    while t < end {
+        let next = ((t.div_euclid(3_600_000)) + 1) * 3_600_000;
+        let stop = next.min(end);
+        out.push((Time::from_millis(t), (stop - t) as f64 / 1000.0));
+        t = stop;
+    }
+    out
+}
+
+/// How long the book may go unwritten while only GPU-seconds move.
+pub const REFRESH: Duration = Duration::from_secs(60);
+
+#[cfg(test)]
+mod tests;
