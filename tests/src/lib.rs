@@ -16,6 +16,8 @@
 //! - [`helm::Helm`]: real Helm 3 and Helm 4 binaries (with kubectl), each with isolated homes.
 //! - [`apifaults::ApiFaults`]: an HTTPS proxy in front of the API server that answers 429 or
 //!   500 for a while.
+//! - [`prometheus::Prometheus`]: a real Prometheus server scraping a test's operator, with
+//!   rules loaded; [`browser`]: headless Chromium checking a report page.
 //! - [`partition::Partition`]: a TCP proxy in front of the API server that cuts one replica off
 //!   (its requests swallowed, the server's answers and watch events still flowing), and logs
 //!   what it sends.
@@ -25,6 +27,7 @@
 //! cache. `scripts/test.sh` installs both before running the tests.
 
 pub mod apifaults;
+pub mod browser;
 pub mod cluster;
 pub mod faults;
 pub mod helm;
@@ -35,6 +38,7 @@ pub mod operator;
 pub mod otlp;
 pub mod partition;
 mod process;
+pub mod prometheus;
 pub use process::free_port;
 pub mod workload;
 

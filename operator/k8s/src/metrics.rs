@@ -126,6 +126,7 @@ struct Inner {
     queue_spend: BTreeMap<Labels, f64>,
     queue_budget: BTreeMap<Labels, f64>,
     queue_max_wait: BTreeMap<Labels, f64>,
+    private_gpus: f64,
     leader: f64,
     policy_errors: BTreeMap<Labels, u64>,
     cloud_calls: BTreeMap<Labels, u64>,
@@ -331,6 +332,42 @@ impl Metrics {
         self.observe(RECONCILE, Vec::new(), seconds);
     }
 
+    /// Makes the series of these queues (by environment) and cloud pools exist at zero before
+    /// anything is observed, so rates and alerts on them have data from the start.
+    pub fn init_series(
+        &self,
+        queues: &[String],
+        environments: &[&'static str],
+        cloud_pools: &[String],
+    ) {
+        self.with(|m| {
+            for q in queues {
+                for env in environments {
+                    let labels = vec![("queue", q.clone()), ("environment", (*env).to_string())];
+                    m.hists[TIME_TO_START].entry(labels.clone()).or_default();
+                    m.hists[RECOVERY].entry(labels).or_default();
+                }
+                m.hists[RUN_COST]
+                    .entry(vec![("queue", q.clone())])
+                    .or_default();
+            }
+            for p in cloud_pools {
+                m.environment_mismatches
+                    .entry(vec![("pool", p.clone())])
+                    .or_default();
+            }
+            if !cloud_pools.is_empty() {
+                for call in ["launch", "terminate"] {
+                    for result in ["ok", "error"] {
+                        m.cloud_calls
+                            .entry(vec![("call", call.into()), ("result", result.into())])
+                            .or_default();
+                    }
+                }
+            }
+        });
+    }
+
     /// A job's first start, `seconds` after it was queued.
     pub fn time_to_start(&self, queue: &str, environment: &str, seconds: f64) {
         let labels = vec![("queue", queue.into()), ("environment", environment.into())];
@@ -365,6 +402,11 @@ impl Metrics {
                 }
             }
         });
+    }
+
+    /// The private pools' GPUs (every private node's).
+    pub fn set_private_gpus(&self, gpus: u32) {
+        self.with(|m| m.private_gpus = f64::from(gpus));
     }
 
     /// GPU-seconds a queue's jobs ran in a pool.

@@ -76,10 +76,12 @@ fn line_chart(
     {
         let root = SVGBackend::with_string(&mut svg, (900, 380)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
+        // The data's own span (a short window is not stretched to an hour).
         let x_max = series
             .iter()
             .flat_map(|(_, p)| p.iter().map(|q| q.0))
-            .fold(1.0f64, f64::max);
+            .fold(0.0f64, f64::max);
+        let x_max = if x_max > 0.0 { x_max } else { 1.0 };
         let y_max = series
             .iter()
             .flat_map(|(_, p)| p.iter().map(|q| q.1))

@@ -2,7 +2,7 @@
 //! scripts/test.sh and named by SPILLWAY_CHROMIUM): they load without console errors and fit a
 //! laptop-width window without horizontal scrolling.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn spillway(args: &[&str]) -> Output {
@@ -12,100 +12,11 @@ fn spillway(args: &[&str]) -> Output {
         .expect("run spillway")
 }
 
-fn chromium() -> String {
-    std::env::var("SPILLWAY_CHROMIUM").unwrap_or_else(|_| {
-        panic!("SPILLWAY_CHROMIUM is not set: run the tests with scripts/test.sh, which installs Chromium (scripts/chromium.sh)")
-    })
-}
-
 fn tmp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("spillway-browser-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-fn headless(dir: &Path, extra: &[&str], page: &str) -> Output {
-    Command::new(chromium())
-        .args([
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--allow-file-access-from-files",
-            "--window-size=1366,900",
-            "--virtual-time-budget=5000",
-            "--enable-logging=stderr",
-            "--v=0",
-        ])
-        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
-        .args(extra)
-        .arg(format!("file://{}", dir.join(page).display()))
-        .output()
-        .expect("run chromium")
-}
-
-/// Loads `index.html` of `dir` at 1366 px: checks the console and the layout, takes a
-/// screenshot.
-fn check_in_browser(dir: &Path) {
-    // A page that loads the report in a laptop-wide frame and writes what it measured into
-    // its own DOM, which --dump-dom prints.
-    std::fs::write(
-        dir.join("check.html"),
-        r#"<!doctype html><html><body><iframe id="f" src="index.html" style="width:1366px;height:900px;border:0"></iframe>
-<script>
-document.getElementById('f').onload = () => {
-  const d = document.getElementById('f').contentDocument;
-  const r = { scroll: d.documentElement.scrollWidth, client: d.documentElement.clientWidth,
-              svgs: d.querySelectorAll('svg').length, tables: d.querySelectorAll('table').length };
-  const p = document.createElement('pre'); p.id = 'result'; p.textContent = JSON.stringify(r);
-  document.body.appendChild(p);
-};
-</script></body></html>"#,
-    )
-    .unwrap();
-    let out = headless(dir, &["--dump-dom"], "check.html");
-    let dom = String::from_utf8_lossy(&out.stdout);
-    let json = dom
-        .split("<pre id=\"result\">")
-        .nth(1)
-        .and_then(|r| r.split("</pre>").next())
-        .unwrap_or_else(|| {
-            panic!(
-                "the check page measured nothing:\n{dom}\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-    let r: serde_json::Value = serde_json::from_str(json).unwrap();
-    assert!(r["svgs"].as_u64().unwrap() >= 1, "{r}");
-    assert!(r["tables"].as_u64().unwrap() >= 1, "{r}");
-    assert!(
-        r["scroll"].as_u64().unwrap() <= r["client"].as_u64().unwrap(),
-        "the report scrolls sideways at 1366 px: {r}"
-    );
-
-    let shot = dir.join("screenshot.png");
-    let out = headless(
-        dir,
-        &[&format!("--screenshot={}", shot.display())],
-        "index.html",
-    );
-    let log = String::from_utf8_lossy(&out.stderr);
-    let console: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("CONSOLE") || l.contains("Uncaught"))
-        .collect();
-    assert!(
-        console.is_empty(),
-        "console messages:\n{}",
-        console.join("\n")
-    );
-    let png = std::fs::read(&shot).expect("a screenshot");
-    assert!(
-        png.starts_with(b"\x89PNG") && png.len() > 10_000,
-        "{} bytes",
-        png.len()
-    );
 }
 
 #[test]
@@ -133,7 +44,7 @@ fn the_sweep_report_reads_well_in_a_browser() {
     for family in ["spillway", "starburst", "constant-wait", "no-wait"] {
         assert!(svg.contains(family), "{family} missing from the chart");
     }
-    check_in_browser(&dir);
+    spillway_tests::browser::check_in_browser(&dir);
 }
 
 #[test]
@@ -145,5 +56,5 @@ fn the_comparison_report_reads_well_in_a_browser() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    check_in_browser(&dir);
+    spillway_tests::browser::check_in_browser(&dir);
 }

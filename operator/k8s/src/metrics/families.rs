@@ -91,6 +91,12 @@ pub(super) fn table(m: &Inner) -> Vec<Family> {
             points(&m.queue_max_wait),
         ),
         Family(
+            "spillway_private_gpus",
+            Kind::Gauge,
+            "GPUs of the private pools' nodes: the capacity private GPU allocation divides by.",
+            vec![(Vec::new(), m.private_gpus)],
+        ),
+        Family(
             "spillway_gpu_seconds_total",
             Kind::Counter,
             "GPU-seconds run by each queue's jobs, by pool and environment (private, cloud, remote), accrued while this operator ran.",

@@ -79,13 +79,45 @@ impl State {
             k.book = Book::read(inputs.indicator_record.as_deref());
         }
         let from = k.book.through.unwrap_or(now).min(now);
+        let pools: HashMap<&str, &core::Pool> = built
+            .snapshot
+            .pools
+            .iter()
+            .map(|p| (p.name.as_str(), p))
+            .collect();
+        let private: u32 = built
+            .snapshot
+            .nodes
+            .iter()
+            .filter(|n| {
+                pools
+                    .get(n.pool.as_str())
+                    .is_some_and(|p| matches!(p.kind, core::PoolKind::Private { .. }))
+            })
+            .map(|n| n.gpus)
+            .sum();
+        metrics.set_private_gpus(private);
+        let mut environments = vec!["private"];
+        for (env, any) in [
+            ("cloud", pools.values().any(|p| p.is_cloud())),
+            ("remote", pools.values().any(|p| p.is_cluster())),
+        ] {
+            if any {
+                environments.push(env);
+            }
+        }
+        let queues: Vec<String> = built
+            .snapshot
+            .queues
+            .iter()
+            .map(|q| q.name.clone())
+            .collect();
+        let cloud_pools: Vec<String> = (pools.values())
+            .filter(|p| p.is_cloud())
+            .map(|p| p.name.clone())
+            .collect();
+        metrics.init_series(&queues, &environments, &cloud_pools);
         if from < now {
-            let pools: HashMap<&str, &core::Pool> = built
-                .snapshot
-                .pools
-                .iter()
-                .map(|p| (p.name.as_str(), p))
-                .collect();
             for v in built.jobs.values() {
                 // Running now, or finished since the last turn (up to its end).
                 let (pool, started_at, end) = match &v.lifecycle {
@@ -124,17 +156,6 @@ impl State {
                     gpus * end.since(start).as_secs_f64(),
                 );
             }
-            let private: u32 = built
-                .snapshot
-                .nodes
-                .iter()
-                .filter(|n| {
-                    pools
-                        .get(n.pool.as_str())
-                        .is_some_and(|p| matches!(p.kind, core::PoolKind::Private { .. }))
-                })
-                .map(|n| n.gpus)
-                .sum();
             if private > 0 {
                 k.book.capacity(f64::from(private), from, now);
             }

@@ -69,6 +69,15 @@ pub fn outcome(all: &[Run], private_gpus: u32, from: i64, to: i64) -> Outcome {
     for (t, q, p, c, dr) in changes {
         spend += rate * (t - last);
         last = t;
+        // A step, not a slope: the values up to this moment, then the new ones.
+        out.samples.push(Sample {
+            t_s: t,
+            queued: queued.max(0) as u32,
+            private_busy_gpus: private.max(0) as u32,
+            cloud_busy_gpus: cloud.max(0) as u32,
+            cloud_spend_usd: spend,
+            ..Sample::default()
+        });
         queued += q;
         private += p;
         cloud += c;

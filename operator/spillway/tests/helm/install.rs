@@ -223,7 +223,7 @@ impl Drop for LocalOperator {
     }
 }
 
-async fn create<K>(api: Api<K>, value: serde_json::Value)
+pub async fn create<K>(api: Api<K>, value: serde_json::Value)
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
@@ -233,7 +233,12 @@ where
         .unwrap_or_else(|e| panic!("create {}: {e}", obj.name_any()));
 }
 
-async fn wait_phase(jobs: &Api<GpuJob>, name: &str, phase: JobPhase, op: &LocalOperator) -> GpuJob {
+pub async fn wait_phase(
+    jobs: &Api<GpuJob>,
+    name: &str,
+    phase: JobPhase,
+    op: &LocalOperator,
+) -> GpuJob {
     let mut last = String::new();
     for _ in 0..(WAIT.as_millis() / 300) {
         let j = jobs.get(name).await.expect("job");

@@ -3,6 +3,7 @@
 //! (install.rs); the getting-started guide run as written (getting_started.rs).
 
 mod getting_started;
+mod history;
 mod install;
 
 use std::collections::BTreeMap;
