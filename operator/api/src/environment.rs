@@ -59,33 +59,29 @@ pub struct ImageEnvironment {
 /// What a pool's GPUs come with, as the operator last read it: the distinct values over its
 /// nodes (GPU feature discovery's labels, and the kubelet's node info), or, for a cloud pool
 /// with no node yet, what its image promises (`aws.environment`, else the image's tags) and its
-/// instance types' GPUs. At most 8 values each.
+/// instance types' GPUs. At most 8 values each; every list is written, empty or not.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PoolEnvironment {
     /// `nodes` (the pool's nodes state it) or `image` (a cloud pool's promise).
     pub source: String,
     /// NVIDIA driver versions.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub driver_versions: Vec<String>,
     /// CUDA versions the drivers support.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub cuda_versions: Vec<String>,
     /// GPU products (`nvidia.com/gpu.product`; for an image, the instance types' GPU models).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub gpu_products: Vec<String>,
     /// Memory of one GPU, MiB.
-    #[serde(
-        rename = "gpuMemoryMiB",
-        default,
-        skip_serializing_if = "Vec::is_empty"
-    )]
+    #[serde(rename = "gpuMemoryMiB", default)]
     pub gpu_memory_mib: Vec<i64>,
     /// Kernel versions of the nodes (`status.nodeInfo.kernelVersion`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub kernel_versions: Vec<String>,
     /// Container runtimes of the nodes (`status.nodeInfo.containerRuntimeVersion`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub container_runtimes: Vec<String>,
 }
 

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ConfigMap;
 use serde::{Deserialize, Serialize};
 use spillway_api::indicators::{
-    CostPerRun, GpuHours, Indicators, Quantiles, QueueIndicators, TimeToStart,
+    ByEnvironment, CostPerRun, GpuHours, Indicators, Quantiles, QueueIndicators, TimeToStart,
 };
 use spillway_core::{Duration, Time};
 
@@ -101,12 +101,13 @@ impl Hist {
         bounds.last().copied()
     }
 
-    fn quantiles(&self, bounds: &[f64]) -> Option<Quantiles> {
-        Some(Quantiles {
-            p50: round(self.quantile(bounds, 0.5)?, 0),
-            p95: round(self.quantile(bounds, 0.95)?, 0),
+    /// p50, p95 and count (all 0 with nothing observed).
+    fn quantiles(&self, bounds: &[f64]) -> Quantiles {
+        Quantiles {
+            p50: round(self.quantile(bounds, 0.5).unwrap_or(0.0), 0),
+            p95: round(self.quantile(bounds, 0.95).unwrap_or(0.0), 0),
             count: self.count as i64,
-        })
+        }
     }
 }
 
@@ -397,8 +398,8 @@ impl Book {
             indicators(&b, capacity)
         };
         QueueIndicators {
-            last_24h: Some(of(Window::Hours24)),
-            last_30d: Some(of(Window::Days30)),
+            last_24h: of(Window::Hours24),
+            last_30d: of(Window::Days30),
         }
     }
 }
@@ -413,19 +414,16 @@ pub enum Window {
 /// The indicators a window's bucket gives, with the private capacity over it.
 pub fn indicators(b: &Bucket, private_capacity_gpu_seconds: f64) -> Indicators {
     let mut all = Hist::default();
-    let mut by_environment = BTreeMap::new();
-    for (env, h) in &b.time_to_start {
+    for h in b.time_to_start.values() {
         all.merge(h);
-        if let Some(q) = h.quantiles(SECONDS_BOUNDS) {
-            by_environment.insert(env.clone(), q);
-        }
     }
-    let time_to_start = all.quantiles(SECONDS_BOUNDS).map(|q| TimeToStart {
-        p50: q.p50,
-        p95: q.p95,
-        count: q.count,
-        by_environment,
-    });
+    let env = |e: &str| {
+        b.time_to_start
+            .get(e)
+            .map(|h| h.quantiles(SECONDS_BOUNDS))
+            .unwrap_or_default()
+    };
+    let total = all.quantiles(SECONDS_BOUNDS);
     let mut recovery = Hist::default();
     for h in b.recovery.values() {
         recovery.merge(h);
@@ -438,24 +436,41 @@ pub fn indicators(b: &Bucket, private_capacity_gpu_seconds: f64) -> Indicators {
         .map(|h| h.count)
         .sum();
     Indicators {
-        time_to_start_seconds: time_to_start,
+        time_to_start_seconds: TimeToStart {
+            p50: total.p50,
+            p95: total.p95,
+            count: total.count,
+            by_environment: ByEnvironment {
+                private: env("private"),
+                cloud: env("cloud"),
+                remote: env("remote"),
+            },
+        },
         gpu_hours: GpuHours {
             private: hours("private"),
             cloud: hours("cloud"),
             remote: hours("remote"),
         },
-        private_gpu_allocation: Some(if private_capacity_gpu_seconds > 0.0 {
+        private_gpu_allocation: if private_capacity_gpu_seconds > 0.0 {
             round((private_seconds / private_capacity_gpu_seconds).min(1.0), 3)
         } else {
             0.0
-        }),
+        },
         recovery_seconds: recovery.quantiles(SECONDS_BOUNDS),
-        cost_per_run_usd: (b.cost.count > 0).then(|| CostPerRun {
-            mean: round(b.cost.sum / b.cost.count as f64, 2),
+        cost_per_run_usd: CostPerRun {
+            mean: if b.cost.count > 0 {
+                round(b.cost.sum / b.cost.count as f64, 2)
+            } else {
+                0.0
+            },
             p95: round(b.cost.quantile(COST_BOUNDS, 0.95).unwrap_or(0.0), 2),
             count: b.cost.count as i64,
-        }),
-        burst_share: (all.count > 0).then(|| round(started_away as f64 / all.count as f64, 3)),
+        },
+        burst_share: if all.count > 0 {
+            round(started_away as f64 / all.count as f64, 3)
+        } else {
+            0.0
+        },
     }
 }
 

@@ -64,10 +64,18 @@ fn windows_take_the_last_24_hours_and_the_last_30_days() {
     let n: u64 = month.time_to_start.values().map(|h| h.count).sum();
     assert_eq!(n, 4);
     let i = indicators(&day, 0.0);
-    assert_eq!(i.burst_share, Some(0.5));
-    let tts = i.time_to_start_seconds.expect("time to start");
+    assert_eq!(i.burst_share, 0.5);
+    let tts = i.time_to_start_seconds;
     assert_eq!(tts.count, 2);
-    assert_eq!(tts.by_environment["cloud"].count, 1);
+    assert_eq!(tts.by_environment.cloud.count, 1);
+    // Nothing observed: counts of 0, every field still there.
+    let none = indicators(&Bucket::default(), 0.0);
+    assert_eq!(none.recovery_seconds.count, 0);
+    assert_eq!(none.cost_per_run_usd.mean, 0.0);
+    assert_eq!(
+        serde_json::to_value(&none).unwrap()["timeToStartSeconds"]["byEnvironment"]["remote"]["count"],
+        0
+    );
 }
 
 #[test]
@@ -101,11 +109,11 @@ fn the_ledger_round_trips_and_old_days_are_merged_then_dropped() {
     assert_eq!(read.through, b.through);
     let now = at("2026-12-05T10:30:00Z");
     let i = read.queue_indicators("q", now);
-    let month = i.last_30d.expect("30d");
-    assert_eq!(month.cost_per_run_usd.expect("cost").mean, 3.0);
-    assert_eq!(month.private_gpu_allocation, Some(0.25));
+    let month = i.last_30d;
+    assert_eq!(month.cost_per_run_usd.mean, 3.0);
+    assert_eq!(month.private_gpu_allocation, 0.25);
     assert_eq!(month.gpu_hours.private, 2.0);
-    assert!(i.last_24h.expect("24h").cost_per_run_usd.is_none());
+    assert_eq!(i.last_24h.cost_per_run_usd.count, 0);
     // 31 days on, December 1st is gone.
     read.compact(at("2027-01-01T00:00:00Z"));
     assert!(!read.data().contains_key("2026-12-01.queue.q"));

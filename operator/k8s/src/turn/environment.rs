@@ -418,13 +418,7 @@ pub(super) fn environments(
             kernel_versions: first(s.kernels),
             container_runtimes: first(s.runtimes),
         };
-        let empty = PoolEnvironment {
-            source: e.source.clone(),
-            ..PoolEnvironment::default()
-        };
-        if e != empty {
-            out.insert(name, e);
-        }
+        out.insert(name, e);
     }
     out
 }

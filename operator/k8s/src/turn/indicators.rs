@@ -214,7 +214,8 @@ impl State {
         }
     }
 
-    /// The ledger write, when due: soon after an observation, else every [`REFRESH`] while
+    /// The ledger write, when due: in the turn of an observation (so a stop right after it
+    /// loses none: the executor finishes what is in flight), else every [`REFRESH`] while
     /// GPU-seconds accrue. Observations go to the metrics here too.
     pub(super) fn record_indicators(&mut self, metrics: &Metrics, now: Time) {
         for o in self.indicators.pending.drain(..) {
@@ -231,7 +232,7 @@ impl State {
         let since = k.written_at.map(|w| now.since(w));
         let due = match since {
             None => true,
-            Some(s) if k.book.unwritten_events > 0 => s >= EVENT_DELAY,
+            Some(_) if k.book.unwritten_events > 0 => true,
             Some(s) => k.book.dirty && s >= REFRESH,
         };
         if !due {
@@ -289,9 +290,6 @@ impl State {
 
 /// How often a queue's indicators are worked out again while only GPU-hours move.
 pub const STATUS_REFRESH: core::Duration = core::Duration::from_secs(300);
-
-/// How soon after an observation the ledger is written.
-const EVENT_DELAY: core::Duration = core::Duration::from_secs(5);
 
 /// An observation waiting for the metrics.
 #[derive(Clone, Debug)]

@@ -245,15 +245,18 @@ pub fn render(r: &Report) -> String {
     let cells: Vec<Vec<String>> = r
         .recorded
         .iter()
-        .filter_map(|q| Some((q, q.indicators.last_30d.as_ref()?)))
+        .map(|q| (q, &q.indicators.last_30d))
         .map(|(q, i)| {
-            let tts = i.time_to_start_seconds.as_ref().map(|t| Quantiles {
+            let t = &i.time_to_start_seconds;
+            let tts = (t.count > 0).then_some(Quantiles {
                 p50: t.p50,
                 p95: t.p95,
                 count: t.count,
             });
             let [p50, p95] = quantile_cells(&tts);
-            let [r50, r95] = quantile_cells(&i.recovery_seconds);
+            let rec = Some(i.recovery_seconds.clone()).filter(|r| r.count > 0);
+            let [r50, r95] = quantile_cells(&rec);
+            let cost = &i.cost_per_run_usd;
             vec![
                 q.queue.clone(),
                 p50,
@@ -262,13 +265,11 @@ pub fn render(r: &Report) -> String {
                     "{:.2}/{:.2}/{:.2}",
                     i.gpu_hours.private, i.gpu_hours.cloud, i.gpu_hours.remote
                 ),
-                opt(i
-                    .private_gpu_allocation
-                    .map(|a| format!("{:.1}%", a * 100.0))),
+                format!("{:.1}%", i.private_gpu_allocation * 100.0),
                 r50,
                 r95,
-                opt(i.cost_per_run_usd.as_ref().map(|c| usd(c.mean))),
-                opt(i.burst_share.map(|b| format!("{:.0}%", b * 100.0))),
+                opt((cost.count > 0).then(|| usd(cost.mean))),
+                opt((t.count > 0).then(|| format!("{:.0}%", i.burst_share * 100.0))),
             ]
         })
         .collect();
@@ -357,7 +358,7 @@ pub async fn run(args: ReportArgs) -> Result<(), Failure> {
             .list(&ListParams::default())
             .await?
             .items;
-        super::report_html::write(dir, &all, &pools, &r, from, to)?;
+        super::report_html::write(dir, &all, &pools, &r.since, &render(&r), from, to)?;
         eprintln!("wrote {}", dir.join("index.html").display());
     }
     match args.output {

@@ -12,7 +12,6 @@ use spillway_sim::engine::{JobRecord, Outcome, Sample};
 
 use super::Failure;
 use super::history::Run;
-use super::report::Report;
 
 /// The outcome the runs active in `[from, to)` make; times in seconds from `from`.
 pub fn outcome(all: &[Run], private_gpus: u32, from: i64, to: i64) -> Outcome {
@@ -103,12 +102,14 @@ pub fn outcome(all: &[Run], private_gpus: u32, from: i64, to: i64) -> Outcome {
     out
 }
 
-/// Writes `index.html` and the charts' SVG files into `dir`.
+/// Writes `index.html` (the charts, then `tables`, the report as text) and the charts' SVG
+/// files into `dir`; `since` names the window.
 pub fn write(
     dir: &Path,
     all: &[Run],
     pools: &[ComputePool],
-    report: &Report,
+    since: &str,
+    tables: &str,
     from: i64,
     to: i64,
 ) -> Result<(), Failure> {
@@ -119,13 +120,13 @@ pub fn write(
         .sum();
     let out = outcome(all, private_gpus.max(0) as u32, from, to);
     let summary = spillway_sim::report::summarize("live cluster", &out, 0.0);
-    let title = format!("Spillway: the cluster over the last {}", report.since);
+    let title = format!("Spillway: the cluster over the last {since}");
     let runs = [(summary, out)];
     let fail = |e: String| Failure::Cluster(anyhow::anyhow!("rendering the report: {e}"));
     let mut page = spillway_sim::html::render(&title, &runs).map_err(fail)?;
     let tables = format!(
         "<h2>Chargeback</h2>\n<pre>{}</pre>\n</body>",
-        super::report::render(report)
+        tables
             .replace('&', "&amp;")
             .replace('<', "&lt;")
             .replace('>', "&gt;")

@@ -252,7 +252,9 @@ fn a_cloud_pools_drift_from_the_private_nodes_is_a_condition_and_a_metric() {
     // as written, the cloud pool's promise and its instance types' GPUs.
     assert_eq!(
         private["environment"],
-        json!({"source": "nodes", "driverVersions": ["535.104.05"], "cudaVersions": ["12.2"]})
+        json!({"source": "nodes", "driverVersions": ["535.104.05"], "cudaVersions": ["12.2"],
+               "gpuProducts": [], "gpuMemoryMiB": [], "kernelVersions": [],
+               "containerRuntimes": []})
     );
     assert_eq!(pool["environment"]["source"], "image");
     assert_eq!(pool["environment"]["driverVersions"], json!(["550.54.15"]));
