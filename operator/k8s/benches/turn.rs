@@ -144,8 +144,8 @@ fn settle(i: &mut world::Inputs, actions: &[Action]) {
 /// what to write) on a world in which nothing changed since the last turn: every job running
 /// with its pod, its status and trace context written by an earlier turn and shown by the
 /// caches. Then the same world with its queue's status written again between two turns (the
-/// loop writes it whenever a job of the queue starts or ends), and with one pod handed out as
-/// a new object between turns.
+/// loop writes it whenever a job of the queue starts or ends), with the clock moving a second
+/// a turn, and with one pod handed out as a new object between turns.
 fn whole_turn(c: &mut Criterion) {
     let metrics = spillway_k8s::Metrics::default();
     let now = Time::from_secs_f64(1.8e9);
@@ -194,6 +194,18 @@ fn whole_turn(c: &mut Criterion) {
                     k ^= 1;
                     i.pods[0] = pods[k].clone();
                     state.turn(i.clone(), None, &metrics, now)
+                })
+            },
+        );
+        // Nothing changed but the clock, a second a turn: what accrues with time (the
+        // indicators' GPU-seconds of every running job, spend) is worked out every turn.
+        let mut clock = now;
+        c.bench_function(
+            &format!("turn: whole turn, the clock moved 1 s, {jobs} running, {nodes} nodes"),
+            |b| {
+                b.iter(|| {
+                    clock = clock + spillway_core::Duration::from_secs(1);
+                    state.turn(i.clone(), None, &metrics, clock)
                 })
             },
         );

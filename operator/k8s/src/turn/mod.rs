@@ -140,6 +140,8 @@ pub struct State {
     idle_since: HashMap<String, Time>,
     /// The indicators' book and what the queues' statuses show of it.
     indicators: indicators::Keeping,
+    /// What the nodes state per pool, kept while the nodes are the same objects.
+    node_sets: environment::NodeSets,
     /// Offerings (pool, instance type) whose instance fell short of its pool's environment.
     mismatched: HashMap<(String, String), environment::Mismatched>,
     /// The spend ledger's data last written, until the cache shows it.
@@ -187,6 +189,7 @@ impl State {
             opened_accounts: HashSet::new(),
             idle_since: HashMap::new(),
             mismatched: HashMap::new(),
+            node_sets: environment::NodeSets::default(),
             indicators: indicators::Keeping::default(),
             keys_written: None,
             spend_written: None,

@@ -281,7 +281,7 @@ impl State {
         now: Time,
     ) {
         let mut drift = BTreeMap::new();
-        let mut environments = super::environment::environments(built, inputs);
+        let mut environments = super::environment::environments(built, inputs, &mut self.node_sets);
         for p in &inputs.pools {
             let name = p.name_any();
             let nodes: Vec<&core::Node> = built

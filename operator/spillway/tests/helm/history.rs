@@ -381,6 +381,10 @@ async fn indicators_chargeback_and_replay_tell_what_ran() {
     let replayed = replay["cloud_cost_usd"].as_f64().unwrap_or(0.0);
     assert!(recorded_cost > 0.0);
     let ratio = replayed / recorded_cost;
+    eprintln!(
+        "replay: cloud ${replayed} against the recorded ${recorded_cost} ({ratio:.2}x), {} cloud jobs",
+        replay["burst_jobs"]
+    );
     assert!(
         (0.75..=1.25).contains(&ratio),
         "the replay's cloud cost ${replayed} against the recorded ${recorded_cost} ({ratio:.2}x)"
