@@ -134,14 +134,23 @@ impl State {
                         started_at,
                         ..
                     } => (pool, *started_at, now),
-                    Lifecycle::Succeeded { at } | Lifecycle::Failed { at, .. } if *at > from => {
+                    // Finished: up to its end, if that is since the last accrual (a job whose
+                    // end is written already is `Done`; its status says when).
+                    Lifecycle::Succeeded { .. } | Lifecycle::Failed { .. } | Lifecycle::Done => {
                         let st = v.job.status.as_ref();
+                        let ended = match &v.lifecycle {
+                            Lifecycle::Succeeded { at } | Lifecycle::Failed { at, .. } => Some(*at),
+                            _ => st
+                                .and_then(|s| s.finished_at.as_ref())
+                                .map(clock::core_time),
+                        };
                         match (
                             st.and_then(|s| s.pool.as_ref()),
                             st.and_then(|s| s.started_at.as_ref()),
+                            ended.filter(|at| *at > from),
                         ) {
-                            (Some(pool), Some(started)) => {
-                                (pool, clock::core_time(started), (*at).min(now))
+                            (Some(pool), Some(started), Some(at)) => {
+                                (pool, clock::core_time(started), at.min(now))
                             }
                             _ => continue,
                         }

@@ -16,12 +16,8 @@ use super::{ClusterArgs, Failure, Format, OutputArgs, client, opt, print_value, 
 pub struct CostArgs {
     #[command(flatten)]
     pub cluster: ClusterArgs,
-    /// Namespace of the jobs (default: every namespace; `-A` says the same).
-    #[arg(short = 'n', long, value_name = "NS")]
-    pub namespace: Option<String>,
-    /// Every namespace (the default).
-    #[arg(short = 'A', long, conflicts_with = "namespace")]
-    pub all_namespaces: bool,
+    #[command(flatten)]
+    pub scope: super::JobScopeArgs,
     /// Only this queue (its spend and its jobs).
     #[arg(long, value_name = "QUEUE")]
     pub queue: Option<String>,
@@ -326,13 +322,7 @@ pub async fn cost(args: CostArgs) -> Result<(), Failure> {
         .list(&ListParams::default())
         .await?
         .items;
-    let jobs = match &args.namespace {
-        Some(ns) => Api::<GpuJob>::namespaced(client.clone(), ns),
-        None => Api::<GpuJob>::all(client.clone()),
-    }
-    .list(&ListParams::default())
-    .await?
-    .items;
+    let jobs = args.scope.jobs(client.clone()).await?;
     let r = report(&queues, &pools, &jobs, args.queue.as_deref(), since);
     match args.output.output {
         f @ (Format::Json | Format::Yaml) => print_value(&r, f),

@@ -3,8 +3,6 @@
 //! goes live: `spillway simulate --trace last-month.csv --config policies/`.
 
 use clap::Args;
-use kube::api::{Api, ListParams};
-use spillway_api::GpuJob;
 
 use super::history::{Run, runs};
 use super::{ClusterArgs, Failure, client};
@@ -14,12 +12,8 @@ use super::{ClusterArgs, Failure, client};
 pub struct ExportTraceArgs {
     #[command(flatten)]
     pub cluster: ClusterArgs,
-    /// Namespace of the jobs (default: every namespace).
-    #[arg(short = 'n', long, value_name = "NS")]
-    pub namespace: Option<String>,
-    /// Every namespace (the default).
-    #[arg(short = 'A', long, conflicts_with = "namespace")]
-    pub all_namespaces: bool,
+    #[command(flatten)]
+    pub scope: super::JobScopeArgs,
     /// Only this queue's jobs.
     #[arg(long, value_name = "QUEUE")]
     pub queue: Option<String>,
@@ -105,13 +99,7 @@ pub async fn run(args: ExportTraceArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::Usage(format!("--since {:?}: {e}", args.since)))?;
     let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
     let client = client(&args.cluster).await?;
-    let jobs = match &args.namespace {
-        Some(ns) => Api::<GpuJob>::namespaced(client, ns),
-        None => Api::<GpuJob>::all(client),
-    }
-    .list(&ListParams::default())
-    .await?
-    .items;
+    let jobs = args.scope.jobs(client).await?;
     let what = format!("kubectl spillway export-trace --since {}", args.since);
     let text = trace(
         &runs(&jobs),
@@ -127,6 +115,7 @@ pub async fn run(args: ExportTraceArgs) -> Result<(), Failure> {
 mod tests {
     use super::*;
     use serde_json::json;
+    use spillway_api::GpuJob;
 
     fn job(name: &str, spec: serde_json::Value, status: serde_json::Value) -> GpuJob {
         let mut s = json!({"queue": "research", "gpusPerReplica": 2,

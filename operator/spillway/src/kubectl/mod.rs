@@ -45,6 +45,28 @@ pub struct ScopeArgs {
     pub all_namespaces: bool,
 }
 
+/// Whose jobs, for reports over the cluster: every namespace unless one is named.
+#[derive(Args, Debug, Clone)]
+pub struct JobScopeArgs {
+    /// Namespace of the jobs (default: every namespace; `-A` says the same).
+    #[arg(short = 'n', long, value_name = "NS")]
+    pub namespace: Option<String>,
+    /// Every namespace (the default).
+    #[arg(short = 'A', long, conflicts_with = "namespace")]
+    pub all_namespaces: bool,
+}
+
+impl JobScopeArgs {
+    /// The GpuJobs of this scope.
+    pub async fn jobs(&self, client: Client) -> Result<Vec<spillway_api::GpuJob>, Failure> {
+        let api = match &self.namespace {
+            Some(ns) => kube::Api::namespaced(client, ns),
+            None => kube::Api::all(client),
+        };
+        Ok(api.list(&kube::api::ListParams::default()).await?.items)
+    }
+}
+
 /// How to print.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum Format {

@@ -12,7 +12,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use serde::Serialize;
 use spillway_api::indicators::{CostPerRun, GpuHours, Quantiles, QueueIndicators};
-use spillway_api::{ComputePool, GpuJob, GpuQueue};
+use spillway_api::{ComputePool, GpuQueue};
 
 use super::history::{Run, percentile, runs};
 use super::{ClusterArgs, Failure, client, opt, print_value, table, usd};
@@ -32,12 +32,8 @@ pub enum ReportFormat {
 pub struct ReportArgs {
     #[command(flatten)]
     pub cluster: ClusterArgs,
-    /// Namespace of the jobs (default: every namespace).
-    #[arg(short = 'n', long, value_name = "NS")]
-    pub namespace: Option<String>,
-    /// Every namespace (the default).
-    #[arg(short = 'A', long, conflicts_with = "namespace")]
-    pub all_namespaces: bool,
+    #[command(flatten)]
+    pub scope: super::JobScopeArgs,
     /// The window: jobs running now or finished within this long, such as `30d` or `24h`.
     #[arg(long, value_name = "DURATION", default_value = "30d")]
     pub since: String,
@@ -340,13 +336,7 @@ pub async fn run(args: ReportArgs) -> Result<(), Failure> {
     let to = k8s_openapi::jiff::Timestamp::now().as_millisecond();
     let from = to - (d.as_secs_f64() * 1000.0) as i64;
     let client = client(&args.cluster).await?;
-    let jobs = match &args.namespace {
-        Some(ns) => Api::<GpuJob>::namespaced(client.clone(), ns),
-        None => Api::<GpuJob>::all(client.clone()),
-    }
-    .list(&ListParams::default())
-    .await?
-    .items;
+    let jobs = args.scope.jobs(client.clone()).await?;
     let queues = Api::<GpuQueue>::all(client.clone())
         .list(&ListParams::default())
         .await?

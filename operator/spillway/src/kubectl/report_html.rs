@@ -64,41 +64,28 @@ pub fn outcome(all: &[Run], private_gpus: u32, from: i64, to: i64) -> Outcome {
     changes.sort_by(|a, b| a.0.total_cmp(&b.0));
     let (mut queued, mut private, mut cloud, mut rate, mut spend, mut last) =
         (0i64, 0i64, 0i64, 0.0f64, 0.0f64, 0.0f64);
-    out.samples.push(Sample::default());
-    for (t, q, p, c, dr) in changes {
-        spend += rate * (t - last);
-        last = t;
-        // A step, not a slope: the values up to this moment, then the new ones.
-        out.samples.push(Sample {
-            t_s: t,
-            queued: queued.max(0) as u32,
-            private_busy_gpus: private.max(0) as u32,
-            cloud_busy_gpus: cloud.max(0) as u32,
-            cloud_spend_usd: spend,
-            ..Sample::default()
-        });
-        queued += q;
-        private += p;
-        cloud += c;
-        rate += dr;
-        out.samples.push(Sample {
-            t_s: t,
-            queued: queued.max(0) as u32,
-            private_busy_gpus: private.max(0) as u32,
-            cloud_busy_gpus: cloud.max(0) as u32,
-            cloud_spend_usd: spend,
-            ..Sample::default()
-        });
-    }
-    spend += rate * (end - last);
-    out.samples.push(Sample {
-        t_s: end,
+    let sample = |t_s: f64, queued: i64, private: i64, cloud: i64, spend: f64| Sample {
+        t_s,
         queued: queued.max(0) as u32,
         private_busy_gpus: private.max(0) as u32,
         cloud_busy_gpus: cloud.max(0) as u32,
         cloud_spend_usd: spend,
         ..Sample::default()
-    });
+    };
+    out.samples.push(Sample::default());
+    for (t, q, p, c, dr) in changes {
+        spend += rate * (t - last);
+        last = t;
+        // A step, not a slope: the values up to this moment, then the new ones.
+        out.samples.push(sample(t, queued, private, cloud, spend));
+        queued += q;
+        private += p;
+        cloud += c;
+        rate += dr;
+        out.samples.push(sample(t, queued, private, cloud, spend));
+    }
+    spend += rate * (end - last);
+    out.samples.push(sample(end, queued, private, cloud, spend));
     out
 }
 

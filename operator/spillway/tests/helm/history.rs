@@ -233,17 +233,17 @@ async fn indicators_chargeback_and_replay_tell_what_ran() {
         }
     }
     assert!(exprs.len() >= 14, "{exprs:?}");
+    // (GPU-seconds are accrued every 10 s: a series may take that long to appear.)
     for (title, e) in &exprs {
         let expr = e.replace("$queue", ".*").replace("$__rate_interval", "1m");
-        let result = prometheus
-            .query(&expr)
-            .await
-            .unwrap_or_else(|err| panic!("{title}: {err}"));
-        assert!(
-            !result.is_empty(),
-            "{title}: {expr} returned nothing\n{}",
-            prometheus.log_tail()
-        );
+        eventually(WAIT, &format!("{title}: {expr}"), || async {
+            match prometheus.query(&expr).await {
+                Ok(r) if !r.is_empty() => Ok(()),
+                Ok(_) => Err(format!("nothing\n{}", prometheus.log_tail())),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .await;
     }
     let alerts = rule["spec"]["groups"][0]["rules"]
         .as_array()

@@ -220,3 +220,39 @@ fn a_new_leader_takes_the_ledger_up_and_accrues_the_gap() {
     let t = next.turn(&i, None, noon() + minutes(1));
     assert!(ledger(&t).is_none(), "not again at once: {:?}", kinds(&t));
 }
+
+/// A short job that started and finished between two accruals (GPU-seconds are accrued every
+/// 10 s at most), its end already written (so its view is done), counts up to its end.
+#[test]
+fn a_job_that_ran_between_two_accruals_counts_up_to_its_end() {
+    let mut i = priced();
+    let mut l = Loop::new();
+    l.turn(&i, None, noon());
+    i.jobs = vec![
+        job("short")
+            .gpus(2)
+            .status(
+                json!({"phase": "Succeeded", "environment": "private", "pool": "onprem",
+                           "queuedAt": "2026-03-10T12:00:00Z",
+                           "firstStartedAt": "2026-03-10T12:00:02Z",
+                           "startedAt": "2026-03-10T12:00:02Z",
+                           "finishedAt": "2026-03-10T12:00:06Z"}),
+            )
+            .build(),
+    ];
+    l.turn(&i, None, noon() + spillway_core::Duration::from_secs(5));
+    assert!(
+        !l.metrics
+            .render()
+            .contains("spillway_gpu_seconds_total{queue"),
+        "not accrued within 10 s"
+    );
+    l.turn(&i, None, noon() + spillway_core::Duration::from_secs(20));
+    let text = l.metrics.render();
+    assert!(
+        text.contains(
+            "spillway_gpu_seconds_total{queue=\"q\",pool=\"onprem\",environment=\"private\"} 8"
+        ),
+        "2 GPUs for 4 s: {text}"
+    );
+}

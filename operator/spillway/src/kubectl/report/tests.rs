@@ -1,5 +1,6 @@
 use super::*;
 use serde_json::json;
+use spillway_api::GpuJob;
 
 fn ms(s: &str) -> i64 {
     s.parse::<k8s_openapi::jiff::Timestamp>()
