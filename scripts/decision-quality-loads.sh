@@ -5,7 +5,10 @@
 # $1 per GPU-hour, no boot delay, the jobs' own time billed). For each strategy: the median and
 # range over the seeds of its excess over the limit (cloud GPU-hours minus
 # cloud_gpu_hours_lower_bound) and of its average JCT relative to Starburst's, with exact
-# estimates; then the medians with exact, noisy (sigma 0.5) and no estimates side by side.
+# estimates, for Starburst, the default queue (setup.yaml: compute-wait, factor 0.2) and a
+# fixed 15-minute wait (setup-fixed.yaml, the default before); then the medians with exact,
+# noisy (sigma 0.5) and no estimates side by side, each marked where it meets the goal (excess
+# at most 0.6 times Starburst's at an average JCT at most 1.001 times Starburst's).
 # Prints Markdown; decision-quality.sh calls it last.
 #   scripts/decision-quality-loads.sh [JOBS]     # default 3000 jobs per trace
 set -euo pipefail
@@ -19,12 +22,13 @@ for est in exact noisy:0.5 none; do
 for gpus in 16 32 64; do
   for load in 0.5 1 1.5 2; do
     for seed in 1 2 3; do
-      python3 scripts/synthetic-trace.py --load "$load" --private-gpus "$gpus" --jobs "$jobs" \
-        --seed "$seed" > "$dir/trace.csv"
-      for cfg in setup setup-compute-wait; do
+      trace="$dir/trace-$gpus-$load-$seed.csv"
+      [ -s "$trace" ] || python3 scripts/synthetic-trace.py --load "$load" --private-gpus "$gpus" \
+        --jobs "$jobs" --seed "$seed" > "$trace"
+      for cfg in setup setup-fixed; do
         strategies=spillway
         [ "$cfg" = setup ] && strategies=starburst,spillway
-        ./target/release/spillway simulate --trace "$dir/trace.csv" --private-gpus "$(( gpus / 8 ))x8" \
+        ./target/release/spillway simulate --trace "$trace" --private-gpus "$(( gpus / 8 ))x8" \
           --config "$terms/$cfg.yaml" --catalog "$terms/catalog.csv" --cloud-boot-delay 0 \
           --runtime-estimates "$est" --strategy "$strategies" --json 2>/dev/null |
           python3 -c '
@@ -32,7 +36,7 @@ import json, sys
 for r in json.load(sys.stdin):
     name = r["strategy"]
     if name == "spillway":
-        name += " (compute-wait 0.2)" if sys.argv[4] == "setup-compute-wait" else " (default)"
+        name += " (fixed 15m)" if sys.argv[4] == "setup-fixed" else " (default)"
     print(json.dumps({"gpus": int(sys.argv[1]), "load": sys.argv[2], "seed": int(sys.argv[3]), "est": sys.argv[5],
         "strategy": name, "excess": r["cloud_gpu_hours"] - r["cloud_gpu_hours_lower_bound"],
         "cloud": r["cloud_gpu_hours"], "limit": r["cloud_gpu_hours_lower_bound"],
@@ -43,7 +47,26 @@ for r in json.load(sys.stdin):
   done
 done
 done
-python3 - "$dir/rows.jsonl" <<'PY'
+# The default's factor scanned, exact estimates: where the goal is missed, does any factor meet it?
+for f in 0.1 0.15 0.2 0.25 0.3; do
+  sed "s/^    enabled: true$/    enabled: true\n    computeWaitFactor: $f/" "$terms/setup.yaml" > "$dir/scan.yaml"
+  for gpus in 16 32 64; do
+    for load in 0.5 1 1.5 2; do
+      for seed in 1 2 3; do
+        ./target/release/spillway simulate --trace "$dir/trace-$gpus-$load-$seed.csv" \
+          --private-gpus "$(( gpus / 8 ))x8" --config "$dir/scan.yaml" --catalog "$terms/catalog.csv" \
+          --cloud-boot-delay 0 --runtime-estimates exact --strategy spillway --json 2>/dev/null |
+          python3 -c '
+import json, sys
+r = json.load(sys.stdin)[0]
+print(json.dumps({"gpus": int(sys.argv[1]), "load": sys.argv[2], "seed": int(sys.argv[3]), "factor": sys.argv[4],
+    "excess": r["cloud_gpu_hours"] - r["cloud_gpu_hours_lower_bound"], "jct": r["avg_jct_s"]}))
+' "$gpus" "$load" "$seed" "$f" >> "$dir/scan.jsonl"
+      done
+    done
+  done
+done
+python3 - "$dir/rows.jsonl" "$dir/scan.jsonl" <<'PY'
 import json, statistics, sys
 every = [json.loads(l) for l in open(sys.argv[1])]
 rows = [r for r in every if r["est"] == "exact"]
@@ -55,7 +78,7 @@ def spread(values, fmt):
     return "{} ({} to {})".format(fmt(statistics.median(values)), fmt(values[0]), fmt(values[-1]))
 keys = sorted({(r["gpus"], r["load"]) for r in rows}, key=lambda k: (k[0], float(k[1])))
 for gpus, load in keys:
-    for name in ["starburst", "spillway (default)", "spillway (compute-wait 0.2)"]:
+    for name in ["starburst", "spillway (default)", "spillway (fixed 15m)"]:
         mine = [r for r in rows if (r["gpus"], r["load"], r["strategy"]) == (gpus, load, name)]
         if not mine:
             continue
@@ -82,14 +105,39 @@ print("|---|---|---|" + "---|" * len(loads))
 allstar = {(r["est"], r["gpus"], r["load"], r["seed"]): r for r in every if r["strategy"] == "starburst"}
 for est in ["exact", "noisy:0.5", "none"]:
     for gpus in sorted({r["gpus"] for r in every}):
-        for name in ["spillway (default)", "spillway (compute-wait 0.2)"]:
+        for name in ["spillway (default)", "spillway (fixed 15m)"]:
             cells = []
             for load in loads:
                 mine = [r for r in every if (r["est"], r["gpus"], r["load"], r["strategy"]) == (est, gpus, load, name)]
                 pairs = [(r, allstar[(est, gpus, load, r["seed"])]) for r in mine]
                 ratio = [r["excess"] / s["excess"] for r, s in pairs if s["excess"] > 0.05]
                 jct = [r["jct"] / s["jct"] for r, s in pairs]
-                cells.append("{} / {:.3f}".format(
-                    "{:.2f}".format(statistics.median(ratio)) if ratio else "-", statistics.median(jct)) if jct else "-")
+                if not jct:
+                    cells.append("-")
+                    continue
+                r, j = (statistics.median(ratio) if ratio else None), statistics.median(jct)
+                met = (r is None or r <= 0.6) and j <= 1.001
+                cells.append("{} / {:.3f}{}".format(
+                    "{:.2f}".format(r) if r is not None else "-", j, " (met)" if met else ""))
             print("| {} | {} | {} | {} |".format(est, gpus, name, " | ".join(cells)))
+
+print()
+print("The default's `computeWaitFactor` scanned (exact estimates; medians over the seeds of excess / Starburst's and avg JCT / Starburst's):")
+print()
+scan = [json.loads(l) for l in open(sys.argv[2])]
+factors = sorted({r["factor"] for r in scan}, key=float)
+print("| private GPUs | factor | " + " | ".join(l + "x" for l in loads) + " |")
+print("|---|---|" + "---|" * len(loads))
+for gpus in sorted({r["gpus"] for r in scan}):
+    for f in factors:
+        cells = []
+        for load in loads:
+            mine = [r for r in scan if (r["gpus"], r["load"], r["factor"]) == (gpus, load, f)]
+            pairs = [(r, star[(gpus, load, r["seed"])]) for r in mine]
+            ratio = [r["excess"] / s["excess"] for r, s in pairs if s["excess"] > 0.05]
+            rr = statistics.median(ratio) if ratio else None
+            j = statistics.median([r["jct"] / s["jct"] for r, s in pairs])
+            met = (rr is None or rr <= 0.6) and j <= 1.001
+            cells.append("{} / {:.3f}{}".format("{:.2f}".format(rr) if rr is not None else "-", j, " (met)" if met else ""))
+        print("| {} | {} | {} |".format(gpus, f, " | ".join(cells)))
 PY

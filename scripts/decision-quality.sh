@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Regenerates the "Against Starburst" and "Real prices" tables of docs/simulator.md: the full
-# openb trace and a synthetic one (scripts/synthetic-trace.py 5000 530 1) on Starburst's terms
-# (examples/starburst-terms/: $1 per GPU-hour, no boot delay, the jobs' own time billed) at 16,
-# 32 and 64 private GPUs, openb without and with the censored pods, with exact, noisy and no
-# runtime estimates; then the frontiers of a sweep on the real AWS catalog (180 s boot, 10-minute
-# idle timeout, the bundled setup examples/config/setup.yaml). Prints Markdown.
+# Regenerates the decision-quality tables of docs/simulator.md ("Against Starburst" and what
+# follows): the full openb trace and a synthetic one (scripts/synthetic-trace.py 5000 530 1) on
+# Starburst's terms (examples/starburst-terms/: $1 per GPU-hour, no boot delay, the jobs' own
+# time billed) at 16, 32 and 64 private GPUs, openb without and with the censored pods, with
+# exact, noisy and no runtime estimates, for the default queue (setup.yaml) and a fixed
+# 15-minute wait (setup-fixed.yaml); the frontiers of a sweep on the real AWS catalog (180 s
+# boot, 10-minute idle timeout, the bundled setup examples/config/setup.yaml); repatriation;
+# then the family of traces by load (decision-quality-loads.sh) and real prices by load
+# (decision-quality-prices.sh). Prints Markdown; about ten minutes on two cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 trace="${1:-../shared/data/traces/alibaba-gpu-v2023/openb_pod_list_default.csv}"
@@ -30,8 +33,8 @@ echo "| private GPUs | censored pods | estimates | strategy | cloud GPU-h | avg 
 echo "|---|---|---|---|---|---|---|"
 for cens in left-out kept; do
   for gpus in 2x8 4x8 8x8; do
-    run "$gpus" "$cens" exact "$terms/setup.yaml" "maxWait 15m" starburst,starburst-best-fit,no-wait,spillway
-    run "$gpus" "$cens" exact "$terms/setup-compute-wait.yaml" "compute-wait 0.2" spillway
+    run "$gpus" "$cens" exact "$terms/setup.yaml" "default" starburst,starburst-best-fit,no-wait,spillway
+    run "$gpus" "$cens" exact "$terms/setup-fixed.yaml" "fixed 15m" spillway
   done
 done
 synthetic=$(mktemp)
@@ -40,38 +43,15 @@ python3 scripts/synthetic-trace.py 5000 530 1 > "$synthetic"
 openb="$trace"
 trace="$synthetic"
 for gpus in 2x8 4x8 8x8; do
-  run "$gpus" synthetic exact "$terms/setup.yaml" "maxWait 15m" starburst,starburst-best-fit,no-wait,spillway
-  run "$gpus" synthetic exact "$terms/setup-compute-wait.yaml" "compute-wait 0.2" spillway
-done
-echo
-echo "compute-wait factors on the rows where the goal turns (cloud GPU-h / avg JCT):"
-echo
-echo "| factor | openb 16 kept | openb 32 left-out | openb 64 kept | synthetic 16 | synthetic 32 |"
-echo "|---|---|---|---|---|---|"
-scan=$(mktemp)
-trap 'rm -f "$fmt" "$synthetic" "$scan"' EXIT
-for f in 0.1 0.12 0.13 0.14 0.15 0.18 0.2; do
-  sed "s/computeWaitFactor: 0.2/computeWaitFactor: $f/" "$terms/setup-compute-wait.yaml" > "$scan"
-  row="| $f |"
-  for spec in "$openb 2x8 --keep-censored" "$openb 4x8" "$openb 8x8 --keep-censored" \
-      "$synthetic 2x8" "$synthetic 4x8"; do
-    set -- $spec
-    cell=$(./target/release/spillway simulate --trace "$1" --private-gpus "$2" --config "$scan" \
-      --catalog "$terms/catalog.csv" --cloud-boot-delay 0 --runtime-estimates exact \
-      --strategy spillway --json ${3:-} 2>/dev/null | python3 -c '
-import json, sys
-r = json.load(sys.stdin)[0]
-print("{:,.1f} / {:,.0f} s".format(r["cloud_gpu_hours"], r["avg_jct_s"]))')
-    row="$row $cell |"
-  done
-  echo "$row"
+  run "$gpus" synthetic exact "$terms/setup.yaml" "default" starburst,starburst-best-fit,no-wait,spillway
+  run "$gpus" synthetic exact "$terms/setup-fixed.yaml" "fixed 15m" spillway
 done
 echo
 trace="$openb"
 for est in noisy:0.5 noisy:1 none; do
   for gpus in 2x8 4x8; do
-    run "$gpus" left-out "$est" "$terms/setup.yaml" "maxWait 15m" starburst,starburst-best-fit,spillway
-    run "$gpus" left-out "$est" "$terms/setup-compute-wait.yaml" "compute-wait 0.2" spillway
+    run "$gpus" left-out "$est" "$terms/setup.yaml" "default" starburst,starburst-best-fit,spillway
+    run "$gpus" left-out "$est" "$terms/setup-fixed.yaml" "fixed 15m" spillway
   done
 done
 
@@ -102,7 +82,7 @@ echo
 echo "| private GPUs | restartable | repatriation | cloud USD | cloud GPU-h | avg JCT | avg wait | moves | GPU-h lost |"
 echo "|---|---|---|---|---|---|---|---|---|"
 never=$(mktemp -d)
-trap 'rm -rf "$fmt" "$synthetic" "$scan" "$never"' EXIT
+trap 'rm -rf "$fmt" "$synthetic" "$never"' EXIT
 cp examples/config/setup.yaml "$never/"
 cat > "$never/stay.yaml" <<'YAML'
 apiVersion: spillway.io/v1alpha1
@@ -134,3 +114,7 @@ echo
 echo "By load, against the limit (scripts/decision-quality-loads.sh):"
 echo
 scripts/decision-quality-loads.sh
+echo
+echo "Real prices, by load (scripts/decision-quality-prices.sh):"
+echo
+scripts/decision-quality-prices.sh

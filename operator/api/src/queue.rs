@@ -160,12 +160,13 @@ pub struct PrivateQuota {
 pub enum WaitMode {
     /// Every job may wait `maxWait`.
     #[serde(rename = "fixed")]
-    #[default]
     Fixed,
-    /// A job's wait budget grows with its size, GPUs x estimated runtime x
-    /// `computeWaitFactor` (the Starburst rule, USENIX ATC'24); jobs without an estimate wait
+    /// The default. A job's wait budget grows with its size, GPUs x estimated runtime x
+    /// `computeWaitFactor` (the Starburst rule, USENIX ATC'24), and jobs are planned on the
+    /// private GPUs in order of arrival less that budget; jobs without an estimate wait
     /// `maxWait`.
     #[serde(rename = "compute-wait")]
+    #[default]
     ComputeWait,
     /// Jobs whose cheapest cloud capacity is the cheapest per GPU-hour wait `maxWait`; a job
     /// dearer to burst waits proportionally longer (twice the price, twice the wait).
@@ -184,11 +185,13 @@ pub struct QueueBurst {
     #[serde(default = "default_max_wait")]
     #[schemars(schema_with = "duration_schema")]
     pub max_wait: String,
-    /// `fixed` (every job waits `maxWait`), `compute-wait` (bigger, longer jobs wait longer)
-    /// or `cost-aware` (jobs dearer to burst wait longer).
+    /// `compute-wait` (the default: bigger, longer jobs wait longer; jobs without a runtime
+    /// estimate wait `maxWait`), `fixed` (every job waits `maxWait`) or `cost-aware` (jobs
+    /// dearer to burst wait longer).
     #[serde(default)]
     pub wait_mode: WaitMode,
-    /// In `compute-wait` mode, seconds of wait per GPU-second of estimated work.
+    /// In `compute-wait` mode, seconds of wait per GPU-second of estimated work (default 0.2:
+    /// a one-GPU, one-hour job may wait 12 minutes, an 8-GPU, 4-hour job 6.4 hours).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub compute_wait_factor: Option<f64>,
@@ -211,7 +214,7 @@ impl Default for QueueBurst {
         QueueBurst {
             enabled: false,
             max_wait: default_max_wait(),
-            wait_mode: WaitMode::Fixed,
+            wait_mode: WaitMode::ComputeWait,
             compute_wait_factor: None,
             pools: Vec::new(),
             capacity_types: Vec::new(),

@@ -395,9 +395,11 @@ impl<'a> Cycle<'a> {
             }
             match (self.invalid(i, job), self.job_queue[i]) {
                 (Some((reason, message)), _) => rejects.push((i, reason, message)),
-                (None, Some(q)) => {
-                    per_queue[q].push((std::cmp::Reverse(job.priority), job.queued_at, i))
-                }
+                (None, Some(q)) => per_queue[q].push((
+                    std::cmp::Reverse(job.priority),
+                    self.plan_order(job, &snap.queues[q]),
+                    i,
+                )),
                 // `invalid` rejects a job whose queue does not exist.
                 (None, None) => {}
             }
@@ -605,6 +607,29 @@ impl<'a> Cycle<'a> {
         self.queues.get(name).map(|q| &mut self.queue_state[q])
     }
 
+    /// Where `job` stands in its queue's plan among jobs of its priority: its arrival, or, in
+    /// a bursting compute-wait queue planned conservatively, its arrival less its compute-wait
+    /// allowance. A job that may wait an hour longer is planned as if it had arrived an hour
+    /// earlier: the jobs that save the most cloud capacity per hour of waiting get the
+    /// earliest private slots, and the others burst at once when their slot comes later than
+    /// they may wait. The offset is fixed per job, so no job is passed over indefinitely. A
+    /// rule's `waitMode` changes the job's allowance, not its place in the plan.
+    fn plan_order(&self, job: &Job, queue: &crate::Queue) -> Time {
+        if self.settings.order != QueueOrder::Conservative
+            || !queue.burst.enabled
+            || queue.burst.wait_mode != WaitMode::ComputeWait
+        {
+            return job.queued_at;
+        }
+        match job.planning_runtime() {
+            Some(rt) => {
+                job.queued_at
+                    - compute_wait_allowance(queue.burst.compute_wait_factor, job.total_gpus(), rt)
+            }
+            None => job.queued_at,
+        }
+    }
+
     fn waited(&self, job: &Job) -> Duration {
         self.now.since(job.queued_at)
     }
@@ -789,4 +814,10 @@ fn models_text(job: &Job) -> String {
         let names: Vec<&str> = job.gpu_models.iter().map(|m| m.as_str()).collect();
         format!(" ({})", names.join(" or "))
     }
+}
+
+/// A compute-wait allowance: `factor` seconds of wait per GPU-second of estimated work.
+pub(crate) fn compute_wait_allowance(factor: f64, gpus: u32, runtime: Duration) -> Duration {
+    let secs = factor * gpus as f64 * runtime.as_secs_f64();
+    Duration::from_millis((secs * 1000.0) as u64)
 }

@@ -12,10 +12,12 @@ use crate::{CapacityType, Classification, Duration, GpuModel, Placement, Time};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum WaitMode {
     /// Every job may wait `max_wait`.
-    #[default]
     Fixed,
-    /// A job's wait budget is `compute_wait_factor` x GPUs x estimated runtime (Starburst,
-    /// USENIX ATC'24); a job without an estimate waits `max_wait`.
+    /// The default. A job's wait budget is `compute_wait_factor` x GPUs x estimated runtime
+    /// (Starburst, USENIX ATC'24); a job without an estimate waits `max_wait`. Under
+    /// conservative order a bursting queue plans its jobs in order of arrival less that
+    /// budget (`decide::Cycle::plan_order`).
+    #[default]
     ComputeWait,
     /// `max_wait` for jobs whose cheapest cloud capacity is the cheapest per GPU-hour; a job
     /// dearer to burst waits proportionally longer (twice the price per GPU-hour, twice the
@@ -43,7 +45,7 @@ impl Default for BurstSettings {
         BurstSettings {
             enabled: false,
             max_wait: Duration::from_secs(15 * 60),
-            wait_mode: WaitMode::Fixed,
+            wait_mode: WaitMode::ComputeWait,
             compute_wait_factor: DEFAULT_COMPUTE_WAIT_FACTOR,
             pools: Vec::new(),
             capacity_types: Vec::new(),
@@ -52,8 +54,9 @@ impl Default for BurstSettings {
 }
 
 /// Default seconds of wait per GPU-second of estimated work in compute-wait mode: a one-GPU,
-/// one-hour job may wait 6 minutes, an 8-GPU, 4-hour job up to `max_wait`.
-pub const DEFAULT_COMPUTE_WAIT_FACTOR: f64 = 0.1;
+/// one-hour job may wait 12 minutes, an 8-GPU, 4-hour job 6.4 hours. Chosen by measurement
+/// against Starburst and the physical limit (docs/simulator.md, "The default queue").
+pub const DEFAULT_COMPUTE_WAIT_FACTOR: f64 = 0.2;
 
 /// A GpuQueue.
 #[derive(Clone, Debug, PartialEq)]

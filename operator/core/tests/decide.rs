@@ -558,6 +558,7 @@ fn does_not_burst_when_private_gpus_free_up_sooner_than_a_cloud_node() {
 fn compute_wait_scales_the_wait_with_job_size() {
     let mut s = base();
     s.queues[0].burst.wait_mode = WaitMode::ComputeWait;
+    s.queues[0].burst.compute_wait_factor = 0.1;
     s.queues[0].burst.max_wait = mins(15);
     s.nodes = vec![private_node("n1", 8, 0, "A100")];
     let mut small = job("small", 1, 0);
@@ -685,6 +686,7 @@ fn conservative_order_starts_a_job_now_only_if_it_delays_no_planned_one() {
 #[test]
 fn work_overrunning_its_estimate_does_not_hold_a_job_back_forever() {
     let mut s = base();
+    s.queues[0].burst.wait_mode = WaitMode::Fixed;
     // `busy` was expected to end at t=10m and still runs; `next` has waited past maxWait.
     s.nodes = vec![private_node("n1", 8, 0, "A100")];
     let busy = running(job("busy", 8, -50), &["n1"], -50, Some(60));
@@ -699,4 +701,52 @@ fn work_overrunning_its_estimate_does_not_hold_a_job_back_forever() {
     let plan = run(&s, 40);
     let d = plan.decisions.iter().find(|d| d.job == "ml/next").unwrap();
     assert_eq!(d.outcome, Outcome::StartCloud, "{}", d.message);
+}
+
+#[test]
+fn compute_wait_plans_the_jobs_that_save_most_per_hour_of_waiting_first() {
+    let mut s = base();
+    s.queues[0].burst.wait_mode = WaitMode::ComputeWait;
+    s.queues[0].burst.compute_wait_factor = 0.2;
+    // n1 is busy until t=60m. `early` (8 GPUs, 1 h: may wait 96m) came first; `big` (8 GPUs,
+    // 10 h: may wait 16 h) a minute later.
+    s.nodes = vec![private_node("n1", 8, 0, "A100")];
+    let busy = running(job("busy", 8, -10), &["n1"], -10, Some(70));
+    let mut early = job("early", 8, 0);
+    early.estimated_runtime = Some(mins(60));
+    let mut big = job("big", 8, 1);
+    big.estimated_runtime = Some(mins(600));
+    s.jobs = vec![busy, early, big];
+    // `big` is planned as if it had come 16 h earlier: it holds the slot at 60m, and `early`,
+    // planned after it at 660m, later than it may wait, bursts at once.
+    let plan = run(&s, 2);
+    assert_decision(&plan, "big", Outcome::Wait, Reason::WaitingForPrivate);
+    assert_decision(
+        &plan,
+        "early",
+        Outcome::StartCloud,
+        Reason::PrivateStartTooLate,
+    );
+    let wait = |plan: &Plan, j: &str| {
+        plan.decisions
+            .iter()
+            .find(|d| d.job == format!("ml/{j}"))
+            .and_then(|d| d.estimated_wait)
+    };
+    assert_eq!(wait(&plan, "big"), Some(mins(58)));
+
+    // A fixed wait plans in arrival order: `early` holds the slot at 60m.
+    s.queues[0].burst.wait_mode = WaitMode::Fixed;
+    s.queues[0].burst.max_wait = mins(600);
+    let plan = run(&s, 2);
+    assert_decision(&plan, "early", Outcome::Wait, Reason::WaitingForPrivate);
+    assert_eq!(wait(&plan, "early"), Some(mins(58)));
+    assert_eq!(wait(&plan, "big"), Some(mins(118)));
+
+    // So does a queue that never bursts: the order trades waits for cloud savings only.
+    s.queues[0].burst.wait_mode = WaitMode::ComputeWait;
+    s.queues[0].burst.enabled = false;
+    let plan = run(&s, 2);
+    assert_decision(&plan, "early", Outcome::Wait, Reason::BurstDisabled);
+    assert!(plan.starts.is_empty() && plan.launches.is_empty());
 }

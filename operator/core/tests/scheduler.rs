@@ -533,7 +533,9 @@ fn rules_that_read_the_clock_are_decided_at_every_cycle() {
 fn a_planned_start_coming_within_boot_time_is_decided_again() {
     let mut s = base();
     s.nodes = vec![private_node("n1", 8, 0, "A100")];
-    // No money: the job may burst (its planned start is too late) but cannot.
+    // No money: the job may burst (its planned start is later than a fixed 15-minute wait)
+    // but cannot.
+    s.queues[0].burst.wait_mode = WaitMode::Fixed;
     s.queues[0].budget_hourly_usd = Some(0.0);
     s.jobs = vec![
         running(job("busy", 8, 0), &["n1"], 0, Some(40)),

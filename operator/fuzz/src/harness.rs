@@ -148,7 +148,7 @@ impl Harness {
         match self {
             Harness::Manifests => &[
                 "examples/config/setup.yaml",
-                "examples/starburst-terms/setup-compute-wait.yaml",
+                "examples/starburst-terms/setup-fixed.yaml",
                 "examples/cluster/burstpolicy.yaml",
                 "examples/cluster/queue-clinical.yaml",
                 "examples/cluster/aws-pool.yaml",

@@ -3,7 +3,7 @@
 
 use spillway_api::manifests::Manifests;
 use spillway_core::catalog::{self, CatalogRow};
-use spillway_core::{Node, NodeShape, Pool, PoolKind, Queue, Snapshot, WaitMode};
+use spillway_core::{Node, NodeShape, Pool, PoolKind, Queue, Snapshot};
 
 use crate::trace::InventoryNode;
 
@@ -55,7 +55,6 @@ pub fn snapshot(
     if snap.queues.is_empty() {
         let mut q = Queue::new(DEFAULT_QUEUE);
         q.burst.enabled = true;
-        q.burst.wait_mode = WaitMode::CostAware;
         snap.queues.push(q);
     }
     let private_pool = match snap

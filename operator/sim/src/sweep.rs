@@ -289,6 +289,7 @@ mod tests {
         let mut base = Snapshot::default();
         let mut q = spillway_core::Queue::new("q");
         q.burst.enabled = true;
+        q.burst.wait_mode = WaitMode::Fixed;
         q.burst.max_wait = Duration::from_secs(1234);
         base.queues = vec![q];
         let v = variants(

@@ -114,8 +114,8 @@ impl spillway_core::Policy for StayInTheCloud {
     }
 }
 
-/// A 4-hour restartable job bursts while a 1-hour job holds the one private node, and comes
-/// home when that job ends.
+/// A 4-hour restartable job bursts while a 1-hour job holds the one private node (its queue
+/// waits a fixed 15 minutes), and comes home when that job ends.
 #[test]
 fn a_burst_job_comes_home_when_the_private_node_frees_up_and_costs_less() {
     let trace = "job_id,arrival_s,runtime_s,num_gpus,estimated_runtime_s,restartable\n\
@@ -124,7 +124,8 @@ fn a_burst_job_comes_home_when_the_private_node_frees_up_and_costs_less() {
     let jobs = trace::parse(trace, TraceFormat::Spillway).expect("trace");
     let rows = catalog::parse(CATALOG).expect("catalog");
     let inventory = trace::parse_private_gpus("1x8").expect("inventory");
-    let base = setup::snapshot(None, &inventory, &rows).expect("world");
+    let mut base = setup::snapshot(None, &inventory, &rows).expect("world");
+    base.queues[0].burst.wait_mode = spillway_core::WaitMode::Fixed;
     let options = Options {
         spot_interruptions_per_hour: 0.0,
         ..Options::default()

@@ -514,7 +514,7 @@ fn the_bundled_example_replays_exactly_as_before() {
         })
         .collect();
     let want = [
-        ("spillway", 92.04, 6146.3, 110, 749),
+        ("spillway", 92.07, 6145.9, 110, 754),
         ("starburst", 512.31, 6206.8, 124, 865),
         ("constant-wait:900", 528.08, 6010.3, 49, 735),
         ("no-wait", 551.25, 5752.0, 62, 653),

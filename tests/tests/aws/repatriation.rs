@@ -16,7 +16,9 @@ use crate::world::World;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_job_comes_home_when_a_private_gpu_frees_up() {
     let _turn = serial().await;
-    let w = World::new("aws-home", json!({})).await;
+    // A fixed wait: the job bursts at once, though its 4-hour estimate would let it wait for
+    // the private GPU under the default compute-wait.
+    let w = World::new("aws-home", json!({"waitMode": "fixed"})).await;
     let _machines = w.boot_machines(Some(std::time::Duration::from_secs(1)));
     let op = w.operator().await;
     w.fill_private_gpu().await;

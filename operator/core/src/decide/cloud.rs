@@ -163,16 +163,13 @@ impl<'a> Cycle<'a> {
             None => (queue.burst.max_wait, None),
         };
         match (mode, job.planning_runtime()) {
-            (WaitMode::ComputeWait, Some(rt)) => {
-                let secs = factor * job.total_gpus() as f64 * rt.as_secs_f64();
-                Allowance {
-                    mode,
-                    max_wait,
-                    threshold: Duration::from_millis((secs * 1000.0) as u64),
-                    reason: Reason::ComputeWaitExceeded,
-                    rule: mode_rule.or(wait_rule),
-                }
-            }
+            (WaitMode::ComputeWait, Some(rt)) => Allowance {
+                mode,
+                max_wait,
+                threshold: compute_wait_allowance(factor, job.total_gpus(), rt),
+                reason: Reason::ComputeWaitExceeded,
+                rule: mode_rule.or(wait_rule),
+            },
             _ => Allowance {
                 mode,
                 max_wait,
