@@ -7,7 +7,7 @@
 # 15-minute wait (setup-fixed.yaml); the frontiers of a sweep on the real AWS catalog (180 s
 # boot, 10-minute idle timeout, the bundled setup examples/config/setup.yaml); repatriation;
 # then the family of traces by load (decision-quality-loads.sh) and real prices by load
-# (decision-quality-prices.sh). Prints Markdown; about ten minutes on two cores.
+# (decision-quality-prices.sh). Prints Markdown; about eight minutes on two cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 trace="${1:-../shared/data/traces/alibaba-gpu-v2023/openb_pod_list_default.csv}"
@@ -56,7 +56,8 @@ for est in noisy:0.5 noisy:1 none; do
 done
 
 echo
-echo "Real prices (frontier points and today's configuration of each strategy):"
+echo "Real prices (today's configuration of each strategy, and the frontier points of each on"
+echo "either side of the default's average JCT):"
 echo
 echo "| private GPUs | strategy | knob | value | cloud USD | avg JCT | marks |"
 echo "|---|---|---|---|---|---|---|"
@@ -66,8 +67,16 @@ for gpus in 2x8 4x8; do
     --strategy spillway,starburst,starburst-best-fit,constant-wait:900,no-wait 2>/dev/null |
     python3 -c '
 import json, sys
-for p in json.load(sys.stdin):
-    if p["frontier"] or p["current"]:
+points = json.load(sys.stdin)
+mine = next(p for p in points if p["family"] == "spillway" and p["current"])
+keep = set()
+for fam in dict.fromkeys(p["family"] for p in points):
+    front = sorted((p for p in points if p["family"] == fam and p["frontier"]), key=lambda p: p["avg_jct_s"])
+    before = [p for p in front if p["avg_jct_s"] <= mine["avg_jct_s"]]
+    after = [p for p in front if p["avg_jct_s"] >= mine["avg_jct_s"]]
+    keep |= {id(p) for p in before[-1:] + after[:1]}
+for p in points:
+    if p["current"] or id(p) in keep:
         marks = ", ".join(m for m, on in (("frontier", p["frontier"]), ("today", p["current"])) if on)
         print("| {} | {} | {} | {} | {:,.0f} | {:,.0f} s | {} |".format(
             sys.argv[1], p["family"], p["knob"], "-" if p["knob"] == "none" else p["value"],

@@ -750,3 +750,37 @@ fn compute_wait_plans_the_jobs_that_save_most_per_hour_of_waiting_first() {
     assert_decision(&plan, "early", Outcome::Wait, Reason::BurstDisabled);
     assert!(plan.starts.is_empty() && plan.launches.is_empty());
 }
+
+/// A rule `maxWait: 2m` (and no rule `waitMode`).
+struct Urgent;
+
+impl Policy for Urgent {
+    fn effects(&self, _: &PolicyContext<'_>) -> Effects {
+        Effects {
+            max_wait: Some(policy::Ruled {
+                value: mins(2),
+                rule: "p/urgent".into(),
+            }),
+            ..Default::default()
+        }
+    }
+}
+
+#[test]
+fn a_rules_max_wait_is_the_jobs_wait_in_a_compute_wait_queue() {
+    let mut s = base();
+    s.queues[0].burst.wait_mode = WaitMode::ComputeWait;
+    s.queues[0].burst.compute_wait_factor = 0.2;
+    s.nodes = vec![private_node("n1", 8, 0, "A100")];
+    let busy = running(job("busy", 8, -10), &["n1"], -10, Some(70));
+    // 8 GPUs x 10 h: the queue alone would let it wait 16 h for the slot at 60m.
+    let mut big = job("big", 8, 0);
+    big.estimated_runtime = Some(mins(600));
+    s.jobs = vec![busy, big];
+    let plan = run(&s, 3);
+    assert_decision(&plan, "big", Outcome::Wait, Reason::WaitingForPrivate);
+    let plan = decide(&s, &Urgent, at_min(3));
+    assert_decision(&plan, "big", Outcome::StartCloud, Reason::MaxWaitExceeded);
+    let d = plan.decisions.iter().find(|d| d.job == "ml/big").unwrap();
+    assert_eq!(d.rule.as_deref(), Some("p/urgent"));
+}

@@ -145,18 +145,20 @@ impl<'a> Cycle<'a> {
     }
 
     /// How long `job` may wait for private GPUs before it bursts, and why: its compute-wait
-    /// budget, else the queue's (or a rule's) `maxWait`.
+    /// budget, else the queue's (or a rule's) `maxWait`. A rule that sets `maxWait` and no
+    /// rule that sets `waitMode` make that `maxWait` the job's wait, whatever the queue's mode.
     pub(super) fn allowance(&self, job: &Job, effects: &Effects) -> Allowance {
         let queue = self
             .queue(&job.queue)
             .expect("a job's queue exists: `invalid` rejected the others");
-        let (mode, factor, mode_rule) = match &effects.wait_mode {
-            Some(r) => (
+        let (mode, factor, mode_rule) = match (&effects.wait_mode, &effects.max_wait) {
+            (Some(r), _) => (
                 r.value.0,
                 r.value.1.unwrap_or(queue.burst.compute_wait_factor),
                 Some(r.rule.clone()),
             ),
-            None => (queue.burst.wait_mode, queue.burst.compute_wait_factor, None),
+            (None, Some(_)) => (WaitMode::Fixed, queue.burst.compute_wait_factor, None),
+            (None, None) => (queue.burst.wait_mode, queue.burst.compute_wait_factor, None),
         };
         let (max_wait, wait_rule) = match &effects.max_wait {
             Some(r) => (r.value, Some(r.rule.clone())),
