@@ -272,10 +272,12 @@ async fn soak_keeps_memory_caches_and_cycles_flat() {
 }
 
 /// What the name promises, with margin for a loaded two-core machine: against the first
-/// sample taken under load, the operator's memory at most 1.5x + 32 MiB, its runtime tasks,
-/// threads and open files at most a few more (nothing leaks per job), and the mean cycle time of
-/// every later interval at most 4x the first measured one + 20 ms (a cycle does not grow with
-/// the jobs that came and went).
+/// sample taken under load, the operator's memory at most 1.5x + 32 MiB, its threads at most a
+/// few more, its runtime tasks and open files at most a few more than then or than at the
+/// middle of the run (connection pools may fill up while the load rises; nothing may keep
+/// growing with the jobs that finish in the second half), and the mean cycle time of every
+/// later interval at most 4x the first measured one + 20 ms (a cycle does not grow with the
+/// jobs that came and went).
 fn flat(samples: &[Sample], seed: u64) {
     let base = samples.get(1).unwrap_or(&samples[0]);
     let last = samples.last().unwrap_or(base);
@@ -285,19 +287,22 @@ fn flat(samples: &[Sample], seed: u64) {
         "seed {seed}: RSS grew from {:.1} MiB to a peak of {peak_rss:.1} MiB",
         base.rss_mib
     );
+    let mid = &samples[samples.len() / 2];
     assert!(
-        last.tasks <= base.tasks + 16.0,
-        "seed {seed}: runtime tasks grew from {} to {}",
+        last.tasks <= base.tasks + 16.0 || last.tasks <= mid.tasks + 4.0,
+        "seed {seed}: runtime tasks grew from {} to {} (mid-run {})",
         base.tasks,
-        last.tasks
+        last.tasks,
+        mid.tasks
     );
     assert!(
-        last.threads <= base.threads + 4 && last.fds <= base.fds + 16,
-        "seed {seed}: threads {} -> {}, open files {} -> {}",
+        last.threads <= base.threads + 4 && (last.fds <= base.fds + 16 || last.fds <= mid.fds + 4),
+        "seed {seed}: threads {} -> {}, open files {} -> {} (mid-run {})",
         base.threads,
         last.threads,
         base.fds,
-        last.fds
+        last.fds,
+        mid.fds
     );
     let means: Vec<f64> = samples
         .windows(2)
