@@ -3,7 +3,7 @@
 # decision-quality-loads.sh (loads 0.5 to 2 times the private GPUs, three seeds each, at 16, 32
 # and 64 private GPUs) on the real AWS catalog (examples/catalog-aws-us-east-1.csv), 180 s boot,
 # the default 10-minute idle timeout, half the jobs restartable (they may use spot), exact
-# estimates, the simulator's built-in setup (the default queue: compute-wait, factor 0.2). Each
+# estimates, the simulator's built-in setup (the default queue: priced at $5 an hour). Each
 # replay is a sweep of spillway, Starburst (both packings), a constant wait and no wait; for the
 # default queue's point it reports, against each baseline's cost-versus-JCT frontier, the
 # frontier's cost at the default's average JCT (linear between frontier points, flat beyond

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The README's bundled-example sentence, regenerated: `spillway simulate` with no inputs (279
-# openb tasks on 8 private GPUs, the bundled queue with the default compute-wait factor of 0.2, runtime
+# openb tasks on 8 private GPUs, the bundled queue with the default priced wait ($5 an hour), runtime
 # estimates off by a seeded log-normal error of sigma 0.5), once per noise seed 1..N (default
-# 20), for spillway, Starburst at its published factor (0.076) and at the queue's (0.2), a fixed
+# 20), for spillway, Starburst at its published factor (0.076) and at 0.2 (what the default waits at $1 per GPU-hour), a fixed
 # 15-minute wait and no wait. Prints each strategy's median and range of cloud USD and average
 # JCT over the seeds.
 #

@@ -36,10 +36,14 @@ pub fn queue(q: &GpuQueue) -> Result<core::Queue, FieldErrors> {
                 WaitMode::Fixed => core::WaitMode::Fixed,
                 WaitMode::ComputeWait => core::WaitMode::ComputeWait,
                 WaitMode::CostAware => core::WaitMode::CostAware,
+                WaitMode::Priced => core::WaitMode::Priced,
             },
             compute_wait_factor: burst
                 .compute_wait_factor
                 .unwrap_or(core::model::DEFAULT_COMPUTE_WAIT_FACTOR),
+            wait_cost_per_hour: burst
+                .wait_cost_per_hour
+                .unwrap_or(core::model::DEFAULT_WAIT_COST_PER_HOUR),
             pools: burst.pools.clone(),
             capacity_types: burst.capacity_types.clone(),
         },

@@ -161,17 +161,23 @@ pub enum WaitMode {
     /// Every job may wait `maxWait`.
     #[serde(rename = "fixed")]
     Fixed,
-    /// The default. A job's wait budget grows with its size, GPUs x estimated runtime x
+    /// A job's wait budget grows with its size, GPUs x estimated runtime x
     /// `computeWaitFactor` (the Starburst rule, USENIX ATC'24), and jobs are planned on the
     /// private GPUs in order of arrival less that budget; jobs without an estimate wait
     /// `maxWait`.
     #[serde(rename = "compute-wait")]
-    #[default]
     ComputeWait,
     /// Jobs whose cheapest cloud capacity is the cheapest per GPU-hour wait `maxWait`; a job
     /// dearer to burst waits proportionally longer (twice the price, twice the wait).
     #[serde(rename = "cost-aware")]
     CostAware,
+    /// The default. A job waits as long as the cloud cost its waiting saves (GPUs x estimated
+    /// runtime x the GPU-hour price of its cheapest fitting offering, spot for restartable
+    /// jobs) is worth more than its wait at `waitCostPerHour`; planned as compute-wait; jobs
+    /// without an estimate wait `maxWait`.
+    #[serde(rename = "priced")]
+    #[default]
+    Priced,
 }
 
 /// Bursting settings of a queue.
@@ -185,9 +191,10 @@ pub struct QueueBurst {
     #[serde(default = "default_max_wait")]
     #[schemars(schema_with = "duration_schema")]
     pub max_wait: String,
-    /// `compute-wait` (the default: bigger, longer jobs wait longer; jobs without a runtime
-    /// estimate wait `maxWait`), `fixed` (every job waits `maxWait`) or `cost-aware` (jobs
-    /// dearer to burst wait longer).
+    /// `priced` (the default: a job waits while the cloud cost its waiting saves is worth more
+    /// than `waitCostPerHour` per hour of wait; jobs without a runtime estimate wait
+    /// `maxWait`), `compute-wait` (bigger, longer jobs wait longer), `fixed` (every job waits
+    /// `maxWait`) or `cost-aware` (jobs dearer to burst wait longer).
     #[serde(default)]
     pub wait_mode: WaitMode,
     /// In `compute-wait` mode, seconds of wait per GPU-second of estimated work (default 0.2:
@@ -195,6 +202,11 @@ pub struct QueueBurst {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub compute_wait_factor: Option<f64>,
+    /// In `priced` mode, USD an hour of a job's waiting is worth (default 5: a one-GPU hour at
+    /// $0.80 per GPU-hour may wait 9.6 minutes, an 8-GPU, 4-hour job at $2.74 17.5 hours).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub wait_cost_per_hour: Option<f64>,
     /// The cloud and cluster ComputePools this queue may burst to; cluster pools are tried in
     /// this list's order (after private nodes, before the cloud). Empty means every cloud pool
     /// and every cluster pool, cheapest `gpuCostPerHour` first.
@@ -214,8 +226,9 @@ impl Default for QueueBurst {
         QueueBurst {
             enabled: false,
             max_wait: default_max_wait(),
-            wait_mode: WaitMode::ComputeWait,
+            wait_mode: WaitMode::Priced,
             compute_wait_factor: None,
+            wait_cost_per_hour: None,
             pools: Vec::new(),
             capacity_types: Vec::new(),
         }

@@ -277,6 +277,13 @@ pub fn gpu_queue(spec: &GpuQueueSpec) -> Result<(), FieldErrors> {
     if let Some(burst) = &spec.burst {
         errs.duration("spec.burst.maxWait", Some(&burst.max_wait));
         errs.non_negative("spec.burst.computeWaitFactor", burst.compute_wait_factor);
+        errs.non_negative("spec.burst.waitCostPerHour", burst.wait_cost_per_hour);
+        if burst.wait_cost_per_hour == Some(0.0) {
+            errs.push(
+                "spec.burst.waitCostPerHour",
+                "must be above 0 (an hour of waiting worth nothing would wait forever)",
+            );
+        }
         errs.dns_names("spec.burst.pools", &burst.pools);
         errs.unique("spec.burst.pools", &burst.pools);
         unique_capacity(&mut errs, "spec.burst.capacityTypes", &burst.capacity_types);

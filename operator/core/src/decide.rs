@@ -608,23 +608,24 @@ impl<'a> Cycle<'a> {
     }
 
     /// Where `job` stands in its queue's plan among jobs of its priority: its arrival, or, in
-    /// a bursting compute-wait queue planned conservatively, its arrival less its compute-wait
-    /// allowance. A job that may wait an hour longer is planned as if it had arrived an hour
+    /// a bursting compute-wait or priced queue planned conservatively, its arrival less its
+    /// wait budget. A job that may wait an hour longer is planned as if it had arrived an hour
     /// earlier: the jobs that save the most cloud capacity per hour of waiting get the
     /// earliest private slots, and the others burst at once when their slot comes later than
     /// they may wait. The offset is fixed per job, so no job is passed over indefinitely. A
     /// rule's `waitMode` changes the job's allowance, not its place in the plan.
     fn plan_order(&self, job: &Job, queue: &crate::Queue) -> Time {
+        let mode = queue.burst.wait_mode;
         if self.settings.order != QueueOrder::Conservative
             || !queue.burst.enabled
-            || queue.burst.wait_mode != WaitMode::ComputeWait
+            || !matches!(mode, WaitMode::ComputeWait | WaitMode::Priced)
         {
             return job.queued_at;
         }
         match job.planning_runtime() {
             Some(rt) => {
                 job.queued_at
-                    - compute_wait_allowance(queue.burst.compute_wait_factor, job.total_gpus(), rt)
+                    - self.wait_budget(queue, job, mode, queue.burst.compute_wait_factor, rt)
             }
             None => job.queued_at,
         }

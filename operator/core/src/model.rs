@@ -13,12 +13,19 @@ use crate::{CapacityType, Classification, Duration, GpuModel, Placement, Time};
 pub enum WaitMode {
     /// Every job may wait `max_wait`.
     Fixed,
-    /// The default. A job's wait budget is `compute_wait_factor` x GPUs x estimated runtime
-    /// (Starburst, USENIX ATC'24); a job without an estimate waits `max_wait`. Under
-    /// conservative order a bursting queue plans its jobs in order of arrival less that
-    /// budget (`decide::Cycle::plan_order`).
-    #[default]
+    /// A job's wait budget is `compute_wait_factor` x GPUs x estimated runtime (Starburst,
+    /// USENIX ATC'24); a job without an estimate waits `max_wait`. Under conservative order a
+    /// bursting queue plans its jobs in order of arrival less that budget
+    /// (`decide::Cycle::plan_order`).
     ComputeWait,
+    /// The default. A job may wait as long as the cloud cost its waiting saves is worth more
+    /// than its wait at `wait_cost_per_hour`: GPUs x estimated runtime x the per-GPU-hour price
+    /// of its cheapest fitting offering (spot for restartable jobs) / `wait_cost_per_hour`. On
+    /// a catalog priced alike per GPU-hour it is compute-wait with factor price /
+    /// `wait_cost_per_hour`. A job without an estimate waits `max_wait`; one no offering
+    /// holds, its compute-wait budget. Planned in the same order as compute-wait.
+    #[default]
+    Priced,
     /// `max_wait` for jobs whose cheapest cloud capacity is the cheapest per GPU-hour; a job
     /// dearer to burst waits proportionally longer (twice the price per GPU-hour, twice the
     /// wait), since keeping it private saves more.
@@ -33,6 +40,8 @@ pub struct BurstSettings {
     pub wait_mode: WaitMode,
     /// Seconds of wait per GPU-second of work, in compute-wait mode.
     pub compute_wait_factor: f64,
+    /// USD an hour of a job's waiting is worth, in priced mode.
+    pub wait_cost_per_hour: f64,
     /// Cloud and cluster pools the queue may use; empty means all. Cluster pools are tried in
     /// this order (with an empty list: cheapest first, then by name), before any cloud pool.
     pub pools: Vec<String>,
@@ -45,8 +54,9 @@ impl Default for BurstSettings {
         BurstSettings {
             enabled: false,
             max_wait: Duration::from_secs(15 * 60),
-            wait_mode: WaitMode::ComputeWait,
+            wait_mode: WaitMode::Priced,
             compute_wait_factor: DEFAULT_COMPUTE_WAIT_FACTOR,
+            wait_cost_per_hour: DEFAULT_WAIT_COST_PER_HOUR,
             pools: Vec::new(),
             capacity_types: Vec::new(),
         }
@@ -54,9 +64,14 @@ impl Default for BurstSettings {
 }
 
 /// Default seconds of wait per GPU-second of estimated work in compute-wait mode: a one-GPU,
-/// one-hour job may wait 12 minutes, an 8-GPU, 4-hour job 6.4 hours. Chosen by measurement
-/// against Starburst and the physical limit (docs/simulator.md, "The default queue").
+/// one-hour job may wait 12 minutes, an 8-GPU, 4-hour job 6.4 hours.
 pub const DEFAULT_COMPUTE_WAIT_FACTOR: f64 = 0.2;
+
+/// Default USD an hour of a job's waiting is worth in priced mode: at $1 per GPU-hour a job
+/// waits as compute-wait 0.2 lets it; a one-GPU hour at $0.80 waits 9.6 minutes, an 8-GPU,
+/// 4-hour job at $2.74 per GPU-hour 17.5 hours. Chosen by measurement against Starburst and the
+/// physical limit (docs/simulator.md, "The default queue").
+pub const DEFAULT_WAIT_COST_PER_HOUR: f64 = 5.0;
 
 /// A GpuQueue.
 #[derive(Clone, Debug, PartialEq)]

@@ -47,7 +47,7 @@ pub enum Reason {
     Backfilled,
     /// Waited past its queue's (or a rule's) maximum wait.
     MaxWaitExceeded,
-    /// Waited past its compute-wait budget.
+    /// Waited past its compute-wait or priced wait budget.
     ComputeWaitExceeded,
     /// Would miss its deadline on private capacity.
     DeadlineAtRisk,

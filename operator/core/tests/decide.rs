@@ -623,6 +623,7 @@ fn cost_aware_waits_longer_for_jobs_dearer_to_burst() {
 fn conservative_order_bursts_at_once_a_job_planned_later_than_it_may_wait() {
     let mut s = base();
     // One node, fully busy for another 60 minutes; the queue waits up to 15 minutes.
+    s.queues[0].burst.wait_mode = WaitMode::Fixed;
     s.nodes = vec![private_node("n1", 8, 0, "A100")];
     let busy = running(job("busy", 8, -10), &["n1"], -10, Some(70));
     let mut late = job("late", 8, 0);
@@ -783,4 +784,43 @@ fn a_rules_max_wait_is_the_jobs_wait_in_a_compute_wait_queue() {
     assert_decision(&plan, "big", Outcome::StartCloud, Reason::MaxWaitExceeded);
     let d = plan.decisions.iter().find(|d| d.job == "ml/big").unwrap();
     assert_eq!(d.rule.as_deref(), Some("p/urgent"));
+}
+
+#[test]
+fn a_priced_wait_weighs_what_bursting_would_cost() {
+    let mut s = base();
+    assert_eq!(s.queues[0].burst.wait_mode, WaitMode::Priced, "the default");
+    s.queues[0].burst.wait_cost_per_hour = 5.0;
+    // n1 frees at t=60m. An 8-GPU, 30-minute job: on demand its cheapest fit is a g5.48xlarge
+    // at $2.036 per GPU-hour, so it may wait 8 x 0.5 h x 2.036 / 5 = 98 minutes and waits for
+    // the private slot.
+    s.nodes = vec![private_node("n1", 8, 0, "A100")];
+    let busy = running(job("busy", 8, -10), &["n1"], -10, Some(70));
+    let mut train = job("train", 8, 0);
+    train.estimated_runtime = Some(mins(30));
+    s.jobs = vec![busy.clone(), train.clone()];
+    let plan = run(&s, 1);
+    assert_decision(&plan, "train", Outcome::Wait, Reason::WaitingForPrivate);
+    // Restartable, it may run on spot at $1.06 per GPU-hour: 51 minutes are worth less than
+    // the slot's wait, so it bursts at once.
+    train.restartable = true;
+    s.jobs = vec![busy.clone(), train.clone()];
+    let plan = run(&s, 1);
+    assert_decision(
+        &plan,
+        "train",
+        Outcome::StartCloud,
+        Reason::PrivateStartTooLate,
+    );
+    // A dearer hour of waiting ($20): 24 minutes on demand, so it bursts too.
+    train.restartable = false;
+    s.jobs = vec![busy, train];
+    s.queues[0].burst.wait_cost_per_hour = 20.0;
+    let plan = run(&s, 1);
+    assert_decision(
+        &plan,
+        "train",
+        Outcome::StartCloud,
+        Reason::PrivateStartTooLate,
+    );
 }

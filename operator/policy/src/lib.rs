@@ -451,6 +451,7 @@ impl Policy for PolicyEngine {
                     ApiWaitMode::Fixed => WaitMode::Fixed,
                     ApiWaitMode::ComputeWait => WaitMode::ComputeWait,
                     ApiWaitMode::CostAware => WaitMode::CostAware,
+                    ApiWaitMode::Priced => WaitMode::Priced,
                 };
                 out.wait_mode = Some(ruled((mode, r.compute_wait_factor), &rule.id));
             }

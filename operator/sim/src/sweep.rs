@@ -1,7 +1,8 @@
 //! `spillway simulate --sweep`: each strategy over its knob, and the cost-versus-JCT frontier.
 //!
-//! The knobs: `spillway` the queues' `maxWait` (or their `computeWaitFactor` when every
-//! bursting queue is in compute-wait mode), `starburst` its factor, `constant-wait` its
+//! The knobs: `spillway` the queues' `maxWait` (or their `waitCostPerHour` when every bursting
+//! queue is in priced mode, their `computeWaitFactor` when every one is in compute-wait mode),
+//! `starburst` its factor, `constant-wait` its
 //! seconds; `no-wait` and `never-burst` have none and are one point each. A point is on its
 //! strategy's frontier when no other point of that strategy is at most as dear and at most as
 //! slow (average JCT) and better in one of the two. Today's configuration (the manifests' value,
@@ -21,6 +22,11 @@ const WAITS_S: [f64; 9] = [
 ];
 /// Compute-wait factors swept for `starburst` and compute-wait queues.
 const FACTORS: [f64; 11] = [0.0, 0.02, 0.05, 0.076, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0];
+/// USD per hour of waiting in priced mode: from waits 25 times longer than the default's to
+/// 500 times shorter (at $1 per GPU-hour, compute-wait factors 5 to 0.0004).
+const WAIT_COSTS: [f64; 12] = [
+    0.2, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0, 250.0, 2500.0,
+];
 
 /// One replay of the sweep.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -28,8 +34,8 @@ pub struct Point {
     /// The strategy family: `spillway`, `starburst`, `starburst-best-fit`, `constant-wait`,
     /// `no-wait`, `never-burst`.
     pub family: String,
-    /// What was varied: `maxWait` (seconds), `computeWaitFactor`, `factor`, `seconds`, or
-    /// `none`.
+    /// What was varied: `maxWait` (seconds), `waitCostPerHour`, `computeWaitFactor`, `factor`,
+    /// `seconds`, or `none`.
     pub knob: String,
     pub value: f64,
     /// Today's configuration.
@@ -66,14 +72,20 @@ fn variants(base: &Snapshot, strategies: &[Strategy]) -> Vec<Variant> {
                 let bursting: Vec<usize> = (0..base.queues.len())
                     .filter(|&i| base.queues[i].burst.enabled)
                     .collect();
-                let compute = !bursting.is_empty()
-                    && bursting
-                        .iter()
-                        .all(|&i| base.queues[i].burst.wait_mode == WaitMode::ComputeWait);
+                let all_in = |mode: WaitMode| {
+                    !bursting.is_empty()
+                        && bursting
+                            .iter()
+                            .all(|&i| base.queues[i].burst.wait_mode == mode)
+                };
+                let (compute, priced) = (all_in(WaitMode::ComputeWait), all_in(WaitMode::Priced));
                 let first = bursting.first().map(|&i| &base.queues[i].burst);
                 let (knob, list, current): (&'static str, &[f64], f64) = if compute {
                     let f = first.map_or(0.0, |b| b.compute_wait_factor);
                     ("computeWaitFactor", &FACTORS, f)
+                } else if priced {
+                    let v = first.map_or(0.0, |b| b.wait_cost_per_hour);
+                    ("waitCostPerHour", &WAIT_COSTS, v)
                 } else {
                     let w = first.map_or(0.0, |b| b.max_wait.as_secs_f64());
                     ("maxWait", &WAITS_S, w)
@@ -84,6 +96,8 @@ fn variants(base: &Snapshot, strategies: &[Strategy]) -> Vec<Variant> {
                         let b = &mut snapshot.queues[i].burst;
                         if compute {
                             b.compute_wait_factor = value;
+                        } else if priced {
+                            b.wait_cost_per_hour = value;
                         } else {
                             b.max_wait = Duration::from_millis((value * 1000.0) as u64);
                         }
@@ -332,6 +346,21 @@ mod tests {
         assert!(
             v.iter().any(|x| x.current
                 && (x.snapshot.queues[0].burst.compute_wait_factor - 0.2).abs() < 1e-12)
+        );
+        // Priced (the default mode): the value of an hour of waiting, today's 5 among them.
+        base.queues[0].burst.wait_mode = WaitMode::Priced;
+        let v = variants(&base, &[Strategy::Spillway]);
+        assert!(v.iter().all(|x| x.knob == "waitCostPerHour"));
+        assert_eq!(v.len(), WAIT_COSTS.len());
+        assert!(
+            v.iter().any(|x| x.current
+                && (x.snapshot.queues[0].burst.wait_cost_per_hour - 5.0).abs() < 1e-12)
+        );
+        assert_eq!(
+            v.iter()
+                .find(|x| x.value == 50.0)
+                .map(|x| x.snapshot.queues[0].burst.wait_cost_per_hour),
+            Some(50.0)
         );
     }
 }

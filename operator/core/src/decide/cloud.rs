@@ -165,10 +165,10 @@ impl<'a> Cycle<'a> {
             None => (queue.burst.max_wait, None),
         };
         match (mode, job.planning_runtime()) {
-            (WaitMode::ComputeWait, Some(rt)) => Allowance {
+            (WaitMode::ComputeWait | WaitMode::Priced, Some(rt)) => Allowance {
                 mode,
                 max_wait,
-                threshold: compute_wait_allowance(factor, job.total_gpus(), rt),
+                threshold: self.wait_budget(queue, job, mode, factor, rt),
                 reason: Reason::ComputeWaitExceeded,
                 rule: mode_rule.or(wait_rule),
             },
@@ -242,7 +242,7 @@ impl<'a> Cycle<'a> {
                 format!("waited {} (past its maximum wait)", self.waited(job))
             }
             Reason::ComputeWaitExceeded => {
-                format!("waited {} (past its compute-wait budget)", self.waited(job))
+                format!("waited {} (past its wait budget)", self.waited(job))
             }
             Reason::DeadlineAtRisk => "would miss its deadline on private capacity".to_string(),
             Reason::PrivateStartTooLate => format!(
@@ -413,6 +413,41 @@ impl<'a> Cycle<'a> {
     /// (on-demand, so that spot prices, which only some jobs may use, do not stretch every
     /// other job's wait).
     /// The cheapest on-demand GPU-hour the queue can buy now (computed once per cycle).
+    /// A job's wait budget in compute-wait or priced mode (`runtime`: its estimate).
+    pub(super) fn wait_budget(
+        &self,
+        queue: &Queue,
+        job: &Job,
+        mode: WaitMode,
+        factor: f64,
+        runtime: Duration,
+    ) -> Duration {
+        if mode == WaitMode::Priced
+            && queue.burst.wait_cost_per_hour > 0.0
+            && let Some(price) = self.gpu_hour_price(queue, job)
+        {
+            let secs = job.total_gpus() as f64 * runtime.as_secs_f64() * price
+                / queue.burst.wait_cost_per_hour;
+            return Duration::from_millis((secs.min(1e15) * 1000.0) as u64);
+        }
+        compute_wait_allowance(factor, job.total_gpus(), runtime)
+    }
+
+    /// What a GPU-hour of `job` costs at its cheapest fitting offering among the queue's
+    /// pools (on demand, or spot for a restartable job; an instance with room for fewer
+    /// replicas than its GPUs allow is paid whole): `None` when no offering holds it.
+    fn gpu_hour_price(&self, queue: &Queue, job: &Job) -> Option<f64> {
+        let g = job.gpus_per_replica.max(1);
+        self.offerings_for(job)
+            .iter()
+            .filter(|&&i| self.offering_allowed(queue, i))
+            .map(|&i| &self.snap.offerings[i])
+            .filter(|o| o.unavailable_until.is_none_or(|t| t <= self.now))
+            .filter(|o| o.capacity_type == CapacityType::OnDemand || job.restartable)
+            .map(|o| o.hourly_price / ((o.gpus / g).max(1) * g) as f64)
+            .min_by(f64::total_cmp)
+    }
+
     pub(super) fn cheapest_gpu_hour(&mut self, queue: &'a Queue) -> f64 {
         if let Some(&v) = self.gpu_hour.get(queue.name.as_str()) {
             return v;
