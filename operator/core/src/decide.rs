@@ -185,6 +185,9 @@ struct Cycle<'a> {
     offerings_for: std::cell::RefCell<Vec<(ReplicaShape, std::rc::Rc<[usize]>)>>,
     /// The cheapest on-demand GPU-hour per queue, once computed this cycle.
     gpu_hour: FastMap<&'a str, f64>,
+    /// A priced wait's GPU-hour price per replica shape (the address of its `offerings_for`
+    /// list, kept for the cycle), queue (its address) and whether the job may use spot.
+    wait_prices: std::cell::RefCell<FastMap<(usize, usize, bool), Option<f64>>>,
     /// Free private GPUs over time, built at the first job planned (conservative order).
     profile: Option<Profile>,
     /// An earlier cycle's profile, whose buffers `profile` is built in (from the scratch).
@@ -305,6 +308,7 @@ impl<'a> Cycle<'a> {
             offering_pool: std::cell::OnceCell::new(),
             offerings_for: Default::default(),
             gpu_hour: FastMap::default(),
+            wait_prices: Default::default(),
         };
         cycle.index_usage();
         cycle.hold_for_suspended();

@@ -436,16 +436,28 @@ impl<'a> Cycle<'a> {
     /// What a GPU-hour of `job` costs at its cheapest fitting offering among the queue's
     /// pools (on demand, or spot for a restartable job; an instance with room for fewer
     /// replicas than its GPUs allow is paid whole): `None` when no offering holds it.
+    /// Found once per replica shape, queue and spot eligibility in a cycle.
     fn gpu_hour_price(&self, queue: &Queue, job: &Job) -> Option<f64> {
+        let offerings = self.offerings_for(job);
+        let key = (
+            offerings.as_ptr() as usize,
+            queue as *const Queue as usize,
+            job.restartable,
+        );
+        if let Some(&price) = self.wait_prices.borrow().get(&key) {
+            return price;
+        }
         let g = job.gpus_per_replica.max(1);
-        self.offerings_for(job)
+        let price = offerings
             .iter()
             .filter(|&&i| self.offering_allowed(queue, i))
             .map(|&i| &self.snap.offerings[i])
             .filter(|o| o.unavailable_until.is_none_or(|t| t <= self.now))
             .filter(|o| o.capacity_type == CapacityType::OnDemand || job.restartable)
             .map(|o| o.hourly_price / ((o.gpus / g).max(1) * g) as f64)
-            .min_by(f64::total_cmp)
+            .min_by(f64::total_cmp);
+        self.wait_prices.borrow_mut().insert(key, price);
+        price
     }
 
     pub(super) fn cheapest_gpu_hour(&mut self, queue: &'a Queue) -> f64 {
