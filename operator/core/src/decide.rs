@@ -30,6 +30,7 @@ use index::PrivateIndex;
 use private::OrderKey;
 pub use remote::cluster_pools_by_price;
 pub use scratch::Scratch;
+use wait::Allowance;
 
 mod cloud;
 mod conservative;
@@ -45,6 +46,7 @@ mod requirements;
 mod scratch;
 mod settled;
 mod usage;
+mod wait;
 use crate::plan::{Decision, Launch, OfferingChoice, Outcome, Plan, Reason, Start, Termination};
 use crate::policy::{Effects, Policy, PolicyContext, QueueState, glob_match};
 use crate::{
@@ -611,30 +613,6 @@ impl<'a> Cycle<'a> {
         self.queues.get(name).map(|q| &mut self.queue_state[q])
     }
 
-    /// Where `job` stands in its queue's plan among jobs of its priority: its arrival, or, in
-    /// a bursting compute-wait or priced queue planned conservatively, its arrival less its
-    /// wait budget. A job that may wait an hour longer is planned as if it had arrived an hour
-    /// earlier: the jobs that save the most cloud capacity per hour of waiting get the
-    /// earliest private slots, and the others burst at once when their slot comes later than
-    /// they may wait. The offset is fixed per job, so no job is passed over indefinitely. A
-    /// rule's `waitMode` changes the job's allowance, not its place in the plan.
-    fn plan_order(&self, job: &Job, queue: &crate::Queue) -> Time {
-        let mode = queue.burst.wait_mode;
-        if self.settings.order != QueueOrder::Conservative
-            || !queue.burst.enabled
-            || !matches!(mode, WaitMode::ComputeWait | WaitMode::Priced)
-        {
-            return job.queued_at;
-        }
-        match job.planning_runtime() {
-            Some(rt) => {
-                job.queued_at
-                    - self.wait_budget(queue, job, mode, queue.burst.compute_wait_factor, rt)
-            }
-            None => job.queued_at,
-        }
-    }
-
     fn waited(&self, job: &Job) -> Duration {
         self.now.since(job.queued_at)
     }
@@ -750,16 +728,6 @@ impl<'a> Cycle<'a> {
 }
 
 /// A job that did not start in the private pass.
-/// A job's wait allowance.
-struct Allowance {
-    mode: WaitMode,
-    max_wait: Duration,
-    threshold: Duration,
-    /// The trigger once it is used up.
-    reason: Reason,
-    rule: Option<String>,
-}
-
 pub(super) struct Waiting {
     job: usize,
     /// The rules' effects; `None` when no rule said anything (most jobs, kept small).
@@ -819,10 +787,4 @@ fn models_text(job: &Job) -> String {
         let names: Vec<&str> = job.gpu_models.iter().map(|m| m.as_str()).collect();
         format!(" ({})", names.join(" or "))
     }
-}
-
-/// A compute-wait allowance: `factor` seconds of wait per GPU-second of estimated work.
-pub(crate) fn compute_wait_allowance(factor: f64, gpus: u32, runtime: Duration) -> Duration {
-    let secs = factor * gpus as f64 * runtime.as_secs_f64();
-    Duration::from_millis((secs * 1000.0) as u64)
 }
