@@ -31,7 +31,10 @@ as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 
 export DEBIAN_FRONTEND=noninteractive
 need_pkgs=()
-command -v go >/dev/null || need_pkgs+=(golang-go)
+# Kubernetes 1.20's sources want an older Go than most machines carry on their PATH (Go 1.26
+# rejects its vendored modules): build it with Debian's Go 1.19, from its own directory.
+go119=/usr/lib/go-1.19/bin
+[[ -x "$go119/go" ]] || need_pkgs+=(golang-1.19-go)
 command -v etcd >/dev/null || need_pkgs+=(etcd-server)
 command -v rsync >/dev/null || need_pkgs+=(rsync)
 dpkg -s golang-github-modern-go-reflect2-dev >/dev/null 2>&1 || need_pkgs+=(golang-github-modern-go-reflect2-dev)
@@ -73,7 +76,8 @@ if [[ ! -x "$out/kube-apiserver" || ! -x "$out/kube-scheduler" || ! -x "$out/kub
   cp -r "$r2"/. vendor/github.com/modern-go/reflect2/
   mkdir -p .go/src/k8s.io
   ln -sfn ../../.. .go/src/k8s.io/kubernetes
-  log "building (several minutes on 2 cores)"
+  log "building with $("$go119/go" version) (several minutes on 2 cores)"
+  export PATH="$go119:$PATH" GOTOOLCHAIN=local
   GOPATH=$PWD/.go CGO_ENABLED=0 GOFLAGS=-mod=vendor make WHAT="cmd/kube-apiserver cmd/kube-scheduler cmd/kube-controller-manager" >&2 || \
     GOPATH=$PWD/.go CGO_ENABLED=0 make WHAT="cmd/kube-apiserver cmd/kube-scheduler cmd/kube-controller-manager" >&2
   for b in kube-apiserver kube-scheduler kube-controller-manager; do
