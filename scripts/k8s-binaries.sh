@@ -1,91 +1,75 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-scheduler and kube-controller-manager from Debian's source package
-# (no prebuilt binary can be downloaded on our machines) and caches them. Prints the directory
-# that holds the binaries (the envtest KUBEBUILDER_ASSETS convention: etcd lives there too).
+# Builds a Kubernetes control plane from Go modules and prints the directory that holds it:
+# kube-apiserver, kube-scheduler, kube-controller-manager and kubectl from `k8s.io/kubernetes`,
+# and etcd from `go.etcd.io/etcd/server/v3` (the envtest KUBEBUILDER_ASSETS layout). No prebuilt binary
+# can be downloaded on our machines; the Go module proxy serves both modules.
 #
-# If KUBEBUILDER_ASSETS is set and holds kube-apiserver, it is used as is and nothing is built.
-# Cache: ${SPILLWAY_CACHE:-~/.cache/spillway}/k8s-1.20.2/bin. First run ~7-10 min on 2 cores.
+#   scripts/k8s-binaries.sh            # the current release (the whole suite runs on it)
+#   scripts/k8s-binaries.sh 1.34.4     # another release (the oldest supported: the smoke set)
+#
+# With no argument, a KUBEBUILDER_ASSETS that holds kube-apiserver is used as is (nothing built).
+# Cache: ${SPILLWAY_CACHE:-~/.cache/spillway}/k8s-<version>/bin, etcd-<version>/bin, and the Go
+# module and build caches under go/ (scripts/go-build.sh). Cold, on 2 cores: see
+# docs/development.md ("The Kubernetes control plane").
 set -euo pipefail
 
-log() { echo "k8s-binaries: $*" >&2; }
+# The newest release the module proxy serves, and the oldest this project supports
+# (docs/operations.md says why); etcd 3.6 serves both (1.35+ needs etcd >= 3.5.13).
+current=1.37.2
+oldest=1.34.4
+etcd_version=3.6.16
 
-if [[ -n "${KUBEBUILDER_ASSETS:-}" && -x "${KUBEBUILDER_ASSETS}/kube-apiserver" ]]; then
-  echo "${KUBEBUILDER_ASSETS}"
-  exit 0
-fi
+log() { echo "k8s-binaries: $*" >&2; }
+here="$(cd "$(dirname "$0")" && pwd)"
+
+case "${1:-}" in
+  "") version="$current"
+      if [[ -n "${KUBEBUILDER_ASSETS:-}" && -x "${KUBEBUILDER_ASSETS}/kube-apiserver" ]]; then
+        echo "${KUBEBUILDER_ASSETS}"
+        exit 0
+      fi ;;
+  current) version="$current" ;;
+  oldest) version="$oldest" ;;
+  *) version="${1#v}" ;;
+esac
+[[ "$version" =~ ^1\.([0-9]+)\.([0-9]+)$ ]] || { log "not a release version: $version"; exit 2; }
+minor="${BASH_REMATCH[1]}"
 
 cache="${SPILLWAY_CACHE:-$HOME/.cache/spillway}"
-out="$cache/k8s-1.20.2/bin"
-want=(kube-apiserver kube-scheduler kube-controller-manager etcd)
-
+out="$cache/k8s-$version/bin"
+kube=(kube-apiserver kube-scheduler kube-controller-manager kubectl)
+want=("${kube[@]}" etcd)
 have_all() {
   for b in "${want[@]}"; do [[ -x "$out/$b" ]] || return 1; done
 }
-
 if have_all; then
   echo "$out"
   exit 0
 fi
 
-as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
-
-export DEBIAN_FRONTEND=noninteractive
-need_pkgs=()
-# Kubernetes 1.20's sources want an older Go than most machines carry on their PATH (Go 1.26
-# rejects its vendored modules): build it with Debian's Go 1.19, from its own directory.
-go119=/usr/lib/go-1.19/bin
-[[ -x "$go119/go" ]] || need_pkgs+=(golang-1.19-go)
-command -v etcd >/dev/null || need_pkgs+=(etcd-server)
-command -v rsync >/dev/null || need_pkgs+=(rsync)
-dpkg -s golang-github-modern-go-reflect2-dev >/dev/null 2>&1 || need_pkgs+=(golang-github-modern-go-reflect2-dev)
-if ((${#need_pkgs[@]})); then
-  log "installing ${need_pkgs[*]}"
-  as_root apt-get update -qq >&2
-  as_root apt-get install -y -qq "${need_pkgs[@]}" >&2
+start=$SECONDS
+etcd_dir="$cache/etcd-$etcd_version/bin"
+if [[ ! -x "$etcd_dir/etcd" ]]; then
+  log "building etcd $etcd_version"
+  "$here/go-build.sh" --module go.etcd.io/etcd/server/v3 --version "v$etcd_version" \
+    --out "$etcd_dir" go.etcd.io/etcd/server/v3=etcd
 fi
 
-mkdir -p "$out"
-if [[ ! -x "$out/etcd" ]]; then
-  ln -sf "$(command -v etcd)" "$out/etcd"
-fi
-
-if [[ ! -x "$out/kube-apiserver" || ! -x "$out/kube-scheduler" || ! -x "$out/kube-controller-manager" ]]; then
-  work="$cache/k8s-src"
-  mkdir -p "$work"
-  cd "$work"
-  if ! ls kubernetes_*.orig.tar.gz >/dev/null 2>&1; then
-    parts=$(apt-config shell PARTS Dir::Etc::sourceparts/d | sed -e "s/^PARTS='//" -e "s/'$//")
-    src_list="${parts%/}/spillway-deb-src.sources"
-    if [[ ! -f "$src_list" ]]; then
-      log "enabling Debian source packages in $src_list"
-      sed 's/^Types: deb$/Types: deb-src/' "${parts%/}/debian.sources" | as_root tee "$src_list" >/dev/null
-    fi
-    as_root apt-get update -qq >&2
-    log "downloading the kubernetes source package"
-    apt-get source --download-only kubernetes >&2
-  fi
-  tarball=$(ls kubernetes_*.orig.tar.gz | head -n1)
-  rm -rf tree && mkdir tree
-  log "unpacking $tarball"
-  tar -xzf "$tarball" -C tree --strip-components=1
-  cd tree
-  # Kubernetes 1.20 vendors reflect2 1.0.1, which crashes under Go >= 1.18: use Debian's 1.0.2.
-  r2=$(dpkg -L golang-github-modern-go-reflect2-dev | grep -m1 '/github.com/modern-go/reflect2$')
-  rm -rf vendor/github.com/modern-go/reflect2
-  mkdir -p vendor/github.com/modern-go/reflect2
-  cp -r "$r2"/. vendor/github.com/modern-go/reflect2/
-  mkdir -p .go/src/k8s.io
-  ln -sfn ../../.. .go/src/k8s.io/kubernetes
-  log "building with $("$go119/go" version) (several minutes on 2 cores)"
-  export PATH="$go119:$PATH" GOTOOLCHAIN=local
-  GOPATH=$PWD/.go CGO_ENABLED=0 GOFLAGS=-mod=vendor make WHAT="cmd/kube-apiserver cmd/kube-scheduler cmd/kube-controller-manager" >&2 || \
-    GOPATH=$PWD/.go CGO_ENABLED=0 make WHAT="cmd/kube-apiserver cmd/kube-scheduler cmd/kube-controller-manager" >&2
-  for b in kube-apiserver kube-scheduler kube-controller-manager; do
-    install -m 0755 "_output/local/bin/linux/amd64/$b" "$out/$b"
+missing=()
+for b in "${kube[@]}"; do [[ -x "$out/$b" ]] || missing+=("k8s.io/kubernetes/cmd/$b"); done
+if ((${#missing[@]})); then
+  # The version stamps Kubernetes' own build sets (hack/lib/version.sh): without them /version
+  # reads v0.0.0-master and version checks (kubectl's skew warning, Helm's kubeVersion) break.
+  ldflags="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $pkg.gitVersion=v$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
   done
-  cd "$cache"
-  rm -rf "$work/tree"
+  log "building Kubernetes v$version: ${missing[*]##*/}"
+  "$here/go-build.sh" --module k8s.io/kubernetes --version "v$version" --staging \
+    --ldflags "$ldflags" --out "$out" "${missing[@]}"
 fi
-
+ln -sfn "$etcd_dir/etcd" "$out/etcd"
 have_all
+log "Kubernetes v$version ready in $out ($((SECONDS - start)) s)"
 echo "$out"

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Runs every Spillway test on a fresh machine: installs and caches what the tests need (a real
-# Kubernetes control plane built from Debian's source package, moto's EC2 server, promtool, Helm 3
-# and 4 with kubectl, Debian's Chromium for the report's browser test), then runs the workspace's tests against them. Heavy builds are cached under ~/.cache/spillway.
+# Runs every Spillway test on a fresh machine: installs and caches what the tests need (real
+# Kubernetes control planes built from Go modules, the newest release and the oldest supported,
+# moto's EC2 server, promtool, Helm 3 and 4, Debian's Chromium for the report's browser test),
+# then runs the workspace's tests against them: the whole suite on the newest release, the
+# smoke set on the oldest. Heavy builds are cached under ~/.cache/spillway.
 #
-#   scripts/test.sh            # everything
-#   scripts/test.sh -p spillway-core   # extra arguments go to `cargo test`
+#   scripts/test.sh                    # everything
+#   scripts/test.sh -p spillway-core   # extra arguments go to `cargo test` (newest release only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +25,7 @@ export AWS_EC2_METADATA_DISABLED=true
 
 KUBEBUILDER_ASSETS="$(scripts/k8s-binaries.sh)"
 export KUBEBUILDER_ASSETS
+oldest_assets="$(scripts/k8s-binaries.sh oldest)"
 SPILLWAY_MOTO_SERVER="$(scripts/moto.sh)"
 export SPILLWAY_MOTO_SERVER
 SPILLWAY_PROMTOOL="$(scripts/promtool.sh)"
@@ -35,6 +38,23 @@ while read -r which dir; do
 done < <(scripts/helm.sh)
 SPILLWAY_CHROMIUM="$(scripts/chromium.sh)"
 export SPILLWAY_CHROMIUM
-echo "test.sh: Kubernetes binaries in $KUBEBUILDER_ASSETS; moto at $SPILLWAY_MOTO_SERVER; promtool at $SPILLWAY_PROMTOOL; Helm 3 in $SPILLWAY_HELM3, Helm 4 in $SPILLWAY_HELM4; Chromium $SPILLWAY_CHROMIUM" >&2
+echo "test.sh: Kubernetes binaries in $KUBEBUILDER_ASSETS (oldest supported: $oldest_assets); moto at $SPILLWAY_MOTO_SERVER; promtool at $SPILLWAY_PROMTOOL; Helm 3 in $SPILLWAY_HELM3, Helm 4 in $SPILLWAY_HELM4; Chromium $SPILLWAY_CHROMIUM" >&2
 
-cargo test --workspace --locked --no-fail-fast "$@"
+if (($#)); then
+  exec cargo test --workspace --locked --no-fail-fast "$@"
+fi
+
+status=0
+# The whole suite on the newest release: the test binaries three at a time (most of their time
+# is spent waiting on servers, not computing), then the doc tests.
+scripts/run-tests.py --jobs 3 -- --workspace --locked || status=$?
+cargo test --workspace --locked --doc || status=$?
+# The smoke set on the oldest supported release (docs/operations.md): the CRDs' rules on the
+# server, helm install with Helm 3 and 4 (a private job and a burst), getting-started, the
+# admission webhook.
+echo "test.sh: the smoke set on $("$oldest_assets/kube-apiserver" --version)" >&2
+scripts/run-tests.py --jobs 3 --env "KUBEBUILDER_ASSETS=$oldest_assets" \
+  --only helm --only crd_rules --only control_plane --only operator \
+  -- --workspace --locked -- \
+  installs_runs getting_started_runs the_api_server schema_validation admission:: || status=$?
+exit "$status"

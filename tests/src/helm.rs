@@ -1,4 +1,5 @@
-//! Real Helm binaries: Helm 3 (v3.18) and Helm 4 (v4.1), each with a kubectl beside it, from
+//! Real Helm binaries: Helm 3 (v3.18) and Helm 4 (v4.1), each with a kubectl beside it (the
+//! control plane's own kubectl is preferred: it matches the server's release), from
 //! `SPILLWAY_HELM3` / `SPILLWAY_HELM4` (set by `scripts/test.sh`) or `scripts/helm.sh`'s cache.
 //! Each [`Helm`] runs with its own temporary `HELM_CACHE_HOME`, `HELM_CONFIG_HOME` and
 //! `HELM_DATA_HOME`, so nothing of the user's Helm set-up is read or written.
@@ -76,9 +77,14 @@ impl Helm {
         c
     }
 
-    /// The kubectl shipped beside this Helm.
+    /// The kubectl of the control plane's release (built beside it, as envtest ships one),
+    /// else the one shipped beside this Helm.
     pub fn kubectl(&self) -> PathBuf {
-        self.dir.join("kubectl")
+        crate::cluster::binary_dirs()
+            .into_iter()
+            .map(|d| d.join("kubectl"))
+            .find(|k| k.is_file())
+            .unwrap_or_else(|| self.dir.join("kubectl"))
     }
 }
 

@@ -140,7 +140,7 @@ impl FakeKubelet {
                                       {"type": "Hostname", "address": node.name}],
                         "nodeInfo": {
                             "architecture": "amd64", "operatingSystem": "linux",
-                            "kubeletVersion": "v1.20.2-spillway-fake", "kubeProxyVersion": "v1.20.2",
+                            "kubeletVersion": "v1.37.2-spillway-fake", "kubeProxyVersion": "v1.37.2",
                             "containerRuntimeVersion": "fake://1", "kernelVersion": "fake",
                             "osImage": "fake", "machineID": node.name, "systemUUID": node.name,
                             "bootID": node.name,

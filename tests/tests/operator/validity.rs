@@ -96,26 +96,29 @@ async fn invalid_objects_of_every_kind_say_so_and_are_left_out() {
     let dataset = format!("{}-nowhere", w.ns);
     let policy = format!("{}-typo", w.ns);
     let misnamed = format!("{}-misnamed", w.ns);
-    // Each passes the schema of the 1.20 API server (which ignores the CRDs' CEL rules), and no
-    // webhook runs here: the operator finds what is wrong.
+    // Each passes the CRDs' schemas and CEL rules (what those refuse never gets stored:
+    // tests/tests/crd_rules.rs), and no webhook runs here: the operator finds what is wrong.
     apply::<GpuQueue>(
         c,
         json!({"apiVersion": "spillway.io/v1alpha1", "kind": "GpuQueue",
                "metadata": {"name": queue},
-               "spec": {"namespaces": [w.ns], "namespaceSelector": {"matchLabels": {"a": "b"}}}}),
+               "spec": {"namespaces": [w.ns], "burst": {"enabled": true, "waitCostPerHour": 0}}}),
     )
     .await;
     apply::<ComputePool>(
         c,
         json!({"apiVersion": "spillway.io/v1alpha1", "kind": "ComputePool",
-               "metadata": {"name": pool}, "spec": {"private": {"nodeSelector": {}}}}),
+               "metadata": {"name": pool}, "spec": {"cluster": {
+                   "kubeconfigSecretRef": {"name": "dc2", "namespace": w.ns},
+                   "namespace": "gpu-jobs", "gpuCostPerHour": 1, "location": " "}}}),
     )
     .await;
     apply::<Dataset>(
         c,
         json!({"apiVersion": "spillway.io/v1alpha1", "kind": "Dataset",
                "metadata": {"name": dataset},
-               "spec": {"classification": "Internal", "locations": [{"environment": "aws"}]}}),
+               "spec": {"classification": "Internal",
+                        "locations": [{"environment": "aws", "region": " "}]}}),
     )
     .await;
     apply::<BurstPolicy>(
@@ -135,8 +138,8 @@ async fn invalid_objects_of_every_kind_say_so_and_are_left_out() {
     )
     .await;
 
-    wait_invalid::<GpuQueue>(c, &queue, "spec.namespaceSelector").await;
-    wait_invalid::<ComputePool>(c, &pool, "spec.private.nodeSelector").await;
+    wait_invalid::<GpuQueue>(c, &queue, "spec.burst.waitCostPerHour").await;
+    wait_invalid::<ComputePool>(c, &pool, "spec.cluster.location").await;
     wait_invalid::<Dataset>(c, &dataset, "spec.locations[0].region").await;
     let message = wait_invalid::<BurstPolicy>(c, &policy, "spec.rules[0].when").await;
     assert!(
@@ -195,7 +198,7 @@ async fn invalid_objects_of_every_kind_say_so_and_are_left_out() {
         .patch(
             &queue,
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"namespaceSelector": null}})),
+            &Patch::Merge(json!({"spec": {"burst": {"waitCostPerHour": 5}}})),
         )
         .await
         .expect("fix the queue");

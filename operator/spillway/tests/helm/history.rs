@@ -89,6 +89,8 @@ async fn indicators_chargeback_and_replay_tell_what_ran() {
         &chart,
         "--namespace",
         &ns,
+        "--kube-version",
+        spillway_tests::cluster::CURRENT,
         "--set",
         "metrics.prometheusRule.enabled=true",
         "--set",
