@@ -3,7 +3,8 @@
 
 Every `crate::a::b` and `super::x` path in a file's non-test code is an edge from that file's
 module to the deepest module the path names. A child's use of its own parent (`super::Thing`
-in `world/job.rs`) is the usual Rust shape and is not counted. Prints each ring found and exits
+in `world/job.rs`) is the usual Rust shape and is not counted; a parent's dependence on the
+children it declares (`mod job;`) is. Prints each ring found and exits
 1, or prints nothing and exits 0. Usage: scripts/import-circles.py [CRATE_SRC_DIR...]
 (default: every crate's src/ in the workspace).
 """
@@ -50,6 +51,9 @@ def edges(files):
             for head, group in re.findall(re.escape(prefix) + PATH, text):
                 paths.append(base + head)
                 paths += [base + head + "::" + x for x in re.findall(r"\b([a-z_][a-z0-9_]*)\b", group)]
+        # A module depends on the child modules it declares (and uses by relative paths).
+        for child in re.findall(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+([a-z_][a-z0-9_]*)\s*;", text, re.M):
+            paths.append(module + "::" + child)
         for p in paths:
             target = owner(p)
             if target and target != module and not module.startswith(target + "::"):

@@ -37,6 +37,15 @@ pub const GROUP: &str = "spillway.io";
 /// The API version of every Spillway resource.
 pub const VERSION: &str = "v1alpha1";
 
+/// The kinds of the group, by `kind`.
+pub const KINDS: [&str; 5] = [
+    "GpuJob",
+    "GpuQueue",
+    "ComputePool",
+    "Dataset",
+    "BurstPolicy",
+];
+
 /// The CRDs of all five kinds, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![

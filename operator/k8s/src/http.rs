@@ -8,12 +8,12 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use crate::metrics::Metrics;
+use crate::serve::Limits;
 
 /// What the endpoints report on.
 #[derive(Debug, Default)]
@@ -87,39 +87,21 @@ fn route(path: &str, metrics: &Metrics, health: &Health) -> Response<Full<Bytes>
     }
 }
 
-/// Accepts connections on `listener` until the task is dropped, each served by `handle` in a
-/// task of its own that ends with this one: a stopped endpoint answers nothing more, not even
-/// on a connection kept alive from before. Shared by the metrics, issuer and webhook endpoints.
-pub async fn accept_each<F, Fut>(listener: TcpListener, endpoint: &'static str, mut handle: F)
-where
-    F: FnMut(tokio::net::TcpStream) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let mut connections = tokio::task::JoinSet::new();
-    loop {
-        while connections.try_join_next().is_some() {}
-        match listener.accept().await {
-            Ok((stream, _)) => {
-                connections.spawn(handle(stream));
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, endpoint, "accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-        }
-    }
-}
-
-/// Serves the endpoints on `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, health: Arc<Health>) {
-    accept_each(listener, "metrics", move |stream| {
+/// Serves the endpoints on `listener` until the task is dropped, within `limits`.
+pub async fn serve(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    limits: Limits,
+) {
+    crate::serve::accept_each(listener, "metrics", limits, move |stream| {
         let (metrics, health) = (metrics.clone(), health.clone());
         async move {
             let service = service_fn(move |req: Request<Incoming>| {
                 let r = route(req.uri().path(), &metrics, &health);
                 async move { Ok::<_, Infallible>(r) }
             });
-            if let Err(e) = http1::Builder::new()
+            if let Err(e) = crate::serve::http1(&limits)
                 .serve_connection(TokioIo::new(stream), service)
                 .await
             {
@@ -154,6 +136,7 @@ mod tests {
             listener,
             Arc::new(Metrics::default()),
             Arc::new(Health::default()),
+            crate::serve::LIMITS,
         ));
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
         assert!(get(&mut stream).await.unwrap().starts_with("HTTP/1.1 200"));

@@ -16,7 +16,6 @@ use std::sync::Arc;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use k8s_openapi::ByteString;
@@ -226,9 +225,10 @@ pub async fn serve(
     issuer: String,
     keys: Store<Secret>,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    limits: crate::serve::Limits,
 ) {
     let issuer = Arc::new(issuer);
-    crate::http::accept_each(listener, "identity", move |stream| {
+    crate::serve::accept_each(listener, "identity", limits, move |stream| {
         let (issuer, keys, tls) = (issuer.clone(), keys.clone(), tls.clone());
         async move {
             let service = service_fn(move |req: Request<Incoming>| {
@@ -242,23 +242,16 @@ pub async fn serve(
                 let r = route(req.uri().path(), &issuer, ring);
                 async move { Ok::<_, Infallible>(r) }
             });
+            let http = crate::serve::http1(&limits);
             let result = match tls {
-                Some(acceptor) => match acceptor.accept(stream).await {
-                    Ok(s) => {
-                        http1::Builder::new()
-                            .serve_connection(TokioIo::new(s), service)
-                            .await
-                    }
-                    Err(e) => {
-                        tracing::debug!(error = %e, "identity endpoint: TLS handshake failed");
+                Some(acceptor) => {
+                    let Some(s) = crate::serve::tls(&acceptor, stream, "identity", &limits).await
+                    else {
                         return;
-                    }
-                },
-                None => {
-                    http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await
+                    };
+                    http.serve_connection(TokioIo::new(s), service).await
                 }
+                None => http.serve_connection(TokioIo::new(stream), service).await,
             };
             if let Err(e) = result {
                 tracing::debug!(error = %e, "identity endpoint: connection ended with an error");

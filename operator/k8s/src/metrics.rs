@@ -280,7 +280,7 @@ impl Metrics {
     /// One admission review: `kind` (one of Spillway's five, else `other`) and `result`
     /// (`allowed`, `warned`, `refused`, `malformed`).
     pub fn webhook_review(&self, kind: &str, result: &'static str) {
-        let kind = if crate::webhook::review::KINDS.contains(&kind) {
+        let kind = if spillway_api::KINDS.contains(&kind) {
             kind.to_string()
         } else {
             "other".to_string()

@@ -4,6 +4,25 @@ use std::collections::BTreeMap;
 
 use super::{Family, Inner, Kind, Labels};
 
+/// What the endpoints refused in this process, every endpoint and reason shown (at zero too).
+fn refusals() -> Vec<(Labels, f64)> {
+    use crate::serve::{ENDPOINTS, Refusal, refused};
+    ENDPOINTS
+        .iter()
+        .flat_map(|e| {
+            Refusal::ALL.iter().map(move |r| {
+                (
+                    vec![
+                        ("endpoint", e.to_string()),
+                        ("reason", r.label().to_string()),
+                    ],
+                    refused(e, *r) as f64,
+                )
+            })
+        })
+        .collect()
+}
+
 /// Every counter and gauge family, with its points: what `/metrics` shows and what the
 /// OTLP exporter sends (histograms: their `_count` and `_sum`).
 pub(super) fn table(m: &Inner) -> Vec<Family> {
@@ -125,6 +144,12 @@ pub(super) fn table(m: &Inner) -> Vec<Family> {
             Kind::Counter,
             "Admission reviews this replica answered, by kind and result (allowed, warned, refused, malformed).",
             points(&m.webhook),
+        ),
+        Family(
+            "spillway_http_connections_refused_total",
+            Kind::Counter,
+            "Connections and requests an endpoint (metrics, identity, webhook) cut off, by reason: connection_limit, handshake, lifetime, body_timeout, too_large.",
+            refusals(),
         ),
         Family(
             "spillway_spot_interruptions_total",

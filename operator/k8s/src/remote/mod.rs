@@ -8,7 +8,10 @@
 //! like any other, and asks for remote writes with their own action kinds, which the executor
 //! sends through [`Remotes::client`].
 
+pub mod cluster;
 pub mod view;
+
+pub use cluster::{RemoteCluster, RemoteState};
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -29,33 +32,6 @@ use tokio::task::JoinHandle;
 
 use crate::clock::now;
 use crate::labels;
-
-/// How a cluster pool's connection stands.
-#[derive(Clone, Debug, PartialEq)]
-pub enum RemoteState {
-    /// Not listed yet: the Secret, the kubeconfig or the first list has not worked (`error`
-    /// says why, and `since` since when, once something failed).
-    Connecting {
-        error: Option<String>,
-        since: Option<Time>,
-    },
-    /// Listed, and its watches are answered.
-    Connected,
-    /// Listed once, but its API server has not answered since `since`.
-    Unreachable { since: Time, error: String },
-}
-
-/// One cluster pool as the turn reads it: its state and what its caches hold.
-#[derive(Clone, Debug)]
-pub struct RemoteCluster {
-    /// The ComputePool's name.
-    pub pool: String,
-    pub state: RemoteState,
-    /// The pool's nodes there, as that cluster names them.
-    pub nodes: Vec<Arc<Node>>,
-    /// Spillway's pods there (labelled with their job's uid), as that cluster has them.
-    pub pods: Vec<Arc<Pod>>,
-}
 
 /// What the watches of one connection have seen.
 #[derive(Debug, Default)]

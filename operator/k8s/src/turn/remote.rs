@@ -12,7 +12,7 @@ use spillway_core::{Duration, Time};
 use super::State;
 use crate::actions::Action;
 use crate::clock::k8s_time;
-use crate::remote::RemoteState;
+use crate::remote::cluster::RemoteState;
 use crate::status;
 
 impl State {

@@ -11,6 +11,8 @@
 pub mod certs;
 pub mod review;
 #[cfg(test)]
+mod serving_tests;
+#[cfg(test)]
 mod tests;
 
 use std::convert::Infallible;
@@ -19,9 +21,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::{Bytes, Incoming};
-use hyper::server::conn::http1;
+use http_body_util::Full;
+use hyper::body::Bytes;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
@@ -34,10 +35,12 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview
 use kube::runtime::reflector::{ObjectRef, Store};
 use spillway_api::{Environment, GpuJob, GpuQueue, job::JobPhase};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_rustls::rustls;
 
 use crate::labels;
 use crate::metrics::Metrics;
+use crate::serve::{BodyError, Limits, Refusal};
 
 /// The webhook's settings.
 #[derive(Clone, Debug)]
@@ -57,8 +60,16 @@ pub struct WebhookConfig {
     pub configuration: Option<String>,
 }
 
-/// The largest AdmissionReview read (the API server's own request limit is 3 MiB).
-const MAX_BODY: usize = 6 * 1024 * 1024;
+/// The largest AdmissionReview read. The API server stores objects of at most 1.5 MiB (etcd's
+/// request limit), and an update's review carries the object and the old object beside a
+/// small envelope; a Spillway object is a few KiB.
+pub const MAX_REVIEW_BYTES: usize = 3 * 1024 * 1024 + 64 * 1024;
+
+/// Reviews read and answered at once per replica; one more waits up to [`QUEUE_WAIT`] for its
+/// turn and is then answered 503 (the configuration's `failurePolicy` decides). At this many,
+/// the largest bodies and their parsed copies stay well under the replica's memory limit.
+const REVIEWS_AT_ONCE: usize = 16;
+const QUEUE_WAIT: Duration = Duration::from_secs(2);
 
 /// The serving certificate, swapped in place when the Secret changes.
 #[derive(Debug, Default)]
@@ -204,23 +215,52 @@ fn respond(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
     r
 }
 
-async fn handle(
-    req: Request<Incoming>,
+async fn handle<B>(
+    req: Request<B>,
     world: CacheLookup,
     metrics: Arc<Metrics>,
-) -> Response<Full<Bytes>> {
+    limits: Limits,
+    at_once: Arc<Semaphore>,
+) -> Response<Full<Bytes>>
+where
+    B: hyper::body::Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     if req.method() != Method::POST || req.uri().path() != "/validate" {
         return respond(
             StatusCode::NOT_FOUND,
             br#"{"error":"POST /validate"}"#.to_vec(),
         );
     }
-    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) => {
+    let Ok(Ok(_turn)) = tokio::time::timeout(QUEUE_WAIT, at_once.acquire_owned()).await else {
+        return respond(
+            StatusCode::SERVICE_UNAVAILABLE,
+            br#"{"error":"too many reviews at once"}"#.to_vec(),
+        );
+    };
+    let body = match crate::serve::read_body(req.into_body(), MAX_REVIEW_BYTES, "webhook", &limits)
+        .await
+    {
+        Ok(b) => b,
+        Err(BodyError::Refused(Refusal::TooLarge)) => {
             return respond(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                format!(r#"{{"error":"{e}"}}"#).into_bytes(),
+                format!(
+                    r#"{{"error":"an AdmissionReview of more than {MAX_REVIEW_BYTES} bytes"}}"#
+                )
+                .into_bytes(),
+            );
+        }
+        Err(BodyError::Refused(_)) => {
+            return respond(
+                StatusCode::REQUEST_TIMEOUT,
+                br#"{"error":"the review did not arrive in time"}"#.to_vec(),
+            );
+        }
+        Err(BodyError::Failed(e)) => {
+            return respond(
+                StatusCode::BAD_REQUEST,
+                serde_json::json!({ "error": e }).to_string().into_bytes(),
             );
         }
     };
@@ -239,14 +279,15 @@ async fn handle(
     }
 }
 
-/// Serves the webhook over TLS until the task is dropped. Connections wait for a certificate
-/// (the handshake fails, so the API server applies the configuration's `failurePolicy`) until
-/// the keeper has loaded one.
+/// Serves the webhook over TLS until the task is dropped, within `limits`. Connections wait for
+/// a certificate (the handshake fails, so the API server applies the configuration's
+/// `failurePolicy`) until the keeper has loaded one.
 pub async fn serve(
     listener: TcpListener,
     resolver: Arc<Resolver>,
     world: CacheLookup,
     metrics: Arc<Metrics>,
+    limits: Limits,
 ) {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let config = match rustls::ServerConfig::builder_with_provider(provider)
@@ -259,21 +300,22 @@ pub async fn serve(
         }
     };
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    crate::http::accept_each(listener, "webhook", move |stream| {
+    let at_once = Arc::new(Semaphore::new(REVIEWS_AT_ONCE));
+    crate::serve::accept_each(listener, "webhook", limits, move |stream| {
         let (acceptor, world, metrics) = (acceptor.clone(), world.clone(), metrics.clone());
+        let at_once = at_once.clone();
         async move {
-            let stream = match acceptor.accept(stream).await {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::debug!(error = %e, "webhook: TLS handshake failed");
-                    return;
-                }
+            let Some(stream) = crate::serve::tls(&acceptor, stream, "webhook", &limits).await
+            else {
+                return;
             };
             let service = service_fn(move |req| {
-                let (world, metrics) = (world.clone(), metrics.clone());
-                async move { Ok::<_, Infallible>(handle(req, world, metrics).await) }
+                let (world, metrics, at_once) = (world.clone(), metrics.clone(), at_once.clone());
+                async move {
+                    Ok::<_, Infallible>(handle(req, world, metrics, limits, at_once).await)
+                }
             });
-            if let Err(e) = http1::Builder::new()
+            if let Err(e) = crate::serve::http1(&limits)
                 .serve_connection(TokioIo::new(stream), service)
                 .await
             {

@@ -61,15 +61,6 @@ impl Verdict {
     }
 }
 
-/// The kinds the webhook reviews, by `kind`.
-pub const KINDS: [&str; 5] = [
-    "GpuJob",
-    "GpuQueue",
-    "ComputePool",
-    "Dataset",
-    "BurstPolicy",
-];
-
 /// Reviews `object` of `kind` (created, or updated from `old`).
 pub fn review(kind: &str, object: &Value, old: Option<&Value>, world: &dyn Lookup) -> Verdict {
     let mut v = Verdict::default();

@@ -1,0 +1,34 @@
+//! What the turn reads of a cluster pool's connection: its state and its caches' objects (a
+//! plain record below the connections and the world, which both use it).
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use spillway_core::Time;
+
+/// How a cluster pool's connection stands.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RemoteState {
+    /// Not listed yet: the Secret, the kubeconfig or the first list has not worked (`error`
+    /// says why, and `since` since when, once something failed).
+    Connecting {
+        error: Option<String>,
+        since: Option<Time>,
+    },
+    /// Listed, and its watches are answered.
+    Connected,
+    /// Listed once, but its API server has not answered since `since`.
+    Unreachable { since: Time, error: String },
+}
+
+/// One cluster pool as the turn reads it: its state and what its caches hold.
+#[derive(Clone, Debug)]
+pub struct RemoteCluster {
+    /// The ComputePool's name.
+    pub pool: String,
+    pub state: RemoteState,
+    /// The pool's nodes there, as that cluster names them.
+    pub nodes: Vec<Arc<Node>>,
+    /// Spillway's pods there (labelled with their job's uid), as that cluster has them.
+    pub pods: Vec<Arc<Pod>>,
+}
