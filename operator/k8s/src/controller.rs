@@ -58,6 +58,8 @@ pub struct Settings {
     pub identity: Option<crate::identity::IdentityConfig>,
     /// The OTLP endpoint of pods whose pool and queue name none.
     pub pod_otlp_endpoint: Option<String>,
+    /// The only namespaces whose GpuJobs run (`--job-namespaces`); `None`: every namespace.
+    pub job_namespaces: Option<Arc<std::collections::BTreeSet<String>>>,
     /// Where each queue's and pool's month of spend is recorded besides their status (so it
     /// outlives them); `None` keeps it in status only.
     pub spend_record: Option<crate::spend_record::RecordRef>,
@@ -80,6 +82,7 @@ impl Default for Settings {
             cloud: None,
             identity: None,
             pod_otlp_endpoint: None,
+            job_namespaces: None,
             spend_record: None,
             indicator_record: None,
         }
@@ -245,6 +248,7 @@ impl Controller {
         );
         inputs.file_policies = self.file_policies();
         inputs.remote = self.remotes.clusters();
+        inputs.job_namespaces = self.settings.job_namespaces.clone();
         let view = self
             .cloud
             .as_ref()

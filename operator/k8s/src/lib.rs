@@ -33,6 +33,7 @@ pub mod order;
 pub mod otel;
 pub mod pods;
 pub mod remote;
+pub mod serve;
 pub mod spend;
 pub mod spend_record;
 pub mod status;
@@ -113,6 +114,7 @@ pub async fn run(
         listener,
         metrics.clone(),
         health.clone(),
+        serve::LIMITS,
     ))]);
 
     let identity = config.controller.identity.clone();
@@ -154,6 +156,7 @@ pub async fn run(
             id.issuer.clone(),
             keys.clone(),
             tls,
+            serve::LIMITS,
         )));
     }
     // Every replica serves the admission webhook from its caches, leader or not.
@@ -176,6 +179,7 @@ pub async fn run(
             resolver.clone(),
             world,
             metrics.clone(),
+            serve::LIMITS,
         )));
         tasks.0.push(tokio::spawn(webhook::keep(
             client.clone(),

@@ -57,11 +57,13 @@ pub struct Inputs {
     pub indicator_record: Option<Arc<k8s_openapi::api::core::v1::ConfigMap>>,
     /// The other clusters of the cluster pools, as their connections see them; the turn lays
     /// their nodes and pods over `nodes` and `pods` ([`crate::remote::view::overlay`]).
-    pub remote: Vec<crate::remote::RemoteCluster>,
+    pub remote: Vec<crate::remote::cluster::RemoteCluster>,
     /// Cluster pools whose other cluster this operator has not listed yet, and not for their
     /// `lostAfter`: a job that its status says runs there is kept as that status says
     /// (set by the overlay).
     pub unseen_pools: crate::hashing::HashSet<String>,
+    /// The only namespaces whose GpuJobs run (`--job-namespaces`); a job elsewhere is invalid.
+    pub job_namespaces: Option<Arc<std::collections::BTreeSet<String>>>,
 }
 
 /// An object of one of Spillway's kinds that cannot be read as its type.
@@ -331,6 +333,21 @@ pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, Stri
         }
     });
     by_labels && by_expressions
+}
+
+/// Why a job in `namespace` is not this operator's to run, if it is not: `--job-namespaces`
+/// (the chart's `rbac.jobNamespaces`) names the namespaces where it may create pods.
+pub(crate) fn managed_problem(
+    managed: Option<&std::collections::BTreeSet<String>>,
+    namespace: &str,
+) -> Option<String> {
+    let managed = managed?;
+    (!managed.contains(namespace)).then(|| {
+        format!(
+            "Namespace {namespace:?} is not one this Spillway runs jobs in (its --job-namespaces, the chart's rbac.jobNamespaces: {}); it cannot create pods here.",
+            managed.iter().cloned().collect::<Vec<_>>().join(", ")
+        )
+    })
 }
 
 /// Why `queue` does not admit `job`'s namespace, if it does not.

@@ -88,6 +88,11 @@ pub struct OperatorArgs {
     /// GpuQueue name none (default: the operator's own `OTEL_EXPORTER_OTLP_ENDPOINT`, if set).
     #[arg(long, value_name = "URL")]
     pub pod_otlp_endpoint: Option<String>,
+    /// The only namespaces whose GpuJobs this operator runs (comma-separated; the chart's
+    /// `rbac.jobNamespaces`, where its Roles let it create pods). A GpuJob elsewhere is
+    /// `Invalid` and never placed. Empty: every namespace.
+    #[arg(long, value_name = "NS,...", value_delimiter = ',')]
+    pub job_namespaces: Vec<String>,
     /// Issue workload identity tokens to every GpuJob's pods and serve the issuer.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub identity: bool,
@@ -251,6 +256,8 @@ pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
                 instance: identity,
                 cloud: args.cloud.then_some(cloud),
                 identity: issuer,
+                job_namespaces: (!args.job_namespaces.is_empty())
+                    .then(|| Arc::new(args.job_namespaces.iter().cloned().collect())),
                 pod_otlp_endpoint: args
                     .pod_otlp_endpoint
                     .clone()

@@ -122,11 +122,14 @@ impl Facts<'_> {
         let converted = convert::job(job, queued_at);
         let mut invalid = match &converted {
             Err(e) => Some(e.to_string()),
-            Ok(_) => crate::pods::check(job).err().or_else(|| {
-                self.queues
-                    .get(job.spec.queue.as_str())
-                    .and_then(|q| admission_problem(q, ns, &self.namespaces))
-            }),
+            Ok(_) => crate::pods::check(job)
+                .err()
+                .or_else(|| managed_problem(self.inputs.job_namespaces.as_deref(), ns))
+                .or_else(|| {
+                    self.queues
+                        .get(job.spec.queue.as_str())
+                        .and_then(|q| admission_problem(q, ns, &self.namespaces))
+                }),
         };
         let replicas = job.spec.replicas.max(1) as u32;
         let pool_of = |node: &str| self.nodes.get(node).and_then(|f| f.pool).cloned();

@@ -18,7 +18,7 @@ use aws_sdk_ec2::types::{Filter, InstanceStateName};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::discovery::{self, Scope};
 use kube::{Client, ResourceExt};
@@ -58,6 +58,11 @@ const RELEASE_KINDS: &[(&str, &str)] = &[
     (
         "admissionregistration.k8s.io",
         "ValidatingWebhookConfiguration",
+    ),
+    ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"),
+    (
+        "admissionregistration.k8s.io",
+        "ValidatingAdmissionPolicyBinding",
     ),
 ];
 
@@ -270,20 +275,33 @@ async fn lifecycle(helm: Helm) {
     std::fs::create_dir_all(&dir).unwrap();
     let chart = chart_dir().display().to_string();
 
-    // Helm 4 applies the CRDs server-side, which a 1.20 API server refuses: their CEL rules
-    // (`x-kubernetes-validations`) are a field it does not know (1.25 and later check them).
-    // On such servers the CRDs are created as `kubectl create` does (the server drops the
-    // rules) and Helm 4 installs with --skip-crds (docs/operations.md).
+    // What an earlier test of this process left (after a failure) must not take our jobs.
+    spillway_tests::operator::clean_up_earlier_tests(&client, &["helm"]).await;
+    let kubelet = Arc::new(FakeKubelet::start(client.clone()));
+    // The release namespace enforces the restricted Pod Security Standard, and a node (no
+    // GPUs) takes the operator's pods: `--wait` returns once they are admitted and Ready.
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            &ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {
+                "pod-security.kubernetes.io/enforce": "restricted",
+                "pod-security.kubernetes.io/enforce-version": "latest",
+            }}})),
+        )
+        .await
+        .expect("restricted namespace");
+    // Its own node: the chart's nodeSelector keeps the pods off other tests' nodes (and the
+    // pool label lets a later test's clean-up find it after a failure).
+    let system_node = format!("{ns}-system");
+    kubelet
+        .register(FakeNode::gpu(&system_node, 0).label("spillway.test/pool", &system_node))
+        .await
+        .expect("system node");
+    let on_system_node = format!("nodeSelector.spillway\\.test/pool={system_node}");
+
     let cluster_name = format!("aws.clusterName={ns}");
-    let skip: &[&str] = if helm.major >= 4 {
-        cluster
-            .install_crds(&client, &spillway_api::crds())
-            .await
-            .expect("CRDs");
-        &["--skip-crds"]
-    } else {
-        &[]
-    };
+    let job_namespaces = format!("rbac.jobNamespaces[0]={ns}");
     let mut install_args = vec![
         "install",
         &release,
@@ -299,8 +317,16 @@ async fn lifecycle(helm: Helm) {
         // Bootstrap tokens expire at the join timeout; the token cleaner then deletes them.
         "--set",
         "aws.joinTimeout=20",
+        "--set-string",
+        &on_system_node,
+        "--wait",
+        "--timeout",
+        "3m",
     ];
-    install_args.extend_from_slice(skip);
+    // Helm 4 installs with the jobs' namespace named, Helm 3 with the default (every one).
+    if helm.major >= 4 {
+        install_args.extend(["--set", job_namespaces.as_str()]);
+    }
     let install = helm.run(&install_args);
     assert!(
         install.status.success(),
@@ -343,6 +369,8 @@ async fn lifecycle(helm: Helm) {
         format!("Service {ns}/{fullname}-webhook"),
         format!("Secret {ns}/{fullname}-webhook-tls"),
         format!("ValidatingWebhookConfiguration /{fullname}"),
+        format!("ValidatingAdmissionPolicy /{fullname}-bootstrap-tokens"),
+        format!("ValidatingAdmissionPolicyBinding /{fullname}-bootstrap-tokens"),
     ] {
         assert!(
             objects.contains(&want),
@@ -392,6 +420,68 @@ async fn lifecycle(helm: Helm) {
         .await;
         assert_refused_everything(&sa, at, &format!("{ns}-users-own")).await;
     }
+    // kube-system: the bootstrap Role lets the operator create Secrets there (RBAC cannot name
+    // them in advance), and the chart's ValidatingAdmissionPolicy holds that to expiring
+    // bootstrap tokens of Spillway's own group.
+    let planted = [
+        json!({"metadata": {"name": format!("{ns}-planted")}, "stringData": {"x": "y"}}),
+        json!({"type": "bootstrap.kubernetes.io/token",
+               "metadata": {"name": "bootstrap-token-kubadm"},
+               "stringData": {"token-id": "kubadm", "token-secret": "0123456789abcdef",
+                   "expiration": "2099-01-01T00:00:00Z", "usage-bootstrap-authentication": "true",
+                   "auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token"}}),
+        json!({"type": "bootstrap.kubernetes.io/token",
+               "metadata": {"name": "bootstrap-token-forevr"},
+               "stringData": {"token-id": "forevr", "token-secret": "0123456789abcdef",
+                   "usage-bootstrap-authentication": "true",
+                   "auth-extra-groups": "system:bootstrappers:spillway"}}),
+    ];
+    let kube_system = Api::<Secret>::namespaced(sa.clone(), "kube-system");
+    for mut secret in planted {
+        secret["apiVersion"] = json!("v1");
+        secret["kind"] = json!("Secret");
+        let s: Secret = serde_json::from_value(secret.clone()).unwrap();
+        // The API server enforces a policy a moment after it is created (once its informer
+        // has it): until then, what got through is taken away and tried again.
+        eventually(WAIT, "the bootstrap-token policy to refuse", || async {
+            match kube_system.create(&PostParams::default(), &s).await {
+                Err(kube::Error::Api(e))
+                    if e.code == 403
+                        && e.message.contains(
+                            "bootstrap tokens of the group system:bootstrappers:spillway",
+                        ) =>
+                {
+                    Ok(())
+                }
+                Ok(made) => {
+                    let _ = Api::<Secret>::namespaced(client.clone(), "kube-system")
+                        .delete(&made.name_any(), &DeleteParams::default())
+                        .await;
+                    Err(format!(
+                        "the operator's token planted {secret} in kube-system"
+                    ))
+                }
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .await;
+    }
+    if helm.major >= 4 {
+        // Installed with rbac.jobNamespaces: pods only there.
+        for at in ["kube-system".to_string(), format!("{ns}-other")] {
+            let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "planted"},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))
+            .unwrap();
+            let r = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(sa.clone(), &at)
+                .create(&PostParams::default(), &pod)
+                .await;
+            assert!(
+                matches!(&r, Err(kube::Error::Api(e)) if e.code == 403),
+                "the operator's token created a pod in {at}: {r:?}"
+            );
+        }
+    }
     let op = LocalOperator::start(&client, &ns, &fullname, &sa_kubeconfig, &dir).await;
 
     // A world of its own: one private GPU, a queue that bursts after 2 s to an AWS pool in moto.
@@ -401,9 +491,6 @@ async fn lifecycle(helm: Helm) {
         .image_id()
         .unwrap()
         .to_string();
-    // What an earlier test of this process left (after a failure) must not take our jobs.
-    spillway_tests::operator::clean_up_earlier_tests(&client, &["helm"]).await;
-    let kubelet = Arc::new(FakeKubelet::start(client.clone()));
     let (private, aws) = (format!("{ns}-private"), format!("{ns}-aws"));
     kubelet
         .register(FakeNode::gpu(format!("{ns}-gpu-0"), 1).label("spillway.test/pool", &private))
@@ -437,7 +524,16 @@ async fn lifecycle(helm: Helm) {
     )
     .await;
     let jobs: Api<GpuJob> = Api::namespaced(client.clone(), &ns);
-    workload::submit(&jobs, "private", &ns, json!({}), None).await;
+    // The namespace enforces the restricted Pod Security Standard: the jobs' own containers
+    // comply, and what Spillway adds to their pods (the identity token, the OpenTelemetry
+    // settings, the placement) must keep them admitted, on private and on cloud nodes.
+    let restricted = json!({"template": {"spec": {
+        "securityContext": {"runAsNonRoot": true, "runAsUser": 1000,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{"name": "train", "image": "pytorch:2", "securityContext": {
+            "allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}],
+    }}});
+    workload::submit(&jobs, "private", &ns, restricted.clone(), None).await;
     let j = wait_phase(&jobs, "private", JobPhase::Running, &op).await;
     assert_eq!(j.status.unwrap().pool.as_deref(), Some(private.as_str()));
     let metrics: std::net::SocketAddr = ([127, 0, 0, 1], op.metrics_port).into();
@@ -449,7 +545,7 @@ async fn lifecycle(helm: Helm) {
         body.contains("spillway_leader 1"),
         "this replica leads:\n{body}"
     );
-    workload::submit(&jobs, "burst", &ns, json!({}), None).await;
+    workload::submit(&jobs, "burst", &ns, restricted.clone(), None).await;
     let j = wait_phase(&jobs, "burst", JobPhase::Running, &op).await;
     assert_eq!(
         j.status.unwrap().pool.as_deref(),
@@ -735,6 +831,7 @@ async fn lifecycle(helm: Helm) {
         .await;
     let _ = ledgers.delete(&ledger_name, &DeleteParams::default()).await;
     let _ = kubelet.remove(&format!("{ns}-gpu-0")).await;
+    let _ = kubelet.remove(&system_node).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -20,6 +20,8 @@ fn render(helm: &Helm, args: &[&str]) -> Vec<Value> {
         chart.as_str(),
         "--namespace",
         "spillway-system",
+        "--kube-version",
+        spillway_tests::cluster::CURRENT,
     ];
     all.extend_from_slice(args);
     let out = helm.run(&all);
@@ -271,6 +273,38 @@ fn the_default_render_is_hardened_and_least_privilege() {
                 _ => panic!("a grant on Secrets beyond Spillway's own, in {at}: {r}"),
             }
         }
+        // The bootstrap tokens' create in kube-system is held by an admission policy to
+        // expiring tokens of Spillway's group, made by the operator's own ServiceAccount.
+        let policy = one(
+            &objects,
+            "ValidatingAdmissionPolicy",
+            "spillway-bootstrap-tokens",
+        );
+        let condition = policy["spec"]["matchConditions"][0]["expression"]
+            .as_str()
+            .unwrap();
+        assert!(
+            condition.contains("system:serviceaccount:spillway-system:spillway"),
+            "{condition}"
+        );
+        let rule = policy["spec"]["validations"][0]["expression"]
+            .as_str()
+            .unwrap();
+        // The group, base64-encoded as CEL sees a Secret's data.
+        assert!(
+            rule.contains("c3lzdGVtOmJvb3RzdHJhcHBlcnM6c3BpbGx3YXk=")
+                && rule.contains("expiration")
+        );
+        let binding = one(
+            &objects,
+            "ValidatingAdmissionPolicyBinding",
+            "spillway-bootstrap-tokens",
+        );
+        assert_eq!(binding["spec"]["validationActions"][0], "Deny");
+        assert_eq!(
+            binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+            "kube-system"
+        );
         // The objects the operator keeps state in belong to the release.
         assert_eq!(
             one(&objects, "Lease", "spillway")["metadata"]["namespace"],
@@ -401,7 +435,8 @@ fn every_setting_renders_where_it_should() {
         assert!(lint.status.success(), "{}", text(&lint));
         std::fs::remove_dir_all(&dir).unwrap();
 
-        // Token Secrets only in the namespaces named, not cluster-wide.
+        // Pods created and token Secrets written only in the namespaces named, not
+        // cluster-wide; the operator told which.
         for (at, r) in rules(&objects) {
             if strings(&r["resources"]).contains(&"secrets") {
                 assert_ne!(
@@ -409,12 +444,34 @@ fn every_setting_renders_where_it_should() {
                     "with rbac.jobNamespaces no cluster-wide Secret rule: {r}"
                 );
             }
+            if at == "cluster" && strings(&r["resources"]).contains(&"pods") {
+                assert_eq!(
+                    strings(&r["verbs"]),
+                    ["get", "list", "watch"],
+                    "with rbac.jobNamespaces pods are only seen cluster-wide: {r}"
+                );
+            }
         }
         for ns in ["research", "clinical"] {
-            assert!(objects.iter().any(|o| o["kind"] == "Role"
-                && o["metadata"]["name"] == "gpu-scheduler-tokens"
-                && o["metadata"]["namespace"] == ns));
+            let role = objects
+                .iter()
+                .find(|o| {
+                    o["kind"] == "Role"
+                        && o["metadata"]["name"] == "gpu-scheduler-jobs"
+                        && o["metadata"]["namespace"] == ns
+                })
+                .unwrap_or_else(|| panic!("no jobs Role in {ns}"));
+            assert_eq!(strings(&role["rules"][0]["resources"]), ["pods"]);
+            assert_eq!(strings(&role["rules"][0]["verbs"]), ["create", "delete"]);
         }
+        let args = strings(
+            &one(&objects, "Deployment", "gpu-scheduler")["spec"]["template"]["spec"]["containers"]
+                [0]["args"],
+        );
+        assert!(
+            args.contains(&"--job-namespaces=research,clinical"),
+            "{args:?}"
+        );
 
         // The cluster pools' kubeconfigs: each read by name in its namespace, nothing else.
         let mut kubeconfigs: Vec<(String, Vec<&str>, Vec<&str>)> = rules(&objects)
@@ -605,7 +662,13 @@ fn bad_values_are_refused_with_the_reason() {
     for helm in Helm::all() {
         let chart = chart_dir().display().to_string();
         for (args, why) in cases {
-            let mut all = vec!["template", "spillway", chart.as_str()];
+            let mut all = vec![
+                "template",
+                "spillway",
+                chart.as_str(),
+                "--kube-version",
+                spillway_tests::cluster::CURRENT,
+            ];
             all.extend_from_slice(args);
             let out = helm.run(&all);
             assert!(
@@ -626,12 +689,22 @@ fn bad_values_are_refused_with_the_reason() {
             "template",
             "spillway",
             &chart,
+            "--kube-version",
+            spillway_tests::cluster::CURRENT,
             "--set",
             "replicas=1",
             "--set",
             "leaderElection.enabled=false",
         ]);
         assert!(ok.status.success(), "{}", text(&ok));
+        // A server older than the oldest supported release is refused, and says which.
+        let old = helm.run(&["template", "spillway", &chart, "--kube-version", "1.33.5"]);
+        assert!(
+            !old.status.success(),
+            "Helm {} rendered for 1.33",
+            helm.major
+        );
+        assert!(text(&old).contains(">=1.34.0-0"), "{}", text(&old));
     }
 }
 

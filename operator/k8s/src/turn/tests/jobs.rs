@@ -386,3 +386,32 @@ fn a_priced_private_job_has_its_cost_written_as_it_accrues() {
     let st = status_of(&t, StatusKind::GpuJob, "priced").expect("the cost again");
     assert_eq!(st["cost"]["accruedUSD"], 1.0, "{st}");
 }
+
+#[test]
+fn a_job_outside_the_namespaces_the_operator_runs_is_invalid_and_never_placed() {
+    let mut i = cluster();
+    i.nodes = vec![node("a", "onprem", 8)];
+    i.jobs = vec![job("train").gpus(4).build()];
+    i.job_namespaces = Some(std::sync::Arc::new(["research".to_string()].into()));
+    let mut l = Loop::new();
+    let t = l.turn(&i, None, noon());
+    assert!(creates(&t).is_empty(), "{:?}", kinds(&t));
+    let st = status_of(&t, StatusKind::GpuJob, "train").expect("job status");
+    let invalid = st["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Invalid" && c["status"] == "True")
+        .unwrap_or_else(|| panic!("an Invalid condition: {st}"));
+    let message = invalid["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("\"team\"") && message.contains("research"),
+        "{message}"
+    );
+    // An operator that runs this namespace too (the setting is fixed for a process) places it.
+    i.job_namespaces = Some(std::sync::Arc::new(
+        ["research".into(), "team".into()].into(),
+    ));
+    let t = Loop::new().turn(&i, None, noon() + minutes(1));
+    assert_eq!(creates(&t).len(), 1, "{:?}", kinds(&t));
+}
