@@ -399,9 +399,7 @@ current-context: spillway-test
         // Tests of one process install the same CRDs concurrently: one at a time.
         static INSTALLING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
         let _guard = INSTALLING.lock().await;
-        // Create or replace: Kubernetes 1.20 refuses a server-side apply of a one-version v1
-        // CRD ("per-version schemas may not all be set to identical values"), while create and
-        // update work (as `kubectl apply` and `helm install` do).
+        // Create or replace (as `kubectl apply` and `helm install` do).
         for crd in crds {
             let name = crd.metadata.name.clone().context("CRD without a name")?;
             let mut attempts = 0;

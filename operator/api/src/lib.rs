@@ -64,9 +64,8 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
 /// Rules about a whole object, which see its status beside its spec: a GpuJob's queue and
 /// gang shape are fixed once it has left the `Queued` phase (it has been admitted and placed).
 ///
-/// They are CEL transition rules (`oldSelf`), checked by API servers that evaluate
-/// `x-kubernetes-validations` (1.25 and later); the admission webhook refuses the same changes
-/// on every version.
+/// They are CEL transition rules (`oldSelf`), checked by the API server
+/// (`x-kubernetes-validations`); the admission webhook refuses the same changes.
 fn with_object_rules(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
     const ADMITTED: &str =
         "has(oldSelf.status) && has(oldSelf.status.phase) && oldSelf.status.phase != 'Queued'";
@@ -94,9 +93,9 @@ fn with_object_rules(mut crd: CustomResourceDefinition) -> CustomResourceDefinit
 
 /// Drops `null` from `enum` lists (an optional enum is already `nullable: true`).
 ///
-/// schemars lists `null` among the values of an optional enum. Kubernetes 1.20 then finds the
-/// version's schema unequal to itself and refuses the CRD ("per-version schemas may not all be
-/// set to identical values"), and newer servers gain nothing from it.
+/// schemars lists `null` among the values of an optional enum; the API server gains nothing
+/// from it (some releases refused such a CRD: "per-version schemas may not all be set to
+/// identical values").
 fn without_null_enum_values(crd: CustomResourceDefinition) -> CustomResourceDefinition {
     fn walk(v: &mut serde_json::Value) {
         match v {

@@ -101,7 +101,7 @@ fn constraints(schema: &Value) -> Vec<String> {
 }
 
 /// What the `rule:` constraints are, once per page.
-const RULES_NOTE: &str = "Constraints marked `rule:` are CEL validation rules (`x-kubernetes-validations`), which API servers check from Kubernetes 1.25 on; the others are checked by every supported version. On older servers the admission webhook refuses the same, and the operator reports what a `rule:` refuses in a new object as its `Invalid` condition (docs/operations.md, \"Kubernetes versions, and what is refused when\").\n\n";
+const RULES_NOTE: &str = "Constraints marked `rule:` are CEL validation rules (`x-kubernetes-validations`), which the API server checks (every supported version); the admission webhook refuses the same, and the operator reports what a `rule:` refuses in an object stored before the rule existed as its `Invalid` condition (docs/operations.md, \"Kubernetes versions, and what is refused when\").\n\n";
 
 struct Row {
     path: String,

@@ -181,8 +181,8 @@ impl KubeEffects {
     }
 
     /// An Event about a cluster-scoped object (a GpuQueue, ComputePool, Dataset or
-    /// BurstPolicy) goes to `kube-system`: the only namespace every Kubernetes version accepts
-    /// for one (1.20 refuses `default`, which kube's recorder would use).
+    /// BurstPolicy) goes to `kube-system`, named by the operator (kube's recorder would put it
+    /// in `default`), where `kubectl events -n kube-system` and the docs look for it.
     async fn publish_cluster_scoped(&self, n: &Note, fence: &Fence) -> Result<(), Error> {
         use k8s_openapi::api::events::v1::Event as K8sEvent;
         let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
