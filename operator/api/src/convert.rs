@@ -153,6 +153,7 @@ pub fn job(j: &GpuJob, queued_at: core::Time) -> Result<core::Job, FieldErrors> 
             .map(|r| r.to_core())
             .unwrap_or_default(),
         labels: j.metadata.labels.clone().unwrap_or_default(),
+        not_portable: crate::portable::problem(spec.template.spec.as_ref()),
         queued_at,
         attempt: 0,
         state: core::JobState::Pending,

@@ -18,6 +18,7 @@ pub mod job;
 pub mod manifests;
 pub mod policy;
 pub mod pool;
+pub mod portable;
 pub mod queue;
 pub mod reference;
 pub mod validate;

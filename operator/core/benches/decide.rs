@@ -137,7 +137,7 @@ fn bench_decide(c: &mut Criterion) {
     group.bench_function("scheduler_changed/100000x10000", |b| {
         b.iter(|| {
             warm.apply(Change::JobGone(job.id.clone()));
-            warm.apply(Change::Job(job.clone()));
+            warm.apply(Change::Job(Box::new(job.clone())));
             warm.cycle(&NoPolicy, now)
         })
     });
@@ -197,7 +197,7 @@ fn settled(s: Snapshot, now: Time) -> Scheduler {
                 started_at: now,
                 environment: Environment::Private,
             };
-            changes.push(Change::Job(job));
+            changes.push(Change::Job(Box::new(job)));
         }
         changes.extend(nodes.into_values().map(Change::Node));
         for c in changes {

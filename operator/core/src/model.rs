@@ -310,6 +310,9 @@ pub struct Job {
     /// What it requires of the GPUs' driver, CUDA, product and memory.
     pub requirements: crate::Requirements,
     pub labels: BTreeMap<String, String>,
+    /// Why its pods cannot run in another cluster (its template names Secrets, tokens or host
+    /// paths of this one), when they cannot: cluster pools are not for it.
+    pub not_portable: Option<String>,
     pub queued_at: Time,
     /// Incremented each time the job is stopped and requeued; part of its need key.
     pub attempt: u32,
@@ -343,6 +346,7 @@ impl Job {
             placement: Placement::Auto,
             requirements: crate::Requirements::default(),
             labels: BTreeMap::new(),
+            not_portable: None,
             queued_at,
             attempt: 0,
             state: JobState::Pending,

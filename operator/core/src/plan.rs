@@ -65,6 +65,9 @@ pub enum Reason {
     /// Free GPUs of another cluster (a `cluster` pool) fit the whole gang, first in the
     /// queue's order of such pools.
     RemoteCapacity,
+    /// Its pods name Secrets, ServiceAccount tokens or host paths of this cluster, so they do
+    /// not run in another (a `cluster` pool).
+    NotPortable,
     /// No private node could hold it (size or GPU model), so waiting is pointless.
     NoPrivateCapacity,
     /// Waiting for private GPUs; may burst later.
@@ -156,6 +159,7 @@ impl Reason {
             Reason::InvalidSpec => "InvalidSpec",
             Reason::NeverFits => "NeverFits",
             Reason::RequirementsUnmet => "RequirementsUnmet",
+            Reason::NotPortable => "NotPortable",
         }
     }
 }

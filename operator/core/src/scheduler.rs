@@ -47,7 +47,7 @@ pub struct Config {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Change {
     /// A job arrived or changed (its state, its spec).
-    Job(Job),
+    Job(Box<Job>),
     /// A job is gone (finished, deleted), by id.
     JobGone(String),
     /// A node joined or changed.
@@ -148,15 +148,15 @@ impl Scheduler {
     pub fn apply(&mut self, change: Change) {
         let changed = match change {
             Change::Job(job) => match self.jobs.get(&job.id) {
-                Some(&i) if self.snap.snapshot().jobs[i] == job => false,
+                Some(&i) if self.snap.snapshot().jobs[i] == *job => false,
                 Some(&i) => {
-                    *self.snap.job_mut(i) = job;
+                    *self.snap.job_mut(i) = *job;
                     true
                 }
                 None => {
                     self.jobs
                         .insert(job.id.clone(), self.snap.snapshot().jobs.len());
-                    self.snap.push_job(job);
+                    self.snap.push_job(*job);
                     true
                 }
             },

@@ -189,7 +189,7 @@ impl World {
                         started_at: self.now,
                         environment: st.environment,
                     };
-                    out.push(Change::Job(self.snap.jobs[j].clone()));
+                    out.push(Change::Job(Box::new(self.snap.jobs[j].clone())));
                 }
                 for m in &plan.moves {
                     let j = self.job(&m.job);
@@ -208,7 +208,7 @@ impl World {
                         ready: true,
                     };
                     job.attempt += 1;
-                    out.push(Change::Job(job.clone()));
+                    out.push(Change::Job(Box::new(job.clone())));
                 }
                 for p in &plan.preemptions {
                     let j = self.job(&p.job);
@@ -222,7 +222,7 @@ impl World {
                     }
                     job.state = JobState::Pending;
                     job.attempt += 1;
-                    out.push(Change::Job(job.clone()));
+                    out.push(Change::Job(Box::new(job.clone())));
                 }
                 for l in &plan.launches {
                     for c in 0..l.count {
@@ -247,7 +247,7 @@ impl World {
                         need: l.need.clone(),
                         pool: l.offering.pool.clone(),
                     };
-                    out.push(Change::Job(self.snap.jobs[j].clone()));
+                    out.push(Change::Job(Box::new(self.snap.jobs[j].clone())));
                 }
                 for t in &plan.terminations {
                     self.snap.nodes.retain(|n| n.name != t.node);
@@ -315,7 +315,7 @@ impl World {
                 );
                 j.replicas = replicas;
                 j.estimated_runtime = (est > 0).then(|| mins(est as u64));
-                out.push(Change::Job(j.clone()));
+                out.push(Change::Job(Box::new(j.clone())));
                 self.snap.jobs.push(j);
             }
             Step::Cordon(k) => {
@@ -351,7 +351,7 @@ impl World {
             Step::Resend(k) => {
                 if !self.snap.jobs.is_empty() {
                     let j = k % self.snap.jobs.len();
-                    out.push(Change::Job(self.snap.jobs[j].clone()));
+                    out.push(Change::Job(Box::new(self.snap.jobs[j].clone())));
                 }
             }
         }
@@ -483,7 +483,7 @@ fn nothing_changed_is_not_decided_again() {
     );
     // The same job sent again changes nothing.
     let same = sched.snapshot().jobs[1].clone();
-    sched.apply(Change::Job(same));
+    sched.apply(Change::Job(Box::new(same)));
     sched.cycle(&NoPolicy, at_min(119));
     assert_eq!(sched.stats().skipped, 5);
     // The busy job finishes: the waiting one starts.

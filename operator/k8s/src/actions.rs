@@ -164,6 +164,13 @@ pub enum Action {
     /// Writes a Secret (the identity tokens of the pool's jobs) in the other cluster of
     /// `pool`, by server-side apply.
     ApplyRemoteSecret { pool: String, secret: SecretApply },
+    /// Deletes a job's token Secret in the other cluster of `pool` (the job stopped running
+    /// there, or its pods there are garbage); gone already is done.
+    DeleteRemoteSecret {
+        pool: String,
+        namespace: String,
+        name: String,
+    },
     /// Applies a status. A newer status of the same object supersedes one not yet applied.
     ApplyStatus(StatusPatch),
     /// Publishes an Event.
@@ -217,6 +224,7 @@ impl Action {
             Action::CreateRemotePod { .. } => ActionKind::CreateRemotePod,
             Action::DeleteRemotePod { .. } => ActionKind::DeleteRemotePod,
             Action::ApplyRemoteSecret { .. } => ActionKind::ApplyRemoteSecret,
+            Action::DeleteRemoteSecret { .. } => ActionKind::DeleteRemoteSecret,
             Action::EvictPod { .. } => ActionKind::EvictPod,
             Action::ApplyStatus(_) => ActionKind::ApplyStatus,
             Action::Publish(_) => ActionKind::Publish,
@@ -269,6 +277,11 @@ impl Action {
                 "RemoteSecret",
                 format!("{pool}/{}/{}", secret.namespace(), secret.name()),
             ),
+            Action::DeleteRemoteSecret {
+                pool,
+                namespace,
+                name,
+            } => Key::new("RemoteSecret", format!("{pool}/{namespace}/{name}")),
             Action::ApplyStatus(p) => Key::new(status_key_kind(p.kind), p.id()),
             Action::Publish(n) => Key::new(
                 "Event",
@@ -313,6 +326,7 @@ impl Action {
             Action::ApplyStatus(_)
                 | Action::ApplySecret(_)
                 | Action::ApplyRemoteSecret { .. }
+                | Action::DeleteRemoteSecret { .. }
                 | Action::RecordSpend(_)
                 | Action::RecordIndicators(_)
         )

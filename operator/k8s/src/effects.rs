@@ -112,6 +112,48 @@ impl KubeEffects {
         }
     }
 
+    /// Creates a pod in another cluster. A pod of that name there already is this one when it
+    /// carries the same job uid, home cluster, attempt and replica (made before a restart);
+    /// anything else is refused, not taken for it.
+    async fn create_remote_pod(
+        &self,
+        client: &Client,
+        pod: &Pod,
+        fence: &Fence,
+    ) -> Result<(), Error> {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+        let params = PostParams {
+            field_manager: Some(labels::FIELD_MANAGER.into()),
+            ..PostParams::default()
+        };
+        fence.check()?;
+        match api.create(&params, pod).await {
+            Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
+                fence.check()?;
+                let there = api.get(name).await.map_err(Error::Kube)?;
+                let same = [
+                    labels::JOB_UID_LABEL,
+                    labels::HOME_CLUSTER_LABEL,
+                    labels::ATTEMPT_LABEL,
+                    labels::REPLICA_LABEL,
+                ]
+                .iter()
+                .all(|k| there.labels().get(*k) == pod.labels().get(*k));
+                self.metrics.api_write("pod", same);
+                if same {
+                    Ok(())
+                } else {
+                    Err(Error::Taken(format!(
+                        "pod {namespace}/{name} exists there and is not this replica's"
+                    )))
+                }
+            }
+            r => self.wrote("pod", r, &[]),
+        }
+    }
+
     /// Deletes a pod if it is still the one with `uid`, with `grace_seconds` to stop (the
     /// pod's own grace period when `None`).
     async fn delete_pod(
@@ -411,7 +453,8 @@ impl Effects for KubeEffects {
                         .await
                 }
                 Action::CreateRemotePod { pool, pod, .. } => {
-                    self.create_pod(&self.remote(pool)?, pod, fence).await
+                    self.create_remote_pod(&self.remote(pool)?, pod, fence)
+                        .await
                 }
                 Action::DeleteRemotePod {
                     pool,
@@ -426,6 +469,16 @@ impl Effects for KubeEffects {
                 }
                 Action::ApplyRemoteSecret { pool, secret } => {
                     self.apply_secret(&self.remote(pool)?, secret, fence).await
+                }
+                Action::DeleteRemoteSecret {
+                    pool,
+                    namespace,
+                    name,
+                } => {
+                    let api: Api<Secret> = Api::namespaced(self.remote(pool)?, namespace);
+                    fence.check()?;
+                    let r = api.delete(name, &DeleteParams::default()).await;
+                    self.wrote("secret-delete", r.map(|_| ()), &[404])
                 }
                 Action::ApplyStatus(p) => self.apply_status(p, fence).await,
                 Action::Publish(n) => self.publish(n, fence).await,

@@ -38,6 +38,9 @@ pub enum Error {
     /// A bootstrap token could not be made.
     #[error("bootstrap token: {0}")]
     Token(String),
+    /// The object is there already and is not the one this action makes (a name taken).
+    #[error("{0}")]
+    Taken(String),
 }
 
 impl Error {
@@ -48,7 +51,7 @@ impl Error {
             Error::Cloud(e) => e.category(),
             Error::Caches(_) | Error::Token(_) | Error::Remote(_) => ErrorCategory::Transient,
             Error::Listen { .. } | Error::Settings(_) => ErrorCategory::InvalidInput,
-            Error::LostLeadership(_) | Error::Fenced => ErrorCategory::Conflict,
+            Error::LostLeadership(_) | Error::Fenced | Error::Taken(_) => ErrorCategory::Conflict,
         }
     }
 

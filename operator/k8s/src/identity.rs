@@ -139,6 +139,23 @@ pub fn tokens_secret(namespace: &str, tokens: &BTreeMap<String, String>) -> Secr
     }
 }
 
+/// One job's token Secret `name` in another cluster's `namespace` (`tokens` holds its one key),
+/// labelled with the home cluster's id.
+pub fn remote_token_secret(
+    namespace: &str,
+    name: &str,
+    tokens: &BTreeMap<String, String>,
+    home: &str,
+) -> Secret {
+    let mut s = tokens_secret(namespace, tokens);
+    s.metadata.name = Some(name.into());
+    s.metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(labels::HOME_CLUSTER_LABEL.into(), home.into());
+    s
+}
+
 fn respond(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::from(body)));
     *r.status_mut() = status;

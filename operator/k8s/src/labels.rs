@@ -30,6 +30,10 @@ pub const POOL_LABEL: &str = "spillway.io/pool";
 pub const JOB_UID_LABEL: &str = "spillway.io/job-uid";
 /// On a job's pods in another cluster: the GpuJob's namespace at home.
 pub const JOB_NAMESPACE_LABEL: &str = "spillway.io/job-namespace";
+/// On everything the operator makes in another cluster (pods, token Secrets): the home
+/// cluster's id ([`crate::remote::view::home_cluster_id`]). Only what carries this cluster's
+/// id is collected as garbage: several home clusters may share a namespace there.
+pub const HOME_CLUSTER_LABEL: &str = "spillway.io/home-cluster";
 /// On the home view of a pod in another cluster (never written): the cluster pool it is in.
 pub const CLUSTER_ANNOTATION: &str = "spillway.io/cluster";
 /// On the home view of a pod in another cluster (never written): its namespace there.

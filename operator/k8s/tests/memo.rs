@@ -383,7 +383,7 @@ fn both(
     for change in memo.take_job_changes() {
         match change {
             Change::Job(j) => {
-                held.insert(j.id.clone(), j);
+                held.insert(j.id.clone(), *j);
             }
             Change::JobGone(id) => {
                 held.remove(&id);

@@ -7,6 +7,7 @@ mod lifecycle;
 mod placement;
 mod reclaim;
 mod remote;
+mod remote_isolation;
 mod telemetry;
 mod validity;
 mod world;

@@ -23,15 +23,19 @@ use crate::world::World;
 
 const UID_LABEL: &str = "spillway.io/job-uid";
 
-/// One cluster pool: a namespace of the second cluster with the worker chart installed, its
-/// own GPU nodes there, and the home ComputePool pointing at it.
+/// One cluster pool: a namespace of the second cluster for its jobs, the worker chart installed
+/// in a namespace of its own beside it, its own GPU nodes there, and the home ComputePool
+/// pointing at it.
 pub struct Worker {
     pub cluster: &'static TestCluster,
     /// The test's admin view of the other cluster.
     pub admin: Client,
     /// The operator's credentials there (the worker ServiceAccount).
     pub creds: Client,
+    /// The jobs' namespace there (the pool's `spec.cluster.namespace`).
     pub ns: String,
+    /// The worker release's namespace there (its ServiceAccount and token).
+    pub system: String,
     pub pool: String,
     pub nodes: Vec<String>,
     pub kubelet: FakeKubelet,
@@ -48,20 +52,27 @@ impl Worker {
             .namespace(&admin, &format!("op-{name}"))
             .await
             .expect("namespace there");
+        let system = cluster
+            .namespace(&admin, &format!("op-{name}-sys"))
+            .await
+            .expect("the worker's namespace there");
         let helm = Helm::v3();
         let kubeconfig = cluster.kubeconfig.display().to_string();
         let chart = chart_dir().display().to_string();
+        let jobs_there = format!("worker.namespace={ns}");
         let out = helm.run(&[
             "install",
             &ns,
             &chart,
             "--namespace",
-            &ns,
+            &system,
             "--kubeconfig",
             &kubeconfig,
             "--skip-crds",
             "--set",
             "mode=worker",
+            "--set",
+            &jobs_there,
         ]);
         assert!(out.status.success(), "helm install worker: {}", text(&out));
         let script = chart_dir().join("../../scripts/worker-kubeconfig.sh");
@@ -72,7 +83,13 @@ impl Worker {
         );
         let out = std::process::Command::new(script)
             .env("PATH", path)
-            .args(["--kubeconfig", &kubeconfig, "--namespace", &ns, "--secret"])
+            .args([
+                "--kubeconfig",
+                &kubeconfig,
+                "--namespace",
+                &system,
+                "--secret",
+            ])
             .arg(format!("{ns}-spillway-worker-token"))
             .output()
             .expect("run scripts/worker-kubeconfig.sh");
@@ -128,6 +145,7 @@ impl Worker {
             admin,
             creds,
             ns,
+            system,
             pool,
             nodes: names,
             kubelet,
@@ -175,6 +193,24 @@ impl Worker {
             }
         })
         .await
+    }
+
+    /// The job's token there, from its own Secret.
+    pub async fn token_of(&self, job: &GpuJob) -> Result<String, String> {
+        let name = format!(
+            "spillway-token-{}",
+            job.metadata.uid.clone().unwrap_or_default()
+        );
+        let s = Api::<Secret>::namespaced(self.admin.clone(), &self.ns)
+            .get_opt(&name)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or(format!("no Secret {name} yet"))?;
+        let t = s
+            .data
+            .and_then(|d| d.get("token").cloned())
+            .ok_or("no token in it")?;
+        String::from_utf8(t.0).map_err(|e| e.to_string())
     }
 
     /// Deletes the home pool (a later test's operator must not see it) and this pool's nodes.
@@ -361,17 +397,8 @@ async fn jobs_spill_to_other_clusters_in_the_queues_order_as_the_home_identity_a
 
     // The pods there carry the home identity: a token the home JWKS verifies, with the same
     // issuer and subject as at home, and environment remote in that pool.
-    let token_there = eventually(WAIT, "the token Secret there", || async {
-        let s = Api::<Secret>::namespaced(first.admin.clone(), &first.ns)
-            .get_opt("spillway-tokens")
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or("no Secret yet")?;
-        let t = s
-            .data
-            .and_then(|d| d.get(&format!("{}.gang", w.ns)).cloned())
-            .ok_or("no key for the job")?;
-        String::from_utf8(t.0).map_err(|e| e.to_string())
+    let token_there = eventually(WAIT, "the job's token Secret there", || async {
+        first.token_of(&job).await
     })
     .await;
     let token_home = eventually(WAIT, "the home token", || async {
@@ -426,18 +453,37 @@ async fn jobs_spill_to_other_clusters_in_the_queues_order_as_the_home_identity_a
     })
     .await;
 
-    // A pod there whose job is gone is collected.
-    let stray: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "stray", "labels": {UID_LABEL: "00000000-gone"}},
-        "spec": {"nodeName": second.nodes[0], "containers": [{"name": "c", "image": "x"}]},
-    }))
-    .expect("pod");
+    // A pod this cluster made there whose job is gone is collected; one that another home
+    // cluster made in the same namespace (its id on it) is not.
+    let home_id = Api::<k8s_openapi::api::core::v1::Namespace>::all(w.client.clone())
+        .get("kube-system")
+        .await
+        .expect("kube-system")
+        .metadata
+        .uid
+        .expect("uid");
+    let stray_pod = |name: &str, home: &str| -> Pod {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {UID_LABEL: "00000000-gone",
+                "spillway.io/pool": second.pool, "spillway.io/home-cluster": home}},
+            "spec": {"nodeName": second.nodes[0], "containers": [{"name": "c", "image": "x"}]},
+        }))
+        .expect("pod")
+    };
+    let stray = stray_pod("stray", &home_id);
     let pods_there = Api::<Pod>::namespaced(second.admin.clone(), &second.ns);
     pods_there
         .create(&PostParams::default(), &stray)
         .await
         .expect("a stray pod there");
+    pods_there
+        .create(
+            &PostParams::default(),
+            &stray_pod("theirs", "another-home-cluster"),
+        )
+        .await
+        .expect("another home cluster's pod there");
     eventually(WAIT, "the stray pod collected", || async {
         match pods_there
             .get_opt("stray")
@@ -451,13 +497,37 @@ async fn jobs_spill_to_other_clusters_in_the_queues_order_as_the_home_identity_a
     })
     .await;
 
-    // A job that finishes there: Succeeded at home, its pods there deleted.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let theirs = pods_there.get_opt("theirs").await.expect("get");
+    assert!(
+        theirs.is_some_and(|p| p.metadata.deletion_timestamp.is_none()),
+        "another home cluster's pod was collected"
+    );
+    let _ = pods_there
+        .delete("theirs", &DeleteParams::default().grace_period(0))
+        .await;
+
+    // A job that finishes there: Succeeded at home; its pods there are kept for their logs,
+    // as at home, and its token Secret there goes; deleting the job deletes the pods.
     w.submit_to("short", &queue, gang.clone(), Some(2)).await;
     let short = w.wait_phase("short", JobPhase::Succeeded).await;
     assert_eq!(
         short.status.as_ref().and_then(|s| s.pool.as_deref()),
         Some(second.pool.as_str())
     );
+    eventually(WAIT, "short's token Secret there deleted", || async {
+        match second.token_of(&short).await {
+            Err(e) if e.starts_with("no Secret") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(second.pods_of(&short).await.len(), 2, "kept for their logs");
+    w.jobs()
+        .delete("short", &DeleteParams::default())
+        .await
+        .expect("delete short");
     eventually(WAIT, "short's pods deleted there", || async {
         match second.pods_of(&short).await.len() {
             0 => Ok(()),
@@ -476,8 +546,14 @@ async fn jobs_spill_to_other_clusters_in_the_queues_order_as_the_home_identity_a
     };
     let secrets = Api::<Secret>::namespaced(first.creds.clone(), &first.ns);
     forbidden(
-        "get the tokens Secret",
-        secrets.get("spillway-tokens").await.map(|_| ()),
+        "get a job's token Secret",
+        secrets
+            .get(&format!(
+                "spillway-token-{}",
+                job.metadata.uid.clone().unwrap_or_default()
+            ))
+            .await
+            .map(|_| ()),
     );
     forbidden(
         "list Secrets",

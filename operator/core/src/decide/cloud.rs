@@ -693,7 +693,9 @@ fn telling(reason: Reason) -> u8 {
         Reason::PoolLimitReached => 1,
         Reason::OverCostCap => 2,
         Reason::ForbiddenByPolicy => 3,
-        _ => 4,
+        // Its own pods keep it from every cluster pool, whatever their room.
+        Reason::NotPortable => 4,
+        _ => 5,
     }
 }
 

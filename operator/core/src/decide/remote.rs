@@ -147,6 +147,13 @@ impl<'a> Cycle<'a> {
                 Some(rule.to_string()),
             )));
         }
+        if let Some(why) = &job.not_portable {
+            return Err(Some((
+                Reason::NotPortable,
+                self.say(|| format!("its pods cannot run in another cluster: {why}")),
+                None,
+            )));
+        }
         let hours = job
             .planning_runtime()
             .unwrap_or(self.settings.default_runtime)

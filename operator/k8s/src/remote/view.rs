@@ -21,7 +21,6 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Resource, ResourceExt};
 use spillway_api::GpuJob;
-use spillway_api::job::JobPhase;
 use spillway_core::{Duration, Time};
 
 use super::{RemoteCluster, RemoteState};
@@ -29,11 +28,38 @@ use crate::hashing::HashMap;
 use crate::labels::{self, node_name};
 use crate::world::Inputs;
 
-/// The key of a job's token in its cluster pool's tokens Secret (jobs of several home
-/// namespaces share that Secret).
-pub fn token_key(namespace: &str, job: &str) -> String {
-    format!("{namespace}.{job}")
+/// This (home) cluster's id, on everything the operator makes in other clusters: the uid of
+/// its `kube-system` Namespace, the same for every replica and for the cluster's whole life.
+/// `None` until the namespaces cache holds it.
+pub fn home_cluster_id(inputs: &Inputs) -> Option<String> {
+    inputs
+        .namespaces
+        .iter()
+        .find(|n| n.metadata.name.as_deref() == Some("kube-system"))
+        .and_then(|n| n.metadata.uid.clone())
 }
+
+/// The name of a replica's pod in another cluster: the job's name (shortened to fit), the first
+/// eight characters of the job's uid (so jobs of the same name in two home namespaces, or two
+/// home clusters, never share a name there), the attempt and the replica.
+pub fn remote_pod_name(job: &str, uid: &str, attempt: u32, replica: u32) -> String {
+    let tail = format!("-{}-{attempt}-{replica}", uid.get(..8).unwrap_or(uid));
+    let room = 253usize.saturating_sub(tail.len());
+    let mut head = job.get(..room.min(job.len())).unwrap_or(job).to_string();
+    while head.ends_with(['-', '.']) {
+        head.pop();
+    }
+    format!("{head}{tail}")
+}
+
+/// The Secret that holds one job's identity token in another cluster (one Secret per job, so
+/// no pod there can mount another job's token), under [`REMOTE_TOKEN_KEY`].
+pub fn remote_token_secret(job_uid: &str) -> String {
+    format!("spillway-token-{job_uid}")
+}
+
+/// The key of the token in [`remote_token_secret`].
+pub const REMOTE_TOKEN_KEY: &str = "token";
 
 /// Where the home view of a remote pod is: its cluster pool and its namespace there.
 pub fn origin(pod: &Pod) -> Option<(String, String)> {
@@ -88,21 +114,37 @@ pub fn home_pod(pool: &str, pod: &Pod) -> Option<Pod> {
 }
 
 /// A replica's pod built at home (on the remote node's own name) as it is created in the
-/// other cluster's `namespace`: no owner reference (the GpuJob is not there, and that
-/// cluster's garbage collector would delete a pod whose owner it cannot find), and the job's
-/// uid and home namespace as labels instead.
-pub fn remote_pod(mut pod: Pod, job: &GpuJob, namespace: &str) -> Pod {
+/// other cluster's `namespace`, by the home cluster `home`:
+/// - named by [`remote_pod_name`] (unique per home job there);
+/// - no owner reference (the GpuJob is not there, and that cluster's garbage collector would
+///   delete a pod whose owner it cannot find), and the job's uid, home namespace and the home
+///   cluster's id as labels instead;
+/// - no ServiceAccount token of that cluster (`automountServiceAccountToken: false`) and its
+///   namespace's `default` ServiceAccount: the job holds no credential there.
+pub fn remote_pod(mut pod: Pod, job: &GpuJob, namespace: &str, home: &str) -> Pod {
+    let uid = job.metadata.uid.clone().unwrap_or_default();
+    let l = pod.labels().clone();
+    let number = |k: &str| l.get(k).and_then(|v| v.parse::<u32>().ok()).unwrap_or(0);
+    pod.metadata.name = Some(remote_pod_name(
+        &job.name_any(),
+        &uid,
+        number(labels::ATTEMPT_LABEL),
+        number(labels::REPLICA_LABEL),
+    ));
     pod.metadata.namespace = Some(namespace.into());
     pod.metadata.owner_references = None;
     let l = pod.metadata.labels.get_or_insert_with(BTreeMap::new);
-    l.insert(
-        labels::JOB_UID_LABEL.into(),
-        job.metadata.uid.clone().unwrap_or_default(),
-    );
+    l.insert(labels::JOB_UID_LABEL.into(), uid);
     l.insert(
         labels::JOB_NAMESPACE_LABEL.into(),
         job.namespace().unwrap_or_default(),
     );
+    l.insert(labels::HOME_CLUSTER_LABEL.into(), home.into());
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.service_account_name = None;
+        spec.service_account = None;
+        spec.automount_service_account_token = Some(false);
+    }
     pod
 }
 
@@ -113,9 +155,11 @@ pub struct Overlay {
     pub states: BTreeMap<String, RemoteState>,
     /// Nodes seen per pool (all of them, schedulable or not), and their GPUs.
     pub capacity: BTreeMap<String, (u32, u32)>,
-    /// Remote pods whose GpuJob is gone (by uid) or finished, with their pool and namespace
-    /// there.
+    /// Pods this cluster made in other clusters whose GpuJob is gone (by uid), with their pool
+    /// and namespace there.
     pub orphans: Vec<(String, String, Arc<Pod>)>,
+    /// This cluster's id ([`home_cluster_id`]), once known.
+    pub home: Option<String>,
 }
 
 /// The home views made at the last turn, by what they were made from, so that an unchanged
@@ -138,20 +182,23 @@ fn version_key<K: Resource>(o: &K) -> String {
 /// Lays the nodes and pods of `inputs.remote` over the home ones (see the module
 /// documentation). Clusters whose pool is not a readable cluster pool are left out.
 pub fn overlay(inputs: &mut Inputs, kept: &mut Translations, now: Time) -> Overlay {
-    let mut out = Overlay::default();
+    let mut out = Overlay {
+        home: home_cluster_id(inputs),
+        ..Overlay::default()
+    };
     let mut next = Translations::default();
-    // The jobs whose pods there are still theirs: a finished job's pods are collected too
-    // (its phase is recorded; nothing runs there for it any more).
+    // The jobs whose pods there are theirs: every GpuJob, finished ones too (their pods are
+    // kept for their logs, as at home, until the job is deleted), and those the operator
+    // cannot read (their pods are not garbage: the job still exists).
     let uids: HashSet<&str> = inputs
         .jobs
         .iter()
-        .filter(|j| {
-            !matches!(
-                j.status.as_ref().and_then(|s| s.phase),
-                Some(JobPhase::Succeeded | JobPhase::Failed)
-            )
-        })
         .filter_map(|j| j.metadata.uid.as_deref())
+        .chain(
+            (inputs.unreadable.iter())
+                .filter(|u| u.kind == "GpuJob")
+                .filter_map(|u| u.uid.as_deref()),
+        )
         .collect();
     let mut nodes = Vec::new();
     let mut pods = Vec::new();
@@ -203,8 +250,24 @@ pub fn overlay(inputs: &mut Inputs, kept: &mut Translations, now: Time) -> Overl
             }
         }
         for p in theirs {
-            let uid = p.labels().get(labels::JOB_UID_LABEL);
-            if !uid.is_some_and(|u| uids.contains(u.as_str())) {
+            let l = p.labels();
+            // Another pool's pods (two pools may share a namespace there): that pool's.
+            if l.get(labels::POOL_LABEL) != Some(pool) {
+                continue;
+            }
+            let uid = l.get(labels::JOB_UID_LABEL);
+            let known = uid.is_some_and(|u| uids.contains(u.as_str()));
+            // What another home cluster made there is neither seen nor collected. A pod from
+            // before the id label existed is this cluster's when one of its jobs has its uid.
+            let ours = match (l.get(labels::HOME_CLUSTER_LABEL), &out.home) {
+                (Some(theirs), Some(home)) => theirs == home,
+                (Some(_), None) => false,
+                (None, _) => known,
+            };
+            if !ours {
+                continue;
+            }
+            if !known {
                 out.orphans
                     .push((pool.clone(), p.namespace().unwrap_or_default(), p.clone()));
                 continue;
@@ -232,6 +295,10 @@ pub fn overlay(inputs: &mut Inputs, kept: &mut Translations, now: Time) -> Overl
 mod tests {
     use super::*;
     use serde_json::json;
+    use spillway_api::job::JobPhase;
+
+    /// This cluster's id in these tests: its kube-system's uid.
+    const HOME: &str = "home-cluster-uid";
 
     fn remote_pod_there(uid: &str) -> Arc<Pod> {
         Arc::new(
@@ -240,7 +307,8 @@ mod tests {
                     "resourceVersion": "7",
                     "labels": {"spillway.io/job": "train", "spillway.io/job-uid": uid,
                         "spillway.io/job-namespace": "research", "spillway.io/attempt": "0",
-                        "spillway.io/replica": "0"},
+                        "spillway.io/replica": "0", "spillway.io/pool": "dc2",
+                        "spillway.io/home-cluster": HOME},
                     "annotations": {"spillway.io/node": "gpu-1"}},
                 "spec": {"nodeName": "gpu-1", "containers": [{"name": "main"}]},
                 "status": {"phase": "Running"},
@@ -273,9 +341,13 @@ mod tests {
             "spec": {"queue": "q", "gpusPerReplica": 1, "template": {"spec": {"containers": [{"name": "main"}]}}},
         }))
         .expect("job");
+        let kube_system: k8s_openapi::api::core::v1::Namespace =
+            serde_json::from_value(json!({"metadata": {"name": "kube-system", "uid": HOME}}))
+                .expect("namespace");
         Inputs {
             pools: vec![Arc::new(pool)],
             jobs: vec![Arc::new(job)],
+            namespaces: vec![Arc::new(kube_system)],
             remote: vec![RemoteCluster {
                 pool: "dc2".into(),
                 state,
@@ -323,7 +395,7 @@ mod tests {
     }
 
     #[test]
-    fn the_pods_there_of_a_finished_job_are_collected() {
+    fn the_pods_there_of_a_finished_job_are_kept_for_their_logs_until_it_is_deleted() {
         let mut i = inputs(RemoteState::Connected);
         let mut job = (*i.jobs[0]).clone();
         job.status = Some(spillway_api::job::GpuJobStatus {
@@ -332,10 +404,70 @@ mod tests {
         });
         i.jobs = vec![Arc::new(job)];
         let o = overlay(&mut i, &mut Translations::default(), Time::from_millis(0));
+        assert_eq!(
+            i.pods.len(),
+            1,
+            "laid over like a home pod of a finished job"
+        );
+        let names: Vec<String> = o.orphans.iter().map(|o| o.2.name_any()).collect();
+        assert_eq!(names, ["old-0-0"]);
+    }
+
+    #[test]
+    fn what_another_home_cluster_or_another_pool_made_there_is_neither_seen_nor_collected() {
+        let mut i = inputs(RemoteState::Connected);
+        let relabel = |p: &Arc<Pod>, key: &str, value: &str| {
+            let mut p = (**p).clone();
+            p.metadata
+                .labels
+                .get_or_insert_with(Default::default)
+                .insert(key.into(), value.into());
+            Arc::new(p)
+        };
+        let pods = i.remote[0].pods.clone();
+        i.remote[0].pods = vec![
+            // Another home cluster's pods sharing the namespace: one of a job uid that is
+            // ours too (uids are unique; this is to show the label decides), one unknown.
+            relabel(&pods[0], labels::HOME_CLUSTER_LABEL, "another-cluster"),
+            relabel(&pods[1], labels::HOME_CLUSTER_LABEL, "another-cluster"),
+            // Another pool on the same namespace made this one.
+            relabel(&pods[1], labels::POOL_LABEL, "dc3"),
+        ];
+        let o = overlay(&mut i, &mut Translations::default(), Time::from_millis(0));
         assert!(i.pods.is_empty(), "{:?}", i.pods);
-        let mut names: Vec<String> = o.orphans.iter().map(|o| o.2.name_any()).collect();
-        names.sort();
-        assert_eq!(names, ["old-0-0", "train-0-0"]);
+        assert!(o.orphans.is_empty(), "{:?}", o.orphans);
+    }
+
+    #[test]
+    fn the_pods_of_a_job_the_operator_cannot_read_are_not_garbage() {
+        let mut i = inputs(RemoteState::Connected);
+        i.unreadable.push(crate::world::Unreadable {
+            kind: "GpuJob",
+            namespace: Some("research".into()),
+            name: "old".into(),
+            uid: Some("gone-uid".into()),
+            generation: Some(1),
+            error: "spec: unknown field".into(),
+        });
+        let o = overlay(&mut i, &mut Translations::default(), Time::from_millis(0));
+        assert!(o.orphans.is_empty(), "{:?}", o.orphans);
+    }
+
+    #[test]
+    fn a_pod_from_before_the_home_label_is_ours_only_when_one_of_our_jobs_has_its_uid() {
+        let mut i = inputs(RemoteState::Connected);
+        let unlabel = |p: &Arc<Pod>| {
+            let mut p = (**p).clone();
+            if let Some(l) = p.metadata.labels.as_mut() {
+                l.remove(labels::HOME_CLUSTER_LABEL);
+            }
+            Arc::new(p)
+        };
+        let pods = i.remote[0].pods.clone();
+        i.remote[0].pods = pods.iter().map(unlabel).collect();
+        let o = overlay(&mut i, &mut Translations::default(), Time::from_millis(0));
+        assert_eq!(i.pods.len(), 1, "the known job's pod is adopted");
+        assert!(o.orphans.is_empty(), "an unknown one is left alone");
     }
 
     #[test]
@@ -379,6 +511,18 @@ mod tests {
     }
 
     #[test]
+    fn remote_pod_names_are_unique_per_home_job_and_fit() {
+        let a = remote_pod_name("train", "0f3a9c1e-1111-2222", 0, 0);
+        let b = remote_pod_name("train", "7d2e44b0-3333-4444", 0, 0);
+        assert_eq!(a, "train-0f3a9c1e-0-0");
+        assert_ne!(a, b, "train in two namespaces");
+        let long = "j".repeat(253);
+        let n = remote_pod_name(&long, "0f3a9c1e-1111", 999, 64);
+        assert!(n.len() <= 253, "{}", n.len());
+        assert!(n.ends_with("-0f3a9c1e-999-64"));
+    }
+
+    #[test]
     fn a_pod_created_there_has_no_owner_and_carries_its_job() {
         let job: GpuJob = serde_json::from_value(json!({
             "apiVersion": "spillway.io/v1alpha1", "kind": "GpuJob",
@@ -386,12 +530,26 @@ mod tests {
             "spec": {"queue": "q", "gpusPerReplica": 1, "template": {"spec": {"containers": [{"name": "main"}]}}},
         }))
         .expect("job");
-        let home = crate::pods::replica_pod(&job, 0, 0, "gpu-1", None);
-        let there = remote_pod(home, &job, "spillway-jobs");
+        let mut template = job.clone();
+        template
+            .spec
+            .template
+            .spec
+            .as_mut()
+            .unwrap()
+            .service_account_name = Some("default".into());
+        let home = crate::pods::replica_pod(&template, 0, 1, "gpu-1", None);
+        let there = remote_pod(home, &job, "spillway-jobs", HOME);
         assert_eq!(there.namespace().as_deref(), Some("spillway-jobs"));
+        assert_eq!(there.name_any(), "train-job-uid-0-1");
         assert!(there.metadata.owner_references.is_none());
         assert_eq!(there.labels()[labels::JOB_UID_LABEL], "job-uid");
         assert_eq!(there.labels()[labels::JOB_NAMESPACE_LABEL], "research");
+        assert_eq!(there.labels()[labels::HOME_CLUSTER_LABEL], HOME);
+        // No credential of that cluster: its namespace's default account, no token mounted.
+        let spec = there.spec.as_ref().unwrap();
+        assert_eq!(spec.service_account_name, None);
+        assert_eq!(spec.automount_service_account_token, Some(false));
         // Seen back at home, it is the job's pod on the pool's node.
         let back = home_pod("dc2", &there).expect("ours");
         assert_eq!(back.owner_references()[0].uid, "job-uid");

@@ -30,24 +30,37 @@ pub(super) struct TokenRecord {
     namespace: String,
     job: String,
     token: String,
-    /// Where its Secret is: `None` at home (the job's namespace), else the cluster pool and
-    /// its namespace there.
-    remote: Option<(String, String)>,
+    /// Where its Secret is: `None` at home (the job's namespace), else the cluster pool, its
+    /// namespace there and the job's uid (each job its own Secret there).
+    remote: Option<(String, String, String)>,
+}
+
+/// A Secret tokens are written to.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Target {
+    /// The tokens Secret of a home namespace: the tokens of its running jobs, by job name.
+    Home(String),
+    /// One job's Secret in another cluster: (pool, namespace there, Secret name).
+    Remote(String, String, String),
 }
 
 impl TokenRecord {
-    /// Which Secret holds it: (cluster pool, or none at home; namespace).
-    fn target(&self) -> (Option<String>, String) {
+    /// Which Secret holds it.
+    fn target(&self) -> Target {
         match &self.remote {
-            Some((pool, ns)) => (Some(pool.clone()), ns.clone()),
-            None => (None, self.namespace.clone()),
+            Some((pool, ns, uid)) => Target::Remote(
+                pool.clone(),
+                ns.clone(),
+                crate::remote::view::remote_token_secret(uid),
+            ),
+            None => Target::Home(self.namespace.clone()),
         }
     }
 
     /// Its key in that Secret.
     fn key(&self) -> String {
         match &self.remote {
-            Some(_) => crate::remote::view::token_key(&self.namespace, &self.job),
+            Some(_) => crate::remote::view::REMOTE_TOKEN_KEY.into(),
             None => self.job.clone(),
         }
     }
@@ -174,7 +187,7 @@ impl State {
         let mut wake: Option<Time> =
             ring.and_then(|r| rotation::next_change(r, &cfg.schedule, now));
         let mut running = HashSet::new();
-        let mut write: BTreeSet<(Option<String>, String)> = BTreeSet::new();
+        let mut write: BTreeSet<Target> = BTreeSet::new();
         for view in built.jobs.values() {
             let Lifecycle::Running {
                 pool: Some(pool), ..
@@ -198,9 +211,10 @@ impl State {
                 Some((_, Some(_))) => "remote",
                 _ => "private",
             };
-            let remote = in_pool
-                .and_then(|p| p.spec.cluster.as_ref())
-                .map(|c| (pool.clone(), c.namespace.clone()));
+            let remote = in_pool.and_then(|p| p.spec.cluster.as_ref()).map(|c| {
+                let uid = view.job.metadata.uid.clone().unwrap_or_default();
+                (pool.clone(), c.namespace.clone(), uid)
+            });
             let queue = queues.get(&view.job.spec.queue);
             let audiences = queue
                 .and_then(|q| q.spec.identity.as_ref())
@@ -250,6 +264,7 @@ impl State {
             }
             keep
         });
+        let home = self.remote.home.clone().unwrap_or_default();
         for target in write {
             let tokens: BTreeMap<String, String> = self
                 .tokens
@@ -257,11 +272,24 @@ impl State {
                 .filter(|t| t.target() == target)
                 .map(|t| (t.key(), t.token.clone()))
                 .collect();
-            let (pool, namespace) = target;
-            let secret = SecretApply(Box::new(identity::tokens_secret(&namespace, &tokens)));
-            self.emit(match pool {
-                Some(pool) => Action::ApplyRemoteSecret { pool, secret },
-                None => Action::ApplySecret(secret),
+            self.emit(match target {
+                Target::Home(namespace) => Action::ApplySecret(SecretApply(Box::new(
+                    identity::tokens_secret(&namespace, &tokens),
+                ))),
+                // A job that stopped running there: its Secret goes.
+                Target::Remote(pool, namespace, name) if tokens.is_empty() => {
+                    Action::DeleteRemoteSecret {
+                        pool,
+                        namespace,
+                        name,
+                    }
+                }
+                Target::Remote(pool, namespace, name) => Action::ApplyRemoteSecret {
+                    pool,
+                    secret: SecretApply(Box::new(identity::remote_token_secret(
+                        &namespace, &name, &tokens, &home,
+                    ))),
+                },
             });
         }
         for t in self.tokens.values() {
@@ -285,10 +313,13 @@ impl State {
         }
     }
 
-    /// A cluster pool's tokens Secret could not be written: issue its tokens again next turn.
-    pub(super) fn remote_tokens_failed(&mut self, pool: &str) {
-        self.tokens
-            .retain(|_, t| t.remote.as_ref().is_none_or(|(p, _)| p != pool));
+    /// A token Secret in a cluster pool could not be written: issue its token again next turn.
+    pub(super) fn remote_tokens_failed(&mut self, pool: &str, name: &str) {
+        self.tokens.retain(|_, t| {
+            t.remote.as_ref().is_none_or(|(p, _, uid)| {
+                p != pool || crate::remote::view::remote_token_secret(uid) != name
+            })
+        });
     }
 }
 

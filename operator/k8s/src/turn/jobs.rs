@@ -66,6 +66,15 @@ impl State {
                 })
                 .or_else(|| self.settings.pod_otlp_endpoint.clone());
             let cluster = pool.as_ref().and_then(|p| p.spec.cluster.as_ref());
+            let home = self.remote.home.clone();
+            if cluster.is_some() && home.is_none() {
+                // Nothing is made in another cluster without this cluster's id on it (what
+                // carries none could not be told from another home cluster's).
+                tracing::warn!(job = %start.job, "kube-system's uid (this cluster's id) is not known yet; the job is placed again next turn");
+                self.assumed.remove(&start.job);
+                continue;
+            }
+            let uid = view.job.metadata.uid.clone().unwrap_or_default();
             for (r, node) in start.nodes.iter().enumerate() {
                 // A remote node is seen as POOL/NODE; the pod there names it as that cluster does.
                 let node_there = match cluster {
@@ -82,10 +91,8 @@ impl State {
                 if let Some(id) = &identity {
                     let id = match cluster {
                         Some(_) => pods::PodIdentity {
-                            key: remote::token_key(
-                                &view.job.namespace().unwrap_or_default(),
-                                &view.job.name_any(),
-                            ),
+                            secret: remote::remote_token_secret(&uid),
+                            key: remote::REMOTE_TOKEN_KEY.into(),
                             ..id.clone()
                         },
                         None => id.clone(),
@@ -106,7 +113,12 @@ impl State {
                     Some(c) => Action::CreateRemotePod {
                         pool: start.pool.clone(),
                         job: start.job.clone(),
-                        pod: Box::new(remote::remote_pod(pod, &view.job, &c.namespace)),
+                        pod: Box::new(remote::remote_pod(
+                            pod,
+                            &view.job,
+                            &c.namespace,
+                            home.as_deref().unwrap_or_default(),
+                        )),
                     },
                     None => Action::CreatePod {
                         job: start.job.clone(),

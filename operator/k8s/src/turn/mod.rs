@@ -381,9 +381,20 @@ impl State {
                 self.deleting.remove(uid);
                 Vec::new()
             }
-            Action::ApplyRemoteSecret { pool, .. } => {
-                tracing::warn!(pool = %pool, error = %f.error, "writing the tokens Secret in another cluster failed; writing it again at the next turn");
-                self.remote_tokens_failed(pool);
+            Action::ApplyRemoteSecret { pool, secret } => {
+                tracing::warn!(pool = %pool, error = %f.error, "writing a token Secret in another cluster failed; writing it again at the next turn");
+                self.remote_tokens_failed(pool, secret.name());
+                Vec::new()
+            }
+            Action::DeleteRemoteSecret {
+                pool,
+                namespace,
+                name,
+            } => {
+                // Asked again while the job's pods there are garbage; else left there, holding
+                // a token that expires.
+                tracing::warn!(pool = %pool, secret = %name, error = %f.error, "deleting a token Secret in another cluster failed");
+                self.deleting.remove(&format!("{pool}/{namespace}/{name}"));
                 Vec::new()
             }
             Action::ApplyStatus(p) => {

@@ -88,18 +88,23 @@ impl State {
         }
     }
 
-    /// Deletes the pods of other clusters whose GpuJob is gone (deleted, or deleted and made
-    /// again under the same name: another uid).
+    /// Deletes what this cluster made in other clusters for GpuJobs that are gone (deleted, or
+    /// deleted and made again under the same name: another uid): their pods and token Secrets.
     pub(super) fn collect_remote_garbage(&mut self) {
         let orphans = std::mem::take(&mut self.remote.orphans);
+        let mut secrets = std::collections::BTreeSet::new();
         for (pool, namespace, pod) in &orphans {
             let Some(uid) = pod.metadata.uid.clone() else {
                 continue;
             };
+            if let Some(job_uid) = pod.labels().get(crate::labels::JOB_UID_LABEL) {
+                let name = crate::remote::view::remote_token_secret(job_uid);
+                secrets.insert((pool.clone(), namespace.clone(), name));
+            }
             if pod.metadata.deletion_timestamp.is_some() || !self.deleting.insert(uid.clone()) {
                 continue;
             }
-            tracing::info!(pool = %pool, pod = %format!("{namespace}/{}", pod.name_any()), "deleting a pod in another cluster whose GpuJob is gone or finished");
+            tracing::info!(pool = %pool, pod = %format!("{namespace}/{}", pod.name_any()), "deleting a pod in another cluster whose GpuJob is gone");
             self.emit(Action::DeleteRemotePod {
                 pool: pool.clone(),
                 namespace: namespace.clone(),
@@ -107,6 +112,15 @@ impl State {
                 uid,
                 grace_seconds: None,
             });
+        }
+        for (pool, namespace, name) in secrets {
+            if self.deleting.insert(format!("{pool}/{namespace}/{name}")) {
+                self.emit(Action::DeleteRemoteSecret {
+                    pool,
+                    namespace,
+                    name,
+                });
+            }
         }
         self.remote.orphans = orphans;
     }

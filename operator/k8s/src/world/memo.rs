@@ -393,7 +393,7 @@ impl Memo {
             .into_iter()
             .filter(|id| seen.insert(id.clone()))
             .map(|id| match self.jobs.get(&id).and_then(|k| k.core.clone()) {
-                Some(job) => core::Change::Job(job),
+                Some(job) => core::Change::Job(Box::new(job)),
                 None => core::Change::JobGone(id),
             })
             .collect()

@@ -545,7 +545,15 @@ type Grant<'a> = (String, Vec<&'a str>, Vec<&'a str>, Vec<&'a str>);
 fn worker_mode_installs_only_what_the_home_operator_needs_there() {
     let chart = chart_dir().display().to_string();
     for helm in Helm::all() {
-        let out = helm.run(&["lint", "--strict", &chart, "--set", "mode=worker"]);
+        let out = helm.run(&[
+            "lint",
+            "--strict",
+            &chart,
+            "--set",
+            "mode=worker",
+            "--set",
+            "worker.namespace=gpu-jobs",
+        ]);
         assert!(
             out.status.success(),
             "helm {} lint: {}",
@@ -594,13 +602,13 @@ fn worker_mode_installs_only_what_the_home_operator_needs_there() {
                     "namespace gpu-jobs".to_string(),
                     vec!["pods"],
                     vec![],
-                    vec!["list", "watch", "create", "delete"]
+                    vec!["get", "list", "watch", "create", "delete"]
                 ),
                 (
                     "namespace gpu-jobs".to_string(),
                     vec!["secrets"],
-                    vec!["spillway-tokens"],
-                    vec!["create", "patch"]
+                    vec![],
+                    vec!["create", "patch", "delete"]
                 ),
             ]
         );
@@ -615,6 +623,38 @@ fn worker_mode_installs_only_what_the_home_operator_needs_there() {
             let b = one(&objects, binding, "spillway-worker");
             assert_eq!(b["subjects"][0]["name"], "spillway");
             assert_eq!(b["subjects"][0]["namespace"], "spillway-system");
+        }
+        // The worker's own ServiceAccount and token never share the jobs' namespace.
+        let chart = chart_dir().display().to_string();
+        for (args, why) in [
+            (vec!["--set", "mode=worker"], "worker.namespace"),
+            (
+                vec![
+                    "--set",
+                    "mode=worker",
+                    "--set",
+                    "worker.namespace=spillway-system",
+                ],
+                "is the release namespace",
+            ),
+        ] {
+            let mut all = vec![
+                "template",
+                "spillway",
+                chart.as_str(),
+                "--namespace",
+                "spillway-system",
+                "--kube-version",
+                spillway_tests::cluster::CURRENT,
+            ];
+            all.extend(args);
+            let out = helm.run(&all);
+            assert!(
+                !out.status.success(),
+                "Helm {} rendered {all:?}",
+                helm.major
+            );
+            assert!(text(&out).contains(why), "{}", text(&out));
         }
     }
 }

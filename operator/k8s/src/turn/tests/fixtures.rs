@@ -280,10 +280,17 @@ impl Loop {
 }
 
 /// The inputs of a cluster with queue `q` (bursting off) and private pool `onprem`.
+/// This cluster's id in the tests (its kube-system's uid).
+pub const HOME: &str = "home-cluster-uid";
+
 pub fn cluster() -> Inputs {
+    let kube_system =
+        serde_json::from_value(json!({"metadata": {"name": "kube-system", "uid": HOME}}))
+            .expect("namespace");
     Inputs {
         queues: vec![queue("q", json!({}))],
         pools: vec![private_pool("onprem")],
+        namespaces: vec![Arc::new(kube_system)],
         ..Inputs::default()
     }
 }

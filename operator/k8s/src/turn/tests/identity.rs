@@ -387,10 +387,15 @@ fn a_job_in_another_cluster_gets_its_token_there_with_the_same_issuer_and_subjec
             Action::ApplyRemoteSecret { pool, secret } => Some((pool.clone(), (*secret.0).clone())),
             _ => None,
         })
-        .expect("the pool's tokens Secret");
+        .expect("the job's token Secret there");
     assert_eq!(pool, "dc2");
     assert_eq!(s.metadata.namespace.as_deref(), Some("spillway-jobs"));
-    let key = format!("{NS}.train");
+    assert_eq!(s.metadata.name.as_deref(), Some("spillway-token-uid-train"));
+    assert_eq!(
+        s.metadata.labels.as_ref().unwrap()[crate::labels::HOME_CLUSTER_LABEL],
+        HOME
+    );
+    let key = "token".to_string();
     let token = String::from_utf8(s.data.as_ref().unwrap()[&key].0.clone()).unwrap();
     let claims = verifier(&ring, "spillway")
         .verify(&token, noon())
@@ -405,6 +410,22 @@ fn a_job_in_another_cluster_gets_its_token_there_with_the_same_issuer_and_subjec
         .secret
         .clone()
         .unwrap();
-    assert_eq!(volume.secret_name.as_deref(), Some("spillway-tokens"));
+    assert_eq!(
+        volume.secret_name.as_deref(),
+        Some("spillway-token-uid-train")
+    );
     assert_eq!(volume.items.unwrap()[0].key, key);
+    // Running as that namespace's default account there, with no token of that cluster.
+    let spec = pod.spec.as_ref().unwrap();
+    assert_eq!(spec.service_account_name, None);
+    assert_eq!(spec.automount_service_account_token, Some(false));
+    // It finishes: its Secret there goes.
+    i.remote[0].pods = vec![seen_there(&pod, "Succeeded")];
+    let t = l.turn(&i, None, noon() + minutes(5));
+    assert!(
+        t.actions.iter().any(|a| matches!(a,
+        Action::DeleteRemoteSecret { name, .. } if name == "spillway-token-uid-train")),
+        "{:?}",
+        kinds(&t)
+    );
 }

@@ -40,8 +40,9 @@ fn a_job_no_home_node_can_hold_starts_in_the_other_cluster_without_an_owner_ther
     let (pool, pod) = &made[0];
     assert_eq!(pool, "dc2");
     assert_eq!(pod.namespace().as_deref(), Some("spillway-jobs"));
-    assert_eq!(pod.name_any(), "train-0-0");
+    assert_eq!(pod.name_any(), "train-uid-trai-0-0");
     assert!(pod.metadata.owner_references.is_none());
+    assert_eq!(pod.labels()[crate::labels::HOME_CLUSTER_LABEL], HOME);
     assert_eq!(pod.labels()[crate::labels::JOB_UID_LABEL], "uid-train");
     assert_eq!(pod.labels()[crate::labels::JOB_NAMESPACE_LABEL], NS);
     assert_eq!(pod.annotations()[crate::labels::NODE_ANNOTATION], "gpu-1");
@@ -89,9 +90,10 @@ fn a_remote_pod_whose_job_is_gone_is_deleted_there_once() {
     let mut i = with_dc2(RemoteState::Connected);
     let gone = job("gone").gpus(4).build();
     let created = crate::remote::view::remote_pod(
-        crate::pods::replica_pod(&gone, 0, 0, "gpu-1", None),
+        crate::pods::replica_pod(&gone, 0, 0, "gpu-1", Some(&cluster_pool("dc2", 1.5))),
         &gone,
         "spillway-jobs",
+        HOME,
     );
     i.remote[0].pods = vec![seen_there(&created, "Running")];
     let mut l = Loop::new();
@@ -111,8 +113,15 @@ fn a_remote_pod_whose_job_is_gone_is_deleted_there_once() {
         .collect();
     assert_eq!(
         deletes,
-        [("dc2".into(), "spillway-jobs".into(), "gone-0-0".into())]
+        [(
+            "dc2".into(),
+            "spillway-jobs".into(),
+            "gone-uid-gone-0-0".into()
+        )]
     );
+    // Its token Secret there goes with it.
+    assert!(t.actions.iter().any(|a| matches!(a,
+        Action::DeleteRemoteSecret { pool, name, .. } if pool == "dc2" && name == "spillway-token-uid-gone")));
     let t = l.turn(&i, None, noon() + minutes(1));
     assert!(!kinds(&t).contains(&"delete_remote_pod"), "asked once");
     // The delete failed (the cluster went away): asked again at the next turn.
@@ -120,8 +129,8 @@ fn a_remote_pod_whose_job_is_gone_is_deleted_there_once() {
         action: Action::DeleteRemotePod {
             pool: "dc2".into(),
             namespace: "spillway-jobs".into(),
-            name: "gone-0-0".into(),
-            uid: "remote-uid-gone-0-0".into(),
+            name: "gone-uid-gone-0-0".into(),
+            uid: "remote-uid-gone-uid-gone-0-0".into(),
             grace_seconds: None,
         },
         error: api_error(503, "ServiceUnavailable", "down"),
@@ -178,9 +187,9 @@ fn an_unreachable_cluster_takes_no_new_job_keeps_its_running_ones_then_loses_the
     let st = status_of(&t, StatusKind::ComputePool, "dc2").expect("pool status");
     assert_eq!(condition(&st, "Ready").expect("Ready").0, "True");
     assert!(
-        t.actions
-            .iter()
-            .any(|a| matches!(a, Action::DeleteRemotePod { name, .. } if name == "train-0-0")),
+        t.actions.iter().any(
+            |a| matches!(a, Action::DeleteRemotePod { name, .. } if name == "train-uid-trai-0-0")
+        ),
         "{:?}",
         kinds(&t)
     );
@@ -272,6 +281,25 @@ fn a_new_operator_that_cannot_reach_the_other_cluster_keeps_its_jobs_there() {
     assert_eq!(
         (&st["phase"], &st["restarts"]),
         (&json!("Queued"), &json!(1)),
+        "{st}"
+    );
+}
+
+#[test]
+fn a_job_whose_pods_name_a_secret_never_goes_to_another_cluster_and_says_why() {
+    let mut i = with_dc2(RemoteState::Connected);
+    let mut j = job("thief").gpus(4);
+    j.0["spec"]["template"]["spec"]["volumes"] =
+        json!([{"name": "loot", "secret": {"secretName": "spillway-token-other"}}]);
+    i.jobs = vec![j.build()];
+    let t = Loop::new().turn(&i, None, noon());
+    assert!(remote_creates(&t).is_empty(), "{:?}", kinds(&t));
+    let st = status_of(&t, StatusKind::GpuJob, "thief").expect("job status");
+    assert_eq!(st["phase"], "Queued");
+    let message = st["decision"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("cannot run in another cluster")
+            && message.contains("volumes[0] (loot): a Secret volume"),
         "{st}"
     );
 }
