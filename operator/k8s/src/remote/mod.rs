@@ -290,24 +290,75 @@ async fn connect(
     })
 }
 
-/// A client from a kubeconfig's bytes (its current context). Exec plugins and auth providers
-/// are refused: the operator's image has no cloud CLIs, and a kubeconfig must carry a token or
-/// a client certificate.
+/// A client from a kubeconfig's bytes (its current context), once [`check_kubeconfig`] passes.
 pub async fn client_of(bytes: &[u8]) -> Result<Client, String> {
     let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
     let kc = Kubeconfig::from_yaml(text).map_err(|e| e.to_string())?;
-    if kc
-        .auth_infos
-        .iter()
-        .filter_map(|a| a.auth_info.as_ref())
-        .any(|a| a.exec.is_some() || a.auth_provider.is_some())
-    {
-        return Err("exec plugins and auth providers are not supported: use a token or a client certificate (docs/multi-cluster.md)".into());
-    }
+    check_kubeconfig(&kc)?;
     let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .map_err(|e| e.to_string())?;
     Client::try_from(config).map_err(|e| e.to_string())
+}
+
+/// What a cluster pool's kubeconfig may not hold (every entry is checked, not only the current
+/// context's). It is a Secret any namespace admin may have written, read by an operator that
+/// holds cluster-wide credentials, so nothing in it may point at the operator's own files or
+/// weaken the connection:
+/// - no file (`tokenFile`, `client-certificate`, `client-key`, `certificate-authority`): a
+///   `tokenFile` of the operator's own ServiceAccount token would send it to whatever server the
+///   kubeconfig names; only the `-data` forms and an inline `token` are read;
+/// - no `insecure-skip-tls-verify` and no `http://` server: the credential would cross the
+///   network unauthenticated or in clear;
+/// - no exec plugin or auth provider: the operator's image has no cloud CLIs.
+///
+/// `proxy-url` is honoured: the TLS session to the server goes through it end to end.
+pub fn check_kubeconfig(kc: &Kubeconfig) -> Result<(), String> {
+    let mut refused = Vec::new();
+    for c in &kc.clusters {
+        let Some(cluster) = &c.cluster else { continue };
+        let at = format!("clusters[{}]", c.name);
+        if cluster.insecure_skip_tls_verify == Some(true) {
+            refused.push(format!("{at}.insecure-skip-tls-verify"));
+        }
+        if cluster.certificate_authority.is_some() {
+            refused.push(format!(
+                "{at}.certificate-authority (a file; use certificate-authority-data)"
+            ));
+        }
+        if let Some(server) = &cluster.server
+            && !server.starts_with("https://")
+        {
+            refused.push(format!("{at}.server {server:?} (not https)"));
+        }
+    }
+    for a in &kc.auth_infos {
+        let Some(auth) = &a.auth_info else { continue };
+        let at = format!("users[{}]", a.name);
+        let files = [
+            ("tokenFile", auth.token_file.is_some()),
+            ("client-certificate", auth.client_certificate.is_some()),
+            ("client-key", auth.client_key.is_some()),
+        ];
+        for (field, set) in files {
+            if set {
+                refused.push(format!("{at}.{field} (a file; put the credential inline)"));
+            }
+        }
+        if auth.exec.is_some() || auth.auth_provider.is_some() {
+            refused.push(format!(
+                "{at}: exec plugins and auth providers (use a token or a client certificate)"
+            ));
+        }
+    }
+    if refused.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the kubeconfig holds what a cluster pool may not use: {} (docs/multi-cluster.md)",
+            refused.join("; ")
+        ))
+    }
 }
 
 /// Asks the other API server its version every [`KEEP_PERIOD`] (allowed to every
@@ -394,4 +445,61 @@ where
         }
     }));
     reader
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kubeconfig(cluster: &str, user: &str) -> Kubeconfig {
+        Kubeconfig::from_yaml(&format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: dc2\n  cluster:\n{cluster}\nusers:\n- name: w\n  user:\n{user}\ncontexts:\n- name: c\n  context: {{cluster: dc2, user: w}}\ncurrent-context: c\n"
+        ))
+        .expect("kubeconfig")
+    }
+
+    #[test]
+    fn an_inline_token_over_verified_https_is_accepted() {
+        let kc = kubeconfig(
+            "    server: https://dc2.example:6443\n    certificate-authority-data: Q0E=\n    proxy-url: http://proxy:3128",
+            "    token: abc",
+        );
+        assert_eq!(check_kubeconfig(&kc), Ok(()));
+    }
+
+    #[test]
+    fn files_insecure_tls_plain_http_and_plugins_are_refused_by_name() {
+        let cases = [
+            (
+                "    server: https://x:6443",
+                "    tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token",
+                "users[w].tokenFile",
+            ),
+            (
+                "    server: https://x:6443",
+                "    client-certificate: /etc/c.crt\n    client-key: /etc/c.key",
+                "users[w].client-certificate",
+            ),
+            (
+                "    server: https://x:6443\n    insecure-skip-tls-verify: true",
+                "    token: abc",
+                "clusters[dc2].insecure-skip-tls-verify",
+            ),
+            (
+                "    server: https://x:6443\n    certificate-authority: /etc/ca.crt",
+                "    token: abc",
+                "clusters[dc2].certificate-authority",
+            ),
+            ("    server: http://x:8080", "    token: abc", "not https"),
+            (
+                "    server: https://x:6443",
+                "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: aws",
+                "exec plugins",
+            ),
+        ];
+        for (cluster, user, want) in cases {
+            let err = check_kubeconfig(&kubeconfig(cluster, user)).expect_err(want);
+            assert!(err.contains(want), "{want}: {err}");
+        }
+    }
 }
