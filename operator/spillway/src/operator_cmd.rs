@@ -263,7 +263,7 @@ pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
                     .clone()
                     .or_else(|| std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok())
                     .filter(|e| !e.trim().is_empty()),
-                spend_record: (args.cloud && !args.spend_ledger.is_empty()).then(|| {
+                spend_record: (!args.spend_ledger.is_empty()).then(|| {
                     spillway_k8s::spend_record::RecordRef {
                         namespace: namespace.clone(),
                         name: args.spend_ledger.clone(),

@@ -319,6 +319,16 @@ fn the_default_render_is_hardened_and_least_privilege() {
                 "keep"
             );
         }
+        // Without bursting there is still spend (cluster pools, private time a budget counts):
+        // the spend ledger and its grant stay.
+        let private_only = render(&helm, &["--set", "aws.enabled=false"]);
+        one(&private_only, "ConfigMap", "spillway-spend");
+        assert!(
+            rules(&private_only)
+                .iter()
+                .any(|(_, r)| strings(&r["resourceNames"]).contains(&"spillway-spend")),
+            "the spend ledger's grant without aws"
+        );
         let configmap_rules: Vec<_> = rules(&objects)
             .into_iter()
             .filter(|(_, r)| strings(&r["resources"]).contains(&"configmaps"))

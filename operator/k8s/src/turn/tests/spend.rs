@@ -158,3 +158,31 @@ fn a_budget_that_counts_private_time_bills_private_jobs_at_their_pools_price() {
         .unwrap_or(0.0);
     assert_eq!(usd, 0.0, "{spend:?}");
 }
+
+/// The ledger is kept whenever something is billed, cloud or not: a queue whose budget counts
+/// private time, applied again with no status, goes on from the ledger.
+#[test]
+fn without_a_cloud_a_queue_billed_for_private_time_keeps_its_month_when_applied_again() {
+    let mut l = recorded();
+    let i = private_world(true);
+    l.turn(&i, None, noon());
+    let t = l.turn(&i, None, noon() + minutes(30));
+    let cm = ledger_of(&t).expect("the ledger is written without a cloud");
+    let entry: serde_json::Value =
+        serde_json::from_str(&cm.data.as_ref().unwrap()["2026-03.queue.q"]).unwrap();
+    assert!(
+        (entry["usd"].as_f64().unwrap() - 1.0).abs() < 1e-6,
+        "{entry}"
+    );
+    // Deleted and applied again: no status, the ledger only.
+    let mut gone = i.clone();
+    gone.queues.clear();
+    gone.spend_record = Some(Arc::new(cm.clone()));
+    l.turn(&gone, None, noon() + minutes(31));
+    let mut again = private_world(true);
+    again.spend_record = Some(Arc::new(cm));
+    let t = l.turn(&again, None, noon() + minutes(60));
+    let q = status_of(&t, StatusKind::GpuQueue, "q").expect("queue status");
+    let usd = q["spend"]["thisMonthUSD"].as_f64().unwrap();
+    assert!(usd >= 1.0 - 1e-6, "the month went on from the ledger: {q}");
+}
