@@ -4,12 +4,16 @@
 //!
 //! They live in a ledger the operator owns (`--indicator-ledger`, a ConfigMap in its namespace
 //! that the chart creates and keeps), one key per series and UTC day, `<YYYY-MM-DD>.<series>`,
-//! where a series is `queue.<name>` or `private` (the private pools' capacity). A day holds
-//! hourly buckets while it is today or yesterday, then one bucket merged from them; days older
-//! than [`KEEP_DAYS`] are dropped. So a queue costs about 200 bytes a day, and a ConfigMap's
-//! 1 MiB holds some 80 queues' 30 days. Each bucket holds histograms (fixed bounds, the same
-//! as the metrics'), sums and GPU-seconds; the windows of `status.indicators` are merged from
-//! the buckets, their quantiles estimated as Prometheus' `histogram_quantile` does.
+//! where a series is `queue.<name>` or `private` (the private pools' capacity). A day keeps its
+//! hours apart while they are within the last 24 hours, then one bucket merged from them; days
+//! older than [`KEEP_DAYS`] are dropped. Each bucket holds histograms (fixed bounds, the same as
+//! the metrics'), sums and GPU-seconds; the windows of `status.indicators` are merged from the
+//! buckets, their quantiles estimated as Prometheus' `histogram_quantile` does.
+//!
+//! The ledger is held to [`LEDGER_BUDGET`] bytes (a ConfigMap takes at most 1 MiB):
+//! [`Book::bound`] drops what fits least, in this order, and says what it dropped: the series of
+//! queues that no longer exist, then the oldest days of every series (the 30-day window
+//! shortens, down to today and yesterday), then the least active queues whole.
 //!
 //! Pure: the turn hands in the cached ConfigMap, what it observed and the clock; it gets back
 //! the data to write and the status to show.
@@ -25,6 +29,10 @@ use spillway_core::{Duration, Time};
 
 /// Days of buckets kept, today included (the 30-day window and a day to spare).
 pub const KEEP_DAYS: i64 = 31;
+
+/// The most the ledger's data may take, bytes: below a ConfigMap's 1 MiB, with room for its
+/// metadata and managed fields.
+pub const LEDGER_BUDGET: usize = 900 * 1024;
 
 /// Bounds of the time histograms (time to start, recovery), seconds: the metrics' too.
 pub const SECONDS_BOUNDS: &[f64] = &[
@@ -123,12 +131,9 @@ pub struct Bucket {
     /// Accrued cost of finished runs.
     #[serde(rename = "cost", default, skip_serializing_if = "is_empty_hist")]
     pub cost: Hist,
-    /// GPU-seconds run, by environment.
+    /// GPU-seconds run, by environment (by pool: `spillway_gpu_seconds_total{pool}`).
     #[serde(rename = "env", default, skip_serializing_if = "BTreeMap::is_empty")]
     pub gpu_seconds: BTreeMap<String, f64>,
-    /// GPU-seconds run, by pool.
-    #[serde(rename = "pool", default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub pool_gpu_seconds: BTreeMap<String, f64>,
     /// The private pools' GPU capacity, GPU-seconds (series `private`).
     #[serde(rename = "cap", default, skip_serializing_if = "is_zero_f")]
     pub capacity_gpu_seconds: f64,
@@ -150,13 +155,8 @@ impl Bucket {
             }
         }
         self.cost.merge(&other.cost);
-        for (mine, theirs) in [
-            (&mut self.gpu_seconds, &other.gpu_seconds),
-            (&mut self.pool_gpu_seconds, &other.pool_gpu_seconds),
-        ] {
-            for (k, v) in theirs {
-                *mine.entry(k.clone()).or_default() += v;
-            }
+        for (k, v) in &other.gpu_seconds {
+            *self.gpu_seconds.entry(k.clone()).or_default() += v;
         }
         self.capacity_gpu_seconds += other.capacity_gpu_seconds;
     }
@@ -270,8 +270,19 @@ impl Book {
             .or_default()
     }
 
+    /// The series of `queue`. A key is `<YYYY-MM-DD>.<series>` and may have 253 characters: a
+    /// name too long for that is cut and told apart by a hash of the whole name.
     pub fn queue_series(queue: &str) -> String {
-        format!("queue.{queue}")
+        const ROOM: usize = 253 - "YYYY-MM-DD.queue.".len();
+        if queue.len() <= ROOM {
+            return format!("queue.{queue}");
+        }
+        // FNV-1a: the same in every process and release.
+        let hash = queue.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        let head = queue.get(..ROOM - 18).unwrap_or(queue);
+        format!("queue.{head}.{hash:016x}")
     }
 
     /// A first start of a job of `queue` in `environment`, `seconds` after it was queued.
@@ -302,22 +313,13 @@ impl Book {
             .observe(COST_BOUNDS, usd);
     }
 
-    /// Adds `gpus` GPUs of `queue` running in `pool` (`environment`) from `from` to `to`,
+    /// Adds `gpus` GPUs of `queue` running in `environment` from `from` to `to`,
     /// spread over the hours they span.
-    pub fn ran(
-        &mut self,
-        queue: &str,
-        pool: &str,
-        environment: &str,
-        gpus: f64,
-        from: Time,
-        to: Time,
-    ) {
+    pub fn ran(&mut self, queue: &str, environment: &str, gpus: f64, from: Time, to: Time) {
         let series = Book::queue_series(queue);
         for (at, secs) in hours_between(from, to) {
             let b = self.bucket(&series, at);
             *b.gpu_seconds.entry(environment.to_string()).or_default() += gpus * secs;
-            *b.pool_gpu_seconds.entry(pool.to_string()).or_default() += gpus * secs;
         }
     }
 
@@ -328,23 +330,110 @@ impl Book {
         }
     }
 
-    /// Merges the hours of days before yesterday and drops days older than [`KEEP_DAYS`].
+    /// Merges the hours that left the 24-hour window into their day's bucket and drops days
+    /// older than [`KEEP_DAYS`].
     pub fn compact(&mut self, now: Time) {
-        let (today, _) = day_hour(now);
+        let (today, hour) = day_hour(now);
+        let now_hour = today * 24 + i64::from(hour);
         self.days.retain(|(_, d), _| today - d < KEEP_DAYS);
         for ((_, d), day) in self.days.iter_mut() {
-            if today - *d >= 2 && !day.hours.is_empty() {
-                let all = day.all();
-                day.hours.clear();
-                day.merged = Some(all);
-                self.dirty = true;
+            let old: Vec<u8> = (day.hours.keys())
+                .filter(|h| *d * 24 + i64::from(**h) <= now_hour - 24)
+                .copied()
+                .collect();
+            if old.is_empty() {
+                continue;
             }
+            let mut merged = day.merged.take().unwrap_or_default();
+            for h in old {
+                if let Some(b) = day.hours.remove(&h) {
+                    merged.merge(&b);
+                }
+            }
+            day.merged = Some(merged);
+            self.dirty = true;
         }
         self.raw_unread.retain(|k, _| {
             k.split_once('.')
                 .and_then(|(d, _)| day_of(d))
                 .is_none_or(|d| today - d < KEEP_DAYS)
         });
+    }
+
+    /// Holds the book to `budget` bytes of ledger data (see the module documentation), keeping
+    /// the series in `live` (and the private capacity) before the others. Returns what it
+    /// dropped (nothing when all fits).
+    pub fn bound(
+        &mut self,
+        live: &std::collections::HashSet<String>,
+        budget: usize,
+        now: Time,
+    ) -> Dropped {
+        let mut dropped = Dropped::default();
+        let size =
+            |b: &Book| -> usize { b.data().iter().map(|(k, v)| k.len() + v.len() + 8).sum() };
+        let mut total = size(self);
+        dropped.bytes = total;
+        if total <= budget {
+            return dropped;
+        }
+        // What a day takes in `size` (its key is `<date>.<series>`).
+        let cost = |k: &(String, i64), d: &Day| -> usize {
+            serde_json::to_string(d).map_or(0, |v| v.len()) + date(k.1).len() + 1 + k.0.len() + 8
+        };
+        let (today, _) = day_hour(now);
+        // What to drop, in order: (rank, key). Gone queues' series oldest first; then every
+        // series' oldest days (before yesterday); then the least active live queues whole.
+        let kept = |series: &str| series == PRIVATE || live.contains(series);
+        let mut order: Vec<(u8, i64, f64, (String, i64))> = Vec::new();
+        let mut activity: BTreeMap<&str, f64> = BTreeMap::new();
+        for ((series, _), day) in &self.days {
+            let all = day.all();
+            *activity.entry(series).or_default() +=
+                all.gpu_seconds.values().sum::<f64>() + all.cost.count as f64;
+        }
+        for (series, d) in self.days.keys() {
+            let key = (series.clone(), *d);
+            if !kept(series) {
+                order.push((0, *d, 0.0, key));
+            } else if today - d >= 2 {
+                order.push((1, *d, 0.0, key));
+            } else if series != PRIVATE {
+                order.push((
+                    2,
+                    0,
+                    activity.get(series.as_str()).copied().unwrap_or(0.0),
+                    key,
+                ));
+            }
+        }
+        order.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)).then(a.2.total_cmp(&b.2)));
+        for (rank, _, _, key) in order {
+            if total <= budget {
+                break;
+            }
+            if let Some(day) = self.days.remove(&key) {
+                total = total.saturating_sub(cost(&key, &day));
+                self.dirty = true;
+                match rank {
+                    0 => dropped.gone_queue_days += 1,
+                    1 => dropped.old_days += 1,
+                    _ => dropped.live_queue_days += 1,
+                }
+                if rank > 0 {
+                    dropped.series.insert(key.0.clone());
+                }
+                if rank == 1 {
+                    dropped.oldest_kept = Some(
+                        dropped
+                            .oldest_kept
+                            .map_or(key.1 + 1, |d: i64| d.max(key.1 + 1)),
+                    );
+                }
+            }
+        }
+        dropped.bytes = size(self);
+        dropped
     }
 
     /// The ledger's data as it should be written.
@@ -401,6 +490,49 @@ impl Book {
             last_24h: of(Window::Hours24),
             last_30d: of(Window::Days30),
         }
+    }
+}
+
+/// What [`Book::bound`] dropped to fit the budget.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Dropped {
+    /// The ledger data's size after it, bytes.
+    pub bytes: usize,
+    /// Days of queues that no longer exist.
+    pub gone_queue_days: u64,
+    /// Days before yesterday of queues that exist.
+    pub old_days: u64,
+    /// Recent days of the least active queues.
+    pub live_queue_days: u64,
+    /// The series of existing queues that lost days.
+    pub series: std::collections::BTreeSet<String>,
+    /// The day number of the oldest day kept where old days went.
+    pub oldest_kept: Option<i64>,
+}
+
+impl Dropped {
+    pub fn any(&self) -> bool {
+        self.gone_queue_days + self.old_days + self.live_queue_days > 0
+    }
+
+    /// What a queue's condition says of it, when its series lost days.
+    pub fn message(&self, series: &str) -> Option<String> {
+        if !self.series.contains(series) {
+            return None;
+        }
+        Some(match self.oldest_kept {
+            Some(d) => format!(
+                "The indicator ledger is full ({} KiB of {} KiB): its days before {} were dropped, so last30d covers less than 30 days.",
+                self.bytes / 1024,
+                LEDGER_BUDGET / 1024,
+                date(d)
+            ),
+            None => format!(
+                "The indicator ledger is full ({} KiB of {} KiB): this queue's history was dropped (it is among the least active).",
+                self.bytes / 1024,
+                LEDGER_BUDGET / 1024
+            ),
+        })
     }
 }
 

@@ -131,6 +131,9 @@ struct Inner {
     policy_errors: BTreeMap<Labels, u64>,
     cloud_calls: BTreeMap<Labels, u64>,
     garbage: BTreeMap<Labels, u64>,
+    /// The indicator ledger's size, bytes, and what was dropped to hold it to its budget.
+    indicator_ledger_bytes: BTreeMap<Labels, f64>,
+    indicator_ledger_dropped: BTreeMap<Labels, u64>,
     webhook: BTreeMap<Labels, u64>,
     decide_cycles: BTreeMap<Labels, u64>,
     job_views: BTreeMap<Labels, u64>,
@@ -270,6 +273,19 @@ impl Metrics {
                 .into_iter()
                 .map(|(p, d)| (vec![("pool", p)], if d { 1.0 } else { 0.0 }))
                 .collect();
+        });
+    }
+
+    /// The indicator ledger written: its size, and the days dropped to fit its budget by what
+    /// they were (`gone_queue`, `old_day`, `least_active_queue`).
+    pub fn indicator_ledger(&self, bytes: usize, dropped: [(&'static str, u64); 3]) {
+        self.with(|m| {
+            m.indicator_ledger_bytes.insert(Vec::new(), bytes as f64);
+            for (part, n) in dropped {
+                *m.indicator_ledger_dropped
+                    .entry(vec![("part", part.into())])
+                    .or_default() += n;
+            }
         });
     }
 

@@ -31,7 +31,6 @@ fn gpu_time_is_spread_over_the_hours_it_spans() {
     let mut b = Book::default();
     b.ran(
         "q",
-        "onprem",
         "private",
         2.0,
         at("2026-12-05T10:30:00Z"),
@@ -86,7 +85,6 @@ fn the_ledger_round_trips_and_old_days_are_merged_then_dropped() {
     b.capacity(8.0, at("2026-12-05T09:00:00Z"), at("2026-12-05T10:00:00Z"));
     b.ran(
         "q",
-        "onprem",
         "private",
         2.0,
         at("2026-12-05T09:00:00Z"),
@@ -125,4 +123,155 @@ fn the_ledger_round_trips_and_old_days_are_merged_then_dropped() {
         ..ConfigMap::default()
     }));
     assert_eq!(read.data()["2026-12-05.queue.broken"], "{not json");
+}
+
+/// A busy month of `queues` queues: each hour of 31 days, GPUs in all three environments, a
+/// start in each, a recovery and a finished run, compacted as the turn does.
+fn busy_month(queues: usize, now: Time) -> Book {
+    let mut b = Book::default();
+    let hour = Duration::from_secs(3600);
+    for h in 0..(31 * 24) {
+        let from = now - Duration::from_secs(3600 * (31 * 24 - h));
+        for q in 0..queues {
+            let q = format!("team-{q:03}");
+            for (env, secs) in [("private", 30.0), ("cloud", 600.0), ("remote", 120.0)] {
+                b.ran(&q, env, 8.0, from, from + hour);
+                b.started(&q, env, secs, from);
+            }
+            b.recovered(&q, "cloud", 300.0, from);
+            b.finished(&q, 12.5, from);
+        }
+        b.capacity(64.0, from, from + hour);
+        b.compact(from + hour);
+    }
+    b
+}
+
+#[test]
+fn a_ledger_of_200_busy_queues_is_held_to_its_budget_and_says_what_it_dropped() {
+    let now = at("2026-12-31T12:00:00Z");
+    let mut b = busy_month(200, now);
+    let before: usize = b.data().iter().map(|(k, v)| k.len() + v.len() + 8).sum();
+    let live: std::collections::HashSet<String> = (0..200)
+        .map(|q| Book::queue_series(&format!("team-{q:03}")))
+        .collect();
+    let dropped = b.bound(&live, LEDGER_BUDGET, now);
+    let after: usize = b.data().iter().map(|(k, v)| k.len() + v.len() + 8).sum();
+    eprintln!("200 queues x 31 busy days: {before} bytes, {after} after the bound ({dropped:?})");
+    assert!(after <= LEDGER_BUDGET, "{after} bytes");
+    assert_eq!(dropped.bytes, after);
+    if before > LEDGER_BUDGET {
+        assert!(dropped.any());
+        let message = dropped
+            .message("queue.team-000")
+            .expect("a queue that lost days");
+        assert!(
+            message.contains("last30d covers less than 30 days"),
+            "{message}"
+        );
+    }
+    // What is kept is always the last 24 hours.
+    let i = b.queue_indicators("team-199", now);
+    assert!(i.last_24h.time_to_start_seconds.count > 0);
+}
+
+#[test]
+fn a_full_ledger_drops_gone_queues_first_then_old_days_then_the_least_active() {
+    let now = at("2026-12-31T12:00:00Z");
+    let mut b = busy_month(4, now);
+    let size = |b: &Book| -> usize { b.data().iter().map(|(k, v)| k.len() + v.len() + 8).sum() };
+    let live: std::collections::HashSet<String> = (0..3)
+        .map(|q| Book::queue_series(&format!("team-{q:03}")))
+        .collect();
+    // Room for all but about one queue's month: the gone queue (team-003) goes, nothing else.
+    let one_queue = size(&b) / 4;
+    let mut first = b.clone();
+    let dropped = first.bound(&live, size(&b) - one_queue / 2, now);
+    assert!(
+        dropped.gone_queue_days > 0 && dropped.old_days == 0,
+        "{dropped:?}"
+    );
+    assert!(
+        first
+            .queue_indicators("team-000", now)
+            .last_30d
+            .time_to_start_seconds
+            .count
+            > 0
+    );
+    // Room for half: old days of the live queues go too, today and yesterday stay.
+    let dropped = b.bound(&live, size(&b) / 2, now);
+    assert!(dropped.old_days > 0, "{dropped:?}");
+    assert_eq!(dropped.live_queue_days, 0);
+    assert!(dropped.message("queue.team-001").is_some());
+    assert!(
+        b.queue_indicators("team-001", now)
+            .last_24h
+            .time_to_start_seconds
+            .count
+            > 0
+    );
+    assert!(size(&b) <= size(&b).max(1));
+}
+
+#[test]
+fn a_queue_name_too_long_for_a_key_gets_a_valid_one_that_reads_back() {
+    let long = format!("{}.example", "q".repeat(240));
+    let series = Book::queue_series(&long);
+    let key_len = "2026-12-05.".len() + series.len();
+    assert!(key_len <= 253, "{key_len}");
+    assert_ne!(
+        series,
+        Book::queue_series(&format!("{}.examplf", "q".repeat(240))),
+        "two long names, two keys"
+    );
+    let mut b = Book::default();
+    let now = at("2026-12-05T10:00:00Z");
+    b.started(&long, "private", 30.0, now);
+    let cm = ConfigMap {
+        data: Some(b.data()),
+        ..ConfigMap::default()
+    };
+    for k in cm.data.as_ref().unwrap().keys() {
+        assert!(
+            k.len() <= 253
+                && k.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c)),
+            "{k}"
+        );
+    }
+    let read = Book::read(Some(&cm));
+    assert_eq!(
+        read.queue_indicators(&long, now)
+            .last_24h
+            .time_to_start_seconds
+            .count,
+        1
+    );
+}
+
+#[test]
+fn a_ledger_of_200_queues_starting_a_job_an_hour_keeps_three_weeks() {
+    let now = at("2026-12-31T12:00:00Z");
+    let mut b = Book::default();
+    let hour = Duration::from_secs(3600);
+    for h in 0..(31 * 24) {
+        let from = now - Duration::from_secs(3600 * (31 * 24 - h));
+        for q in 0..200 {
+            let q = format!("team-{q:03}");
+            b.ran(&q, "private", 8.0, from, from + hour);
+            b.started(&q, "private", 30.0, from);
+        }
+        b.compact(from + hour);
+    }
+    let live: std::collections::HashSet<String> = (0..200)
+        .map(|q| Book::queue_series(&format!("team-{q:03}")))
+        .collect();
+    let dropped = b.bound(&live, LEDGER_BUDGET, now);
+    eprintln!("200 queues, a start an hour, 31 days: {dropped:?}");
+    assert!(dropped.bytes <= LEDGER_BUDGET);
+    // Their oldest week goes; the 30-day window keeps more than three weeks, and says so.
+    let month = b.queue_indicators("team-000", now).last_30d;
+    assert!(month.time_to_start_seconds.count >= 21 * 24, "{month:?}");
+    assert!(dropped.message("queue.team-000").is_some());
 }

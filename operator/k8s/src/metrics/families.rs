@@ -146,6 +146,18 @@ pub(super) fn table(m: &Inner) -> Vec<Family> {
             points(&m.webhook),
         ),
         Family(
+            "spillway_indicator_ledger_bytes",
+            Kind::Gauge,
+            "The indicator ledger's data, bytes (held to 900 KiB).",
+            points(&m.indicator_ledger_bytes),
+        ),
+        Family(
+            "spillway_indicator_ledger_dropped_total",
+            Kind::Counter,
+            "Days of indicators dropped to hold the ledger to its budget, by part: gone_queue, old_day, least_active_queue.",
+            points(&m.indicator_ledger_dropped),
+        ),
+        Family(
             "spillway_http_connections_refused_total",
             Kind::Counter,
             "Connections and requests an endpoint (metrics, identity, webhook) cut off, by reason: connection_limit, handshake, lifetime, body_timeout, too_large.",

@@ -14,7 +14,7 @@ use spillway_core::{self as core, Time};
 use super::State;
 use crate::actions::Action;
 use crate::clock;
-use crate::indicators::{Book, REFRESH};
+use crate::indicators::{Book, Dropped, LEDGER_BUDGET, REFRESH};
 use crate::metrics::Metrics;
 use crate::world::{self, Inputs, JobView, Lifecycle};
 
@@ -41,6 +41,10 @@ pub struct Keeping {
     /// The moments of each job's observations recorded (first start, recovery, finish), so a
     /// status write that failed and is made again does not count twice.
     pub seen: HashMap<String, [Option<Time>; 3]>,
+    /// The series of the queues that exist (kept before the others when the ledger is full).
+    pub live: std::collections::HashSet<String>,
+    /// What was dropped from the ledger at its last write to fit its budget.
+    pub dropped: Dropped,
 }
 
 impl Keeping {
@@ -170,7 +174,7 @@ impl State {
                     .or_default() += gpus;
             }
             for ((queue, pool, env, start, end), gpus) in groups {
-                k.book.ran(queue, pool, env, gpus, start, end);
+                k.book.ran(queue, env, gpus, start, end);
                 metrics.gpu_seconds(queue, pool, env, gpus * end.since(start).as_secs_f64());
             }
             if private > 0 {
@@ -179,6 +183,9 @@ impl State {
         }
         k.book.through = Some(now);
         k.book.compact(now);
+        k.live.clear();
+        k.live
+            .extend((inputs.queues.iter()).map(|q| Book::queue_series(&q.name_any())));
     }
 
     /// What a status write says of the job: its first start (time to start), its running
@@ -251,6 +258,28 @@ impl State {
         };
         if !due {
             return;
+        }
+        let dropped = k.book.bound(&k.live, LEDGER_BUDGET, now);
+        metrics.indicator_ledger(
+            dropped.bytes,
+            [
+                ("gone_queue", dropped.gone_queue_days),
+                ("old_day", dropped.old_days),
+                ("least_active_queue", dropped.live_queue_days),
+            ],
+        );
+        if dropped.any() {
+            tracing::warn!(
+                bytes = dropped.bytes,
+                gone_queue_days = dropped.gone_queue_days,
+                old_days = dropped.old_days,
+                least_active_queue_days = dropped.live_queue_days,
+                "the indicator ledger is full: days dropped to fit"
+            );
+            k.dropped = dropped;
+        } else if !k.dropped.series.is_empty() && dropped.bytes < LEDGER_BUDGET / 2 {
+            // Room again: the queues' conditions clear.
+            k.dropped = dropped;
         }
         k.book.dirty = false;
         k.book.unwritten_events = 0;

@@ -235,6 +235,21 @@ impl State {
                 }
                 _ => status::remove_condition(&mut st.conditions, "BudgetExhausted"),
             }
+            // IndicatorsTruncated: True while the full indicator ledger holds less of this
+            // queue's history than its windows cover.
+            let series = crate::indicators::Book::queue_series(&name);
+            match self.indicators.dropped.message(&series) {
+                Some(message) => status::set_condition(
+                    &mut st.conditions,
+                    "IndicatorsTruncated",
+                    true,
+                    "LedgerFull",
+                    &message,
+                    generation,
+                    now,
+                ),
+                None => status::remove_condition(&mut st.conditions, "IndicatorsTruncated"),
+            }
             let hourly = round_cents(rates.queue_hourly.get(&name).copied().unwrap_or(0.0));
             let written = base.spend.clone().unwrap_or_default();
             st.spend = Some(
