@@ -142,15 +142,38 @@ pub struct ClusterPool {
     #[schemars(length(min = 1))]
     pub location: Option<String>,
     /// How long the other cluster's API server may stay unreachable before the jobs running
-    /// there are declared lost and requeued (as with a lost node), such as `10m`. Until then
+    /// there are declared lost and requeued (as with a lost node), such as `10m`, or `never`
+    /// (they wait for it, however long: no job runs twice across a partition). Until then
     /// they are kept as last seen, and no new job is sent there.
     #[serde(default = "default_lost_after")]
-    #[schemars(schema_with = "duration_schema")]
+    #[schemars(schema_with = "lost_after_schema")]
     pub lost_after: String,
 }
 
 fn default_lost_after() -> String {
     "10m".to_string()
+}
+
+fn lost_after_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let _ = generator;
+    schemars::json_schema!({
+        "type": "string",
+        "pattern": format!("^never$|{}", spillway_core::duration::DURATION_PATTERN),
+    })
+}
+
+impl ClusterPool {
+    /// `lostAfter` as a duration; `None` for `never`. An unreadable value (validation refuses
+    /// it) is the default, 10 minutes.
+    pub fn lost_after(&self) -> Option<spillway_core::Duration> {
+        if self.lost_after == "never" {
+            return None;
+        }
+        Some(
+            spillway_core::Duration::parse(&self.lost_after)
+                .unwrap_or(spillway_core::Duration::from_secs(600)),
+        )
+    }
 }
 
 /// A key of a Secret holding a kubeconfig.

@@ -380,7 +380,9 @@ pub fn compute_pool(spec: &ComputePoolSpec) -> Result<(), FieldErrors> {
         if c.location.as_ref().is_some_and(|l| l.trim().is_empty()) {
             errs.push("spec.cluster.location", "must not be empty when set");
         }
-        errs.duration("spec.cluster.lostAfter", Some(&c.lost_after));
+        if c.lost_after != "never" {
+            errs.duration("spec.cluster.lostAfter", Some(&c.lost_after));
+        }
     }
     if let Some(p) = &spec.private {
         if p.node_selector.is_empty() {

@@ -68,6 +68,10 @@ pub enum Reason {
     /// Its pods name Secrets, ServiceAccount tokens or host paths of this cluster, so they do
     /// not run in another (a `cluster` pool).
     NotPortable,
+    /// A cluster pool its queue may use has not been seen since the operator started (and not
+    /// for its `lostAfter`): its pods may already run there, started by the operator before,
+    /// so it is placed nowhere until that cluster is listed.
+    ClusterUnseen,
     /// No private node could hold it (size or GPU model), so waiting is pointless.
     NoPrivateCapacity,
     /// Waiting for private GPUs; may burst later.
@@ -160,6 +164,7 @@ impl Reason {
             Reason::NeverFits => "NeverFits",
             Reason::RequirementsUnmet => "RequirementsUnmet",
             Reason::NotPortable => "NotPortable",
+            Reason::ClusterUnseen => "ClusterUnseen",
         }
     }
 }

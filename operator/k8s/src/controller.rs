@@ -60,6 +60,8 @@ pub struct Settings {
     pub pod_otlp_endpoint: Option<String>,
     /// The only namespaces whose GpuJobs run (`--job-namespaces`); `None`: every namespace.
     pub job_namespaces: Option<Arc<std::collections::BTreeSet<String>>>,
+    /// A test's crash at an exact instant ([`crate::executor::Crash`]); `None` in the operator.
+    pub crash: Option<crate::executor::Crash>,
     /// Where each queue's and pool's month of spend is recorded besides their status (so it
     /// outlives them); `None` keeps it in status only.
     pub spend_record: Option<crate::spend_record::RecordRef>,
@@ -83,6 +85,7 @@ impl Default for Settings {
             identity: None,
             pod_otlp_endpoint: None,
             job_namespaces: None,
+            crash: None,
             spend_record: None,
             indicator_record: None,
         }
@@ -178,6 +181,7 @@ impl Controller {
             &ExecutorSettings {
                 max_in_flight: self.settings.max_in_flight,
                 retry: self.settings.retry.clone(),
+                crash: self.settings.crash.clone(),
             },
             fence.clone(),
             self.metrics.clone(),

@@ -142,6 +142,8 @@ pub struct ExecutorSettings {
     /// API and cloud calls in flight at once.
     pub max_in_flight: usize,
     pub retry: RetryPolicy,
+    /// A test's crash at an exact instant (`None` in the operator).
+    pub crash: Option<Crash>,
 }
 
 impl Default for ExecutorSettings {
@@ -149,7 +151,36 @@ impl Default for ExecutorSettings {
         ExecutorSettings {
             max_in_flight: 64,
             retry: RetryPolicy::default(),
+            crash: None,
         }
+    }
+}
+
+/// A seam for the tests that kill the operator at an exact instant rather than at a lucky one:
+/// actions of the kinds in `hold` are never sent, and once an action of kind `after` has been
+/// carried out nothing more is sent and `fired` is notified. What the API servers and the cloud
+/// are left with is what a process killed at that instant leaves; the test then drops the
+/// operator. Never set by the `spillway` binary.
+#[derive(Clone, Debug)]
+pub struct Crash {
+    pub hold: Vec<ActionKind>,
+    pub after: ActionKind,
+    pub fired: Arc<tokio::sync::Notify>,
+    dead: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Crash {
+    pub fn new(hold: Vec<ActionKind>, after: ActionKind) -> Crash {
+        Crash {
+            hold,
+            after,
+            fired: Arc::new(tokio::sync::Notify::new()),
+            dead: Arc::default(),
+        }
+    }
+
+    fn dead(&self) -> bool {
+        self.dead.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -170,6 +201,7 @@ pub struct Executor {
     failures: mpsc::UnboundedSender<Failure>,
     retry: RetryPolicy,
     metrics: Arc<Metrics>,
+    crash: Option<Crash>,
 }
 
 impl Executor {
@@ -191,6 +223,7 @@ impl Executor {
                 failures: tx,
                 retry: settings.retry.clone(),
                 metrics,
+                crash: settings.crash.clone(),
             },
             rx,
         )
@@ -218,6 +251,7 @@ impl Executor {
             failures: self.failures.clone(),
             retry: self.retry.clone(),
             metrics: self.metrics.clone(),
+            crash: self.crash.clone(),
         };
         self.tasks.spawn(job.run(ticket));
         self.metrics.set_actions_in_flight(self.tasks.len());
@@ -289,11 +323,18 @@ struct Job {
     failures: mpsc::UnboundedSender<Failure>,
     retry: RetryPolicy,
     metrics: Arc<Metrics>,
+    crash: Option<Crash>,
 }
 
 impl Job {
     async fn run(self, ticket: crate::order::Ticket) {
         let kind = self.action.kind();
+        if let Some(c) = &self.crash
+            && (c.dead() || c.hold.contains(&kind))
+        {
+            // Never sent: the test kills the operator with it still waiting.
+            return self.fence.lost().await;
+        }
         let turn = tokio::select! {
             t = ticket.wait() => t,
             _ = self.fence.lost() => return self.cancelled(),
@@ -323,6 +364,10 @@ impl Job {
             let error = match result {
                 Ok(()) => {
                     self.metrics.action(kind, "ok");
+                    if let Some(c) = self.crash.as_ref().filter(|c| c.after == kind) {
+                        c.dead.store(true, std::sync::atomic::Ordering::SeqCst);
+                        c.fired.notify_one();
+                    }
                     return;
                 }
                 Err(Error::Fenced) => return self.cancelled(),

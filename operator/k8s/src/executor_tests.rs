@@ -111,6 +111,7 @@ fn quick() -> ExecutorSettings {
             cap: Duration::from_millis(20),
             attempts: 4,
         },
+        crash: None,
     }
 }
 
@@ -358,4 +359,31 @@ async fn losing_leadership_cancels_every_action_not_yet_sent() {
         "{}",
         metrics.render()
     );
+}
+
+/// The crash seam: held kinds are never sent; after the chosen kind succeeds nothing more is.
+#[tokio::test]
+async fn a_crash_at_an_exact_instant_sends_nothing_after_it_and_nothing_held() {
+    let fx = Arc::new(Scripted::default());
+    let metrics = Arc::new(Metrics::default());
+    let crash = Crash::new(vec![ActionKind::ApplyStatus], ActionKind::Publish);
+    let settings = ExecutorSettings {
+        crash: Some(crash.clone()),
+        ..quick()
+    };
+    let (mut ex, _failures) = Executor::new(fx.clone(), &settings, Fence::open(), metrics);
+    ex.submit(status("q", 1));
+    ex.submit(event("first"));
+    tokio::time::timeout(Duration::from_secs(5), crash.fired.notified())
+        .await
+        .expect("fired after the event");
+    ex.submit(event("second"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        fx.calls().len(),
+        1,
+        "only the first event: {:?}",
+        fx.calls()
+    );
+    assert!(fx.calls()[0].starts_with("Event"), "{:?}", fx.calls());
 }

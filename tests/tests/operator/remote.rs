@@ -13,6 +13,8 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use spillway_api::job::JobPhase;
 use spillway_api::{ComputePool, Environment, GpuJob};
+use spillway_k8s::action_kind::ActionKind;
+use spillway_k8s::executor::Crash;
 use spillway_tests::cluster::TestCluster;
 use spillway_tests::helm::{Helm, chart_dir, text};
 use spillway_tests::kubelet::{FakeKubelet, FakeNode};
@@ -621,7 +623,18 @@ async fn a_job_in_another_cluster_outlives_its_api_server_going_away_and_an_oper
         .expect("operator");
     wait_pool_ready(&w, &dc.pool, ("True", "Valid")).await;
 
-    // Killed as soon as the first pod is there: its successor completes the gang, never twice.
+    // Killed at the instant after its first pod is created there, before the job's status
+    // says so (the operator's status writes held, then nothing sent after the create): a
+    // successor started while that cluster's API server is away cannot see the pod, and must
+    // place the gang nowhere, though home GPUs are free now; once the cluster answers, it finds
+    // the pod and completes the gang, never twice.
+    op.stop().await.expect("clean stop");
+    let crash = Crash::new(vec![ActionKind::ApplyStatus], ActionKind::CreateRemotePod);
+    let mut settings = test_settings("op-remote-fail");
+    settings.crash = Some(crash.clone());
+    let op = RunningOperator::start_with(w.client.clone(), None, settings)
+        .await
+        .expect("operator");
     w.submit_to(
         "gang",
         &queue,
@@ -630,30 +643,64 @@ async fn a_job_in_another_cluster_outlives_its_api_server_going_away_and_an_oper
     )
     .await;
     let job = w.job("gang").await;
-    eventually(WAIT, "a first pod there", || async {
-        match dc.pods_of(&job).await.len() {
-            0 => Err("none yet".to_string()),
-            _ => Ok(()),
+    tokio::time::timeout(WAIT, crash.fired.notified())
+        .await
+        .expect("a pod created there");
+    op.kill();
+    let before: BTreeSet<String> = eventually(WAIT, "the pod there", || async {
+        let pods = dc.pods_of(&job).await;
+        if pods.is_empty() {
+            Err("none".to_string())
+        } else {
+            Ok(pods.iter().filter_map(|p| p.metadata.uid.clone()).collect())
         }
     })
     .await;
-    op.kill();
-    let before: BTreeSet<String> = dc
-        .pods_of(&job)
-        .await
-        .iter()
-        .filter_map(|p| p.metadata.uid.clone())
-        .collect();
-    let op = RunningOperator::start(w.client.clone(), None)
-        .await
-        .expect("successor");
+    assert_eq!(
+        w.job("gang").await.status.and_then(|s| s.phase),
+        None,
+        "its status never said where it went"
+    );
+    let home = w.nodes(2, 8, None).await;
+    let restart = dc.cluster.restart_apiserver(Duration::from_secs(25));
+    let successor = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let op = RunningOperator::start(w.client.clone(), None)
+            .await
+            .expect("a successor while the other cluster is away");
+        let d = eventually(WAIT, "the gang held", || async {
+            let j = w.job("gang").await;
+            match j.status.and_then(|s| s.decision) {
+                Some(d) if d.reason.as_deref() == Some("ClusterUnseen") => Ok(d),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        assert!(
+            w.pods_of("gang").await.is_empty(),
+            "placed at home meanwhile"
+        );
+        (op, d)
+    };
+    let (restarted, (op, held)) = tokio::join!(restart, successor);
+    restarted.expect("the other API server back");
+    assert!(held.message.unwrap_or_default().contains(&dc.pool));
     let pods = dc.wait_running(&job, 2).await;
     let uids: BTreeSet<String> = pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
     assert!(
         before.is_subset(&uids),
         "what was created before the kill is kept, not made again: {before:?} {uids:?}"
     );
-    w.wait_phase("gang", JobPhase::Running).await;
+    let j = w.wait_phase("gang", JobPhase::Running).await;
+    assert_eq!(
+        j.status.as_ref().and_then(|s| s.pool.as_deref()),
+        Some(dc.pool.as_str())
+    );
+    assert!(w.pods_of("gang").await.is_empty(), "never at home");
+    for n in &home {
+        let _ = w.kubelet.remove(n).await;
+    }
     // The successor sees the other cluster: a node added there shows in the pool's status.
     dc.add_node(8).await;
     eventually(

@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Resource, ResourceExt};
 use spillway_api::GpuJob;
-use spillway_core::{Duration, Time};
+use spillway_core::Time;
 
 use super::{RemoteCluster, RemoteState};
 use crate::hashing::HashMap;
@@ -227,10 +227,11 @@ pub fn overlay(inputs: &mut Inputs, kept: &mut Translations, now: Time) -> Overl
             continue;
         };
         out.states.insert(pool.clone(), state.clone());
-        let lost_after = Duration::parse(&spec.lost_after).unwrap_or(Duration::from_secs(600));
-        let lost = matches!(state, RemoteState::Unreachable { since, .. } if now.since(*since) >= lost_after);
+        let lost_after = spec.lost_after();
+        let lost = matches!(state, RemoteState::Unreachable { since, .. }
+            if lost_after.is_some_and(|l| now.since(*since) >= l));
         if let RemoteState::Connecting { since, .. } = state
-            && since.is_none_or(|s| now.since(s) < lost_after)
+            && since.is_none_or(|s| lost_after.is_none_or(|l| now.since(s) < l))
         {
             unseen.insert(pool.clone());
         }
@@ -296,6 +297,7 @@ mod tests {
     use super::*;
     use serde_json::json;
     use spillway_api::job::JobPhase;
+    use spillway_core::Duration;
 
     /// This cluster's id in these tests: its kube-system's uid.
     const HOME: &str = "home-cluster-uid";
@@ -496,6 +498,29 @@ mod tests {
             since + Duration::from_secs(300),
         );
         assert!(i.nodes.is_empty(), "past lostAfter its nodes are gone");
+        assert_eq!(i.pods.len(), 1);
+    }
+
+    #[test]
+    fn with_lost_after_never_an_unreachable_clusters_jobs_are_kept_however_long() {
+        let since = Time::from_millis(1_000);
+        let mut i = inputs(RemoteState::Unreachable {
+            since,
+            error: "connection refused".into(),
+        });
+        let mut pool = (*i.pools[0]).clone();
+        pool.spec.cluster.as_mut().unwrap().lost_after = "never".into();
+        assert_eq!(
+            spillway_api::validate::compute_pool(&pool.spec).map_err(|e| e.to_string()),
+            Ok(())
+        );
+        i.pools = vec![Arc::new(pool)];
+        overlay(
+            &mut i,
+            &mut Translations::default(),
+            since + Duration::from_secs(30 * 86_400),
+        );
+        assert_eq!(i.nodes.len(), 1, "kept, unschedulable, after a month");
         assert_eq!(i.pods.len(), 1);
     }
 

@@ -321,8 +321,9 @@ impl State {
             self.scheduler.sync(&built.snapshot);
         }
         let skipped = self.scheduler.stats().skipped;
-        let plan = self.scheduler.cycle(engine.as_ref(), now);
+        let mut plan = self.scheduler.cycle(engine.as_ref(), now);
         metrics.decide_cycle(self.scheduler.stats().skipped > skipped);
+        let unseen_wake = self.hold_for_unseen_clusters(&mut plan, &built, &queues, &inputs, now);
         metrics.set_policy_errors(engine.runtime_errors());
 
         self.preemptions(&plan, &built, &queues, now);
@@ -337,7 +338,7 @@ impl State {
         }
         self.collect_remote_garbage();
         let wake = self.jobs(&plan, &built, &inputs, &pools, metrics, now);
-        let wake = [wake, identity_wake, facts_wake]
+        let wake = [wake, identity_wake, facts_wake, unseen_wake]
             .into_iter()
             .flatten()
             .min();

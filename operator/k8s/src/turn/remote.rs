@@ -4,16 +4,20 @@
 //! deletions and tokens go there through the remote action kinds (`turn/jobs.rs`,
 //! `turn/identity.rs`).
 
+use std::sync::Arc;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{Resource, ResourceExt};
-use spillway_api::ComputePool;
-use spillway_core::{Duration, Time};
+use spillway_api::{ComputePool, GpuQueue};
+use spillway_core::{self as core, Time};
 
 use super::State;
 use crate::actions::Action;
 use crate::clock::k8s_time;
+use crate::hashing::HashMap;
 use crate::remote::cluster::RemoteState;
 use crate::status;
+use crate::world::{self, Inputs, Lifecycle};
 
 impl State {
     /// Why a valid cluster pool is not `Ready`, when it is not: (reason, message).
@@ -23,7 +27,7 @@ impl State {
         invalid: bool,
     ) -> Option<(&'static str, String)> {
         let spec = pool.spec.cluster.as_ref().filter(|_| !invalid)?;
-        let lost_after = Duration::parse(&spec.lost_after).unwrap_or(Duration::from_secs(600));
+        let lost_after = spec.lost_after();
         let name = pool.name_any();
         match self.remote.states.get(&name) {
             Some(RemoteState::Connected) => None,
@@ -40,18 +44,21 @@ impl State {
                     "Cannot connect to the other cluster: {e}. No job is sent there until it answers."
                 ),
             )),
-            Some(RemoteState::Unreachable { since, error }) => {
-                let lost = *since + lost_after;
-                Some((
-                    "Unreachable",
-                    format!(
+            Some(RemoteState::Unreachable { since, error }) => Some((
+                "Unreachable",
+                match lost_after {
+                    Some(l) => format!(
                         "The other cluster's API server has not answered since {} ({error}). No new job is sent there; its running jobs are kept as last seen until {} (lostAfter {}), then declared lost and requeued.",
                         k8s_time(*since).0,
-                        k8s_time(lost).0,
+                        k8s_time(*since + l).0,
                         spec.lost_after
                     ),
-                ))
-            }
+                    None => format!(
+                        "The other cluster's API server has not answered since {} ({error}). No new job is sent there; its running jobs are kept as last seen until it answers (lostAfter never).",
+                        k8s_time(*since).0,
+                    ),
+                },
+            )),
         }
     }
 
@@ -86,6 +93,80 @@ impl State {
                 message.into(),
             );
         }
+    }
+
+    /// Holds back the starts and launches of this cycle for pending jobs whose queue may use a
+    /// cluster pool this operator has not seen yet (it started while that cluster was away, or
+    /// has not listed it yet): an operator stopped right after creating a job's pods there, and
+    /// before writing its status, left pods this one cannot see. Such a job waits (reason
+    /// `ClusterUnseen`) until the cluster is listed (its pods are then found and the job runs on
+    /// as started) or its `lostAfter` has passed (it is then lost with that cluster, as a job
+    /// running there would be). Returns when to look again.
+    pub(super) fn hold_for_unseen_clusters(
+        &mut self,
+        plan: &mut core::Plan,
+        built: &world::Built,
+        queues: &HashMap<String, Arc<GpuQueue>>,
+        inputs: &Inputs,
+        now: Time,
+    ) -> Option<Time> {
+        if inputs.unseen_pools.is_empty() {
+            return None;
+        }
+        let unseen_for = |job: &str| -> Option<String> {
+            let view = built.jobs.get(job)?;
+            if view.lifecycle != Lifecycle::Pending {
+                return None;
+            }
+            let burst = queues
+                .get(&view.job.spec.queue)
+                .and_then(|q| q.spec.burst.as_ref())
+                .filter(|b| b.enabled)?;
+            let mut unseen: Vec<&String> = inputs
+                .unseen_pools
+                .iter()
+                .filter(|p| burst.pools.is_empty() || burst.pools.contains(p))
+                .collect();
+            unseen.sort();
+            unseen.first().map(|p| (*p).clone())
+        };
+        let mut held = std::collections::BTreeMap::new();
+        for job in plan
+            .starts
+            .iter()
+            .map(|s| &s.job)
+            .chain(plan.launches.iter().map(|l| &l.job))
+        {
+            if let Some(pool) = unseen_for(job) {
+                held.insert(job.clone(), pool);
+            }
+        }
+        if held.is_empty() {
+            return None;
+        }
+        plan.starts.retain(|s| !held.contains_key(&s.job));
+        plan.launches.retain(|l| !held.contains_key(&l.job));
+        for d in plan.decisions.iter_mut() {
+            if let Some(pool) = held.get(&d.job) {
+                *d = core::Decision::new(
+                    &d.job,
+                    core::Outcome::Wait,
+                    core::Reason::ClusterUnseen,
+                    format!(
+                        "Cluster pool {pool}, which its queue may use, has not been seen since the operator started: pods of this job may already run there. It is placed nowhere until that cluster answers, or until the pool's lostAfter has passed."
+                    ),
+                    None,
+                );
+            }
+        }
+        for job in held.keys() {
+            self.scheduler.refresh(job);
+        }
+        tracing::info!(
+            jobs = held.len(),
+            "jobs held until the cluster pools their queues may use are seen"
+        );
+        Some(now + core::Duration::from_secs(5))
     }
 
     /// Deletes what this cluster made in other clusters for GpuJobs that are gone (deleted, or

@@ -303,3 +303,28 @@ fn a_job_whose_pods_name_a_secret_never_goes_to_another_cluster_and_says_why() {
         "{st}"
     );
 }
+
+#[test]
+fn a_pending_job_waits_while_a_cluster_its_queue_may_use_is_unseen() {
+    // An operator that has not listed the other cluster yet: the job's pods may be there.
+    let mut i = with_dc2(RemoteState::Connecting {
+        error: None,
+        since: None,
+    });
+    i.nodes = vec![node("a", "onprem", 8)];
+    i.jobs = vec![job("train").gpus(4).build()];
+    let mut l = Loop::new();
+    let t = l.turn(&i, None, noon());
+    assert!(
+        creates(&t).is_empty() && remote_creates(&t).is_empty(),
+        "{:?}",
+        kinds(&t)
+    );
+    let st = status_of(&t, StatusKind::GpuJob, "train").expect("job status");
+    assert_eq!(st["decision"]["reason"], "ClusterUnseen", "{st}");
+    assert!(t.wake.is_some(), "looks again");
+    // Listed (nothing of the job there): it is placed.
+    i.remote[0].state = RemoteState::Connected;
+    let t = l.turn(&i, None, noon() + minutes(1));
+    assert_eq!(creates(&t).len(), 1, "{:?}", kinds(&t));
+}
