@@ -154,6 +154,7 @@ pub fn job(j: &GpuJob, queued_at: core::Time) -> Result<core::Job, FieldErrors> 
             .unwrap_or_default(),
         labels: j.metadata.labels.clone().unwrap_or_default(),
         not_portable: crate::portable::problem(spec.template.spec.as_ref()),
+        cloud_closed: None,
         queued_at,
         attempt: 0,
         state: core::JobState::Pending,

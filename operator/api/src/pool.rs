@@ -301,6 +301,21 @@ pub struct PoolTelemetry {
     pub otlp_endpoint: Option<String>,
 }
 
+/// An offering of a cloud pool left out of decisions after one of its instances joined short of
+/// the environment the pool promises (kept in status so that a new leader keeps it out too).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LeftOut {
+    /// The instance type.
+    pub instance_type: String,
+    /// Left out until then (or until the pool's spec changes).
+    pub until: MicroTime,
+    /// The pool's `metadata.generation` then.
+    pub generation: i64,
+    /// What the instance fell short of.
+    pub what: String,
+}
+
 /// Node counts of a pool.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PoolNodes {
@@ -357,6 +372,10 @@ pub struct ComputePoolStatus {
     /// container runtimes), as `kubectl spillway parity` shows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub environment: Option<crate::environment::PoolEnvironment>,
+    /// Offerings left out of decisions after an instance joined short of the pool's promise
+    /// (cloud pools), each until when.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<LeftOut>,
     /// `Ready` (`False` with reason `Invalid` and the field when the pool cannot be used) and,
     /// for cloud pools, `LaunchHealthy` (recent capacity errors, throttling, offerings
     /// cooling down, instances that joined short of the promised environment); for cloud and

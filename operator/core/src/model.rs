@@ -313,6 +313,9 @@ pub struct Job {
     /// Why its pods cannot run in another cluster (its template names Secrets, tokens or host
     /// paths of this one), when they cannot: cluster pools are not for it.
     pub not_portable: Option<String>,
+    /// Why no more cloud instances are launched for it, when none are: machines launched for
+    /// it kept failing its `requirements` at join (reason `RequirementsUnmet`).
+    pub cloud_closed: Option<String>,
     pub queued_at: Time,
     /// Incremented each time the job is stopped and requeued; part of its need key.
     pub attempt: u32,
@@ -347,6 +350,7 @@ impl Job {
             requirements: crate::Requirements::default(),
             labels: BTreeMap::new(),
             not_portable: None,
+            cloud_closed: None,
             queued_at,
             attempt: 0,
             state: JobState::Pending,

@@ -52,6 +52,24 @@ pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 pub const FIELD_MANAGER: &str = "spillway";
 /// The controller name in Events.
 pub const CONTROLLER: &str = "spillway.io/operator";
+/// On a GpuJob: `<generation>/<count>`, the machines launched for it (at that generation of
+/// its spec) that joined without meeting its `requirements`; at
+/// [`MAX_ENVIRONMENT_FAILURES`] no more are launched for it until its spec changes.
+pub const ENVIRONMENT_FAILURES_ANNOTATION: &str = "spillway.io/environment-failures";
+/// Machines that may join short of a job's `requirements` before no more are launched for it.
+pub const MAX_ENVIRONMENT_FAILURES: u32 = 2;
+
+/// The count of [`ENVIRONMENT_FAILURES_ANNOTATION`] on `job` at its current generation.
+pub fn environment_failures(job: &GpuJob) -> u32 {
+    let generation = job.metadata.generation.unwrap_or(0);
+    job.annotations()
+        .get(ENVIRONMENT_FAILURES_ANNOTATION)
+        .and_then(|v| v.split_once('/'))
+        .filter(|(g, _)| g.parse::<i64>().ok() == Some(generation))
+        .and_then(|(_, n)| n.parse().ok())
+        .unwrap_or(0)
+}
+
 /// On GpuJobs with cloud instances: released (terminated) before the job is deleted.
 pub const CLOUD_FINALIZER: &str = "spillway.io/cloud-resources";
 

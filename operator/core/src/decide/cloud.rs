@@ -433,6 +433,9 @@ impl<'a> Cycle<'a> {
         queue: &Queue,
         effects: &Effects,
     ) -> Result<Choice, (Reason, String, Option<String>)> {
+        if let Some(why) = &job.cloud_closed {
+            return Err((Reason::RequirementsUnmet, self.say(|| why.clone()), None));
+        }
         let snap = self.snap;
         let runtime = job
             .planning_runtime()

@@ -60,6 +60,22 @@ impl State {
             .iter()
             .map(|p| (p.name_any(), p.metadata.generation))
             .collect();
+        if !self.mismatched_seeded {
+            // A new leader keeps out what its predecessor left out (the pools' status says it).
+            self.mismatched_seeded = true;
+            for p in &inputs.pools {
+                for l in p.status.iter().flat_map(|s| &s.left_out) {
+                    let until = Time::from_millis(l.until.0.as_millisecond());
+                    self.mismatched
+                        .entry((p.name_any(), l.instance_type.clone()))
+                        .or_insert(Mismatched {
+                            at: until - MISMATCH_MEMORY,
+                            generation: Some(l.generation),
+                            what: l.what.clone(),
+                        });
+                }
+            }
+        }
         self.mismatched.retain(|(pool, _), m| {
             now.since(m.at) < MISMATCH_MEMORY
                 && generations.get(pool).is_some_and(|g| *g == m.generation)
@@ -128,26 +144,37 @@ impl State {
                     continue;
                 }
             }
-            let mut short: Vec<String> = env::shortfalls(&n.facts, &promise)
+            // The machine against its pool's promise (what it states falls short: the whole
+            // offering is suspect), else against the job's wish (unstated or short of what
+            // this job requires: only this job is concerned).
+            let short: Vec<String> = env::shortfalls(&n.facts, &promise)
                 .iter()
                 .map(ToString::to_string)
                 .collect();
-            if short.is_empty()
-                && let Some(u) = required.first_unmet(&n.facts)
-            {
-                short.push(format!(
-                    "{} where the job requires {}",
-                    u.fact(),
-                    u.wanted()
-                ));
-            }
-            if short.is_empty() {
+            let (against_promise, what) = if !short.is_empty() {
+                (true, short.join("; "))
+            } else if let Some(u) = required.first_unmet(&n.facts) {
+                (
+                    false,
+                    format!("{} where the job requires {}", u.fact(), u.wanted()),
+                )
+            } else {
+                continue;
+            };
+            n.schedulable = false;
+            failed.push((
+                view.clone(),
+                (*i).clone(),
+                n.name.clone(),
+                what,
+                against_promise,
+            ));
+        }
+        for (view, i, node, what, against_promise) in failed {
+            if !against_promise {
+                self.requirements_failed(&view, &i, &node, &what, metrics);
                 continue;
             }
-            n.schedulable = false;
-            failed.push((view.clone(), (*i).clone(), n.name.clone(), short.join("; ")));
-        }
-        for (view, i, node, what) in failed {
             let pool = inputs.pools.iter().find(|p| p.name_any() == i.pool);
             tracing::warn!(job = %view.id, instance = %i.id, node = %node, pool = %i.pool, %what, "a joined node falls short of its pool's environment");
             metrics.environment_mismatch(&i.pool);
@@ -193,6 +220,70 @@ impl State {
             }
         }
         wake
+    }
+
+    /// A machine launched for `view`'s job joined without meeting its requirements while it
+    /// keeps its pool's promise: the machine goes and the job is planned again, the offering
+    /// stays open to other jobs, and the failure is counted on the job
+    /// ([`crate::labels::ENVIRONMENT_FAILURES_ANNOTATION`]); at the cap no more machines are
+    /// launched for it until its spec changes (it waits with `RequirementsUnmet`).
+    fn requirements_failed(
+        &mut self,
+        view: &world::JobView,
+        i: &spillway_cloud::CloudInstance,
+        node: &str,
+        what: &str,
+        metrics: &Metrics,
+    ) {
+        use crate::labels::{ENVIRONMENT_FAILURES_ANNOTATION, MAX_ENVIRONMENT_FAILURES};
+        tracing::warn!(job = %view.id, instance = %i.id, node = %node, pool = %i.pool, %what, "a joined node does not meet the job's requirements");
+        metrics.environment_mismatch(&i.pool);
+        let count = crate::labels::environment_failures(&view.job) + 1;
+        self.emit(crate::actions::Action::Annotate {
+            namespace: view.job.namespace().unwrap_or_default(),
+            name: view.job.name_any(),
+            key: ENVIRONMENT_FAILURES_ANNOTATION.into(),
+            value: format!("{}/{count}", view.job.metadata.generation.unwrap_or(0)),
+        });
+        self.retire(
+            Some(i.id.clone()),
+            Some(node.to_string()),
+            "its environment does not meet its job's requirements",
+        );
+        let next = self.next_attempt(view);
+        let after = if count >= MAX_ENVIRONMENT_FAILURES {
+            "no more machines are launched for it until its spec changes (it waits with RequirementsUnmet)".to_string()
+        } else {
+            format!(
+                "the job is planned again (need {}#{next}; machine {count} of at most {MAX_ENVIRONMENT_FAILURES} that may fail it)",
+                view.id
+            )
+        };
+        self.publish(
+            view.job.object_ref(&()),
+            true,
+            "EnvironmentMismatch",
+            "Launch",
+            format!(
+                "Instance {} ({}) of pool {} joined as node {node} with {what}. The node is cordoned and the instance terminated; the offering stays open to other jobs; {after}.",
+                i.id, i.instance_type, i.pool
+            ),
+        );
+    }
+
+    /// The offerings of `pool` left out after a mismatch, for its `status.leftOut`.
+    pub(super) fn left_out(&self, pool: &str) -> Vec<spillway_api::pool::LeftOut> {
+        let mut out: Vec<spillway_api::pool::LeftOut> = (self.mismatched.iter())
+            .filter(|((p, _), _)| p == pool)
+            .map(|((_, t), m)| spillway_api::pool::LeftOut {
+                instance_type: t.clone(),
+                until: crate::clock::micro_time(m.at + MISMATCH_MEMORY),
+                generation: m.generation.unwrap_or(0),
+                what: m.what.clone(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.instance_type.cmp(&b.instance_type));
+        out
     }
 
     /// A cloud pool's `LaunchHealthy` turned False (reason `EnvironmentMismatch`) while some of

@@ -144,6 +144,8 @@ pub struct State {
     node_sets: environment::NodeSets,
     /// Offerings (pool, instance type) whose instance fell short of its pool's environment.
     mismatched: HashMap<(String, String), environment::Mismatched>,
+    /// Whether `mismatched` was taken up from the pools' `status.leftOut` (once a leadership).
+    mismatched_seeded: bool,
     /// The spend ledger's data last written, until the cache shows it.
     spend_written: Option<std::collections::BTreeMap<String, String>>,
     /// The issuer's key ring last written, until the cache shows it.
@@ -189,6 +191,7 @@ impl State {
             opened_accounts: HashSet::new(),
             idle_since: HashMap::new(),
             mismatched: HashMap::new(),
+            mismatched_seeded: false,
             node_sets: environment::NodeSets::default(),
             indicators: indicators::Keeping::default(),
             keys_written: None,

@@ -331,6 +331,7 @@ impl State {
                 this_month_usd: base.this_month_usd,
                 accrued_through: base.accrued_through.clone(),
                 environment: environments.remove(&name),
+                left_out: base.left_out.clone(),
                 conditions: base.conditions.clone(),
             };
             if billed
@@ -388,6 +389,7 @@ impl State {
             }
             if cloud.is_some() && is_cloud {
                 self.mismatches_in_health(&name, &mut st.conditions, generation, now);
+                st.left_out = self.left_out(&name);
             }
             match super::environment::drift_condition(p, built) {
                 Some((status, reason, message)) => {

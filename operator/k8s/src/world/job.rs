@@ -196,6 +196,12 @@ impl Facts<'_> {
         let core = match (invalid.is_none(), converted) {
             (true, Ok(mut cj)) => {
                 cj.attempt = attempt;
+                let failures = crate::labels::environment_failures(job);
+                if failures >= crate::labels::MAX_ENVIRONMENT_FAILURES {
+                    cj.cloud_closed = Some(format!(
+                        "{failures} machines launched for it joined without meeting its requirements (their nodes did not state them, or stated less; is GPU feature discovery running on the cloud nodes?): no more are launched for it until its spec changes"
+                    ));
+                }
                 if let Some(q) = queue {
                     cj.priority = cj.priority.min(q.spec.max_priority);
                 }

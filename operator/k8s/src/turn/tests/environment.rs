@@ -127,6 +127,10 @@ fn a_node_short_of_its_pools_promise_fails_the_launch_and_the_job_is_planned_aga
         ["train", "aws"],
         "{notes:?}"
     );
+    // Kept in the pool's status, for a new leader.
+    let pool = status_of(&t, StatusKind::ComputePool, "aws").expect("pool status");
+    assert_eq!(pool["leftOut"][0]["instanceType"], "g6.xlarge", "{pool}");
+    assert_eq!(pool["leftOut"][0]["generation"], 1);
     assert!(
         notes[0].1.contains(
             "driver 535.104.05 where 550.54.15 was promised; CUDA 12.2 where 12.4 was promised"
@@ -205,7 +209,7 @@ fn a_node_that_meets_the_promise_runs_the_job_and_one_without_labels_waits_for_t
 }
 
 #[test]
-fn a_node_that_never_states_its_environment_is_judged_by_the_jobs_requirements() {
+fn a_node_that_never_states_its_environment_fails_the_job_not_the_offering_and_only_twice() {
     let mut i = promised();
     let mut c = cloud();
     c.instance("i-1", "aws", "team/train#0", "g6.xlarge", noon());
@@ -216,17 +220,80 @@ fn a_node_that_never_states_its_environment_is_judged_by_the_jobs_requirements()
     // the node states none, so the launch fails rather than leave the job waiting for ever.
     let t = l.turn(&i, Some(&c), noon() + minutes(5));
     assert_eq!(retirements(&t), ["cordon ip-1", "terminate i-1"]);
-    let note = t
+    let notes: Vec<(String, String)> = t
         .actions
         .iter()
-        .find_map(|a| match a {
-            Action::Publish(n) if n.reason == "EnvironmentMismatch" => Some(n.note.clone()),
+        .filter_map(|a| match a {
+            Action::Publish(n) if n.reason == "EnvironmentMismatch" => {
+                Some((n.regarding.name.clone().unwrap_or_default(), n.note.clone()))
+            }
             _ => None,
         })
-        .expect("an EnvironmentMismatch Event");
+        .collect();
+    assert_eq!(
+        notes.len(),
+        1,
+        "the job's Event only, not the pool's: {notes:?}"
+    );
+    let note = &notes[0].1;
     assert!(
-        note.contains("no known CUDA version where the job requires minCudaVersion 12.4"),
+        note.contains("no known CUDA version where the job requires minCudaVersion 12.4")
+            && note.contains("the offering stays open to other jobs")
+            && note.contains("machine 1 of at most 2"),
         "{note}"
+    );
+    // Counted on the job, and the offering stays open (no leftOut on the pool).
+    let counted = t.actions.iter().find_map(|a| match a {
+        Action::Annotate { key, value, .. }
+            if key == crate::labels::ENVIRONMENT_FAILURES_ANNOTATION =>
+        {
+            Some(value.clone())
+        }
+        _ => None,
+    });
+    assert_eq!(counted.as_deref(), Some("1/1"));
+    if let Some(pool) = status_of(&t, StatusKind::ComputePool, "aws") {
+        assert!(pool.get("leftOut").is_none(), "{pool}");
+    }
+
+    // A second machine failed it too (the count on the job says so): no more launches for
+    // it, it waits saying why, until its spec changes.
+    let mut i = promised();
+    let mut train = job("train");
+    train.0["spec"]["requirements"] = json!({"minCudaVersion": "12.4"});
+    train.0["metadata"]["annotations"] =
+        json!({crate::labels::ENVIRONMENT_FAILURES_ANNOTATION: "1/2"});
+    i.jobs[1] = train.build();
+    let t = Loop::new().turn(&i, Some(&cloud()), noon() + minutes(10));
+    assert!(launches(&t).is_empty(), "{:?}", kinds(&t));
+    let st = status_of(&t, StatusKind::GpuJob, "train").expect("job status");
+    assert_eq!(st["decision"]["reason"], "RequirementsUnmet", "{st}");
+    assert!(
+        st["decision"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("2 machines launched for it joined without meeting")),
+        "{st}"
+    );
+}
+
+#[test]
+fn a_new_leader_keeps_out_what_its_predecessor_left_out() {
+    let mut i = promised();
+    // The pool's status says g6.xlarge is left out for another half hour.
+    let mut pool = (*i.pools[1]).clone();
+    pool.status = Some(
+        serde_json::from_value(json!({"leftOut": [{
+        "instanceType": "g6.xlarge", "until": "2026-03-10T12:30:00.000000Z",
+        "generation": 1, "what": "CUDA 12.2 where the image promises 12.4"}]}))
+        .expect("status"),
+    );
+    i.pools[1] = Arc::new(pool);
+    let t = Loop::new().turn(&i, Some(&cloud()), noon());
+    let l = launches(&t);
+    assert_eq!(l.len(), 1, "{:?}", kinds(&t));
+    assert_eq!(
+        l[0].launch.offering.instance_type, "p4d.24xlarge",
+        "not the one left out"
     );
 }
 
