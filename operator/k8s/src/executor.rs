@@ -157,26 +157,37 @@ impl Default for ExecutorSettings {
 }
 
 /// A seam for the tests that kill the operator at an exact instant rather than at a lucky one:
-/// actions of the kinds in `hold` are never sent, and once an action of kind `after` has been
-/// carried out nothing more is sent and `fired` is notified. What the API servers and the cloud
+/// actions of the kinds in `hold` are never sent, and once `times` actions of kind `after` have
+/// been carried out nothing more is sent and `fired` is notified. What the API servers and the cloud
 /// are left with is what a process killed at that instant leaves; the test then drops the
 /// operator. Never set by the `spillway` binary.
 #[derive(Clone, Debug)]
 pub struct Crash {
     pub hold: Vec<ActionKind>,
     pub after: ActionKind,
+    pub times: usize,
     pub fired: Arc<tokio::sync::Notify>,
     dead: Arc<std::sync::atomic::AtomicBool>,
+    done: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Crash {
+    /// Dies after the first action of kind `after`.
     pub fn new(hold: Vec<ActionKind>, after: ActionKind) -> Crash {
         Crash {
             hold,
             after,
+            times: 1,
             fired: Arc::new(tokio::sync::Notify::new()),
             dead: Arc::default(),
+            done: Arc::default(),
         }
+    }
+
+    /// Dies after the `times`-th action of that kind instead.
+    pub fn times(mut self, times: usize) -> Crash {
+        self.times = times.max(1);
+        self
     }
 
     fn dead(&self) -> bool {
@@ -365,8 +376,11 @@ impl Job {
                 Ok(()) => {
                     self.metrics.action(kind, "ok");
                     if let Some(c) = self.crash.as_ref().filter(|c| c.after == kind) {
-                        c.dead.store(true, std::sync::atomic::Ordering::SeqCst);
-                        c.fired.notify_one();
+                        let done = c.done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                        if done >= c.times {
+                            c.dead.store(true, std::sync::atomic::Ordering::SeqCst);
+                            c.fired.notify_one();
+                        }
                     }
                     return;
                 }

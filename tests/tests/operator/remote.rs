@@ -623,13 +623,13 @@ async fn a_job_in_another_cluster_outlives_its_api_server_going_away_and_an_oper
         .expect("operator");
     wait_pool_ready(&w, &dc.pool, ("True", "Valid")).await;
 
-    // Killed at the instant after its first pod is created there, before the job's status
-    // says so (the operator's status writes held, then nothing sent after the create): a
+    // Killed at the instant after its pods are created there, before the job's status says
+    // so (the operator's status writes held, then nothing sent after the creates): a
     // successor started while that cluster's API server is away cannot see the pod, and must
     // place the gang nowhere, though home GPUs are free now; once the cluster answers, it finds
     // the pod and completes the gang, never twice.
     op.stop().await.expect("clean stop");
-    let crash = Crash::new(vec![ActionKind::ApplyStatus], ActionKind::CreateRemotePod);
+    let crash = Crash::new(vec![ActionKind::ApplyStatus], ActionKind::CreateRemotePod).times(2);
     let mut settings = test_settings("op-remote-fail");
     settings.crash = Some(crash.clone());
     let op = RunningOperator::start_with(w.client.clone(), None, settings)
@@ -645,12 +645,12 @@ async fn a_job_in_another_cluster_outlives_its_api_server_going_away_and_an_oper
     let job = w.job("gang").await;
     tokio::time::timeout(WAIT, crash.fired.notified())
         .await
-        .expect("a pod created there");
+        .expect("the gang's pods created there");
     op.kill();
-    let before: BTreeSet<String> = eventually(WAIT, "the pod there", || async {
+    let before: BTreeSet<String> = eventually(WAIT, "the pods there", || async {
         let pods = dc.pods_of(&job).await;
-        if pods.is_empty() {
-            Err("none".to_string())
+        if pods.len() < 2 {
+            Err(format!("{} of 2", pods.len()))
         } else {
             Ok(pods.iter().filter_map(|p| p.metadata.uid.clone()).collect())
         }
@@ -688,9 +688,9 @@ async fn a_job_in_another_cluster_outlives_its_api_server_going_away_and_an_oper
     assert!(held.message.unwrap_or_default().contains(&dc.pool));
     let pods = dc.wait_running(&job, 2).await;
     let uids: BTreeSet<String> = pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
-    assert!(
-        before.is_subset(&uids),
-        "what was created before the kill is kept, not made again: {before:?} {uids:?}"
+    assert_eq!(
+        before, uids,
+        "what was created before the kill is kept, not made again"
     );
     let j = w.wait_phase("gang", JobPhase::Running).await;
     assert_eq!(

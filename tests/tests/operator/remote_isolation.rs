@@ -170,17 +170,21 @@ async fn a_job_there_reaches_neither_another_teams_token_nor_the_worker_credenti
     );
     assert_ne!(dc.system, dc.ns);
 
-    for name in ["train", "steal-b", "steal-worker", "impostor"] {
-        let _ = w.jobs().delete(name, &DeleteParams::default()).await;
-    }
-    let _ = jobs_b.delete("train", &DeleteParams::default()).await;
-    eventually(WAIT, "the jobs' pods there deleted", || async {
+    // The pool is deleted while its jobs run there: the operator keeps watching that place
+    // until the pods it made there are gone, and deletes them; the jobs are planned again.
+    Api::<spillway_api::ComputePool>::all(w.client.clone())
+        .delete(&dc.pool, &DeleteParams::default())
+        .await
+        .expect("delete the pool");
+    eventually(WAIT, "the pods there deleted after the pool", || async {
         let left = Api::<Pod>::namespaced(dc.admin.clone(), &dc.ns)
             .list(&Default::default())
             .await
             .map_err(|e| e.to_string())?
             .items
-            .len();
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .count();
         if left == 0 {
             Ok(())
         } else {
@@ -188,6 +192,10 @@ async fn a_job_there_reaches_neither_another_teams_token_nor_the_worker_credenti
         }
     })
     .await;
+    for name in ["train", "steal-b", "steal-worker", "impostor"] {
+        let _ = w.jobs().delete(name, &DeleteParams::default()).await;
+    }
+    let _ = jobs_b.delete("train", &DeleteParams::default()).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     op.stop().await.expect("clean stop");
     dc.remove(&w).await;

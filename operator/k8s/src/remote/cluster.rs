@@ -31,4 +31,17 @@ pub struct RemoteCluster {
     pub nodes: Vec<Arc<Node>>,
     /// Spillway's pods there (labelled with their job's uid), as that cluster has them.
     pub pods: Vec<Arc<Pod>>,
+    /// A place the pool no longer uses (the pool was deleted, or its kubeconfig now names
+    /// another server, or its `namespace` changed), watched until this cluster's pods there
+    /// are gone: `pool` is then `<pool>#<n>`, the key its deletions go through.
+    pub retiring: bool,
+}
+
+impl RemoteCluster {
+    /// The ComputePool's name (without the `#<n>` of a retiring place).
+    pub fn pool_name(&self) -> &str {
+        self.pool
+            .split_once('#')
+            .map_or(self.pool.as_str(), |(p, _)| p)
+    }
 }

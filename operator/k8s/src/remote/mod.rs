@@ -64,6 +64,9 @@ struct Connection {
     /// What it was made from (the Secret's version, the pool's selector and namespace): a
     /// change makes a new connection.
     source: String,
+    /// Where its pods go: the server of the kubeconfig's context and the namespace there
+    /// (`None` when it could not be made). A new connection to another place retires this one.
+    place: Option<(String, String)>,
     client: Option<Client>,
     nodes: Option<Store<Node>>,
     pods: Option<Store<Pod>>,
@@ -79,11 +82,23 @@ impl Drop for Connection {
     }
 }
 
-/// The connections to other clusters, by pool name.
+/// The connections to other clusters, by pool name, and the places pools no longer use,
+/// watched until this cluster's pods there are gone.
 #[derive(Clone, Default)]
 pub struct Remotes {
     inner: Arc<Mutex<BTreeMap<String, Connection>>>,
+    retiring: Arc<Mutex<BTreeMap<String, Retiring>>>,
 }
+
+/// A place a pool no longer uses.
+struct Retiring {
+    connection: Connection,
+    since: Time,
+}
+
+/// How long a retiring place that never answers is watched before it is given up (with a
+/// warning: pods of this cluster may be left there).
+pub const RETIRE_WITHIN: Duration = Duration::from_secs(3600);
 
 impl std::fmt::Debug for Remotes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -97,34 +112,91 @@ impl Remotes {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The client of a cluster pool's connection, when it has one.
+    fn retiring(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Retiring>> {
+        self.retiring.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The client of a cluster pool's connection (or of a retiring place, `<pool>#<n>`),
+    /// when it has one.
     pub fn client(&self, pool: &str) -> Option<Client> {
+        if pool.contains('#') {
+            return (self.retiring().get(pool)).and_then(|r| r.connection.client.clone());
+        }
         self.lock().get(pool).and_then(|c| c.client.clone())
     }
 
-    /// Every cluster pool's state and caches, for one turn.
+    /// Every cluster pool's state and caches, and every retiring place's, for one turn.
     pub fn clusters(&self) -> Vec<RemoteCluster> {
-        self.lock()
-            .iter()
-            .map(|(pool, c)| {
-                let h = c.health.lock().unwrap_or_else(|p| p.into_inner());
-                let listed = h.listed.iter().all(|l| *l);
-                let state = match (h.failing(), listed) {
-                    (None, true) => RemoteState::Connected,
-                    (Some((since, error)), true) => RemoteState::Unreachable { since, error },
-                    (failing, false) => RemoteState::Connecting {
-                        error: h.error.clone(),
-                        since: failing.map(|f| f.0),
-                    },
-                };
-                RemoteCluster {
-                    pool: pool.clone(),
-                    state,
-                    nodes: c.nodes.as_ref().map(|s| s.state()).unwrap_or_default(),
-                    pods: c.pods.as_ref().map(|s| s.state()).unwrap_or_default(),
-                }
-            })
-            .collect()
+        let mut out: Vec<RemoteCluster> = (self.lock().iter())
+            .map(|(pool, c)| c.view(pool, false))
+            .collect();
+        out.extend((self.retiring().iter()).map(|(key, r)| r.connection.view(key, true)));
+        out
+    }
+
+    /// Keeps `connection`, which `pool` no longer uses, until this cluster's pods there are
+    /// gone.
+    fn retire(&self, pool: &str, connection: Connection) {
+        if connection.client.is_none() {
+            return;
+        }
+        let mut retiring = self.retiring();
+        let n = (1..).find(|n| !retiring.contains_key(&format!("{pool}#{n}")));
+        let key = format!("{pool}#{}", n.unwrap_or(0));
+        tracing::info!(pool = %pool, place = ?connection.place, "watching a place the pool no longer uses until its pods there are gone");
+        retiring.insert(
+            key,
+            Retiring {
+                connection,
+                since: now(),
+            },
+        );
+    }
+
+    /// Forgets the retiring places that hold no pod of their pool any more (listed, so known
+    /// empty), and those that have not answered for [`RETIRE_WITHIN`].
+    fn prune_retiring(&self) {
+        self.retiring().retain(|key, r| {
+            let view = r.connection.view(key, true);
+            let pool = view.pool_name();
+            let theirs = view
+                .pods
+                .iter()
+                .any(|p| p.labels().get(labels::POOL_LABEL).map(String::as_str) == Some(pool));
+            let listed = matches!(view.state, RemoteState::Connected);
+            if listed && !theirs {
+                tracing::info!(place = %key, "a place the pool no longer uses is clean");
+                return false;
+            }
+            let waited = now().since(r.since);
+            if waited.as_secs_f64() > RETIRE_WITHIN.as_secs_f64() {
+                tracing::warn!(place = %key, place_was = ?r.connection.place, "a place the pool no longer uses has not been cleaned within an hour; giving it up: pods of this cluster may be left there");
+                return false;
+            }
+            true
+        });
+    }
+}
+
+impl Connection {
+    fn view(&self, key: &str, retiring: bool) -> RemoteCluster {
+        let h = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        let listed = h.listed.iter().all(|l| *l);
+        let state = match (h.failing(), listed) {
+            (None, true) => RemoteState::Connected,
+            (Some((since, error)), true) => RemoteState::Unreachable { since, error },
+            (failing, false) => RemoteState::Connecting {
+                error: h.error.clone(),
+                since: failing.map(|f| f.0),
+            },
+        };
+        RemoteCluster {
+            pool: key.to_string(),
+            state,
+            nodes: self.nodes.as_ref().map(|s| s.state()).unwrap_or_default(),
+            pods: self.pods.as_ref().map(|s| s.state()).unwrap_or_default(),
+            retiring,
+        }
     }
 }
 
@@ -153,16 +225,24 @@ pub async fn keep(
             .collect();
         for pool in gone {
             tracing::info!(pool = %pool, "closing the connection of a cluster pool that is gone");
-            remotes.lock().remove(&pool);
+            let old = remotes.lock().remove(&pool);
+            if let Some(old) = old {
+                remotes.retire(&pool, old);
+            }
             changed.notify_one();
         }
         for (pool, spec) in &wanted {
             let made = connect(&home, pool, spec, &remotes, &changed).await;
             if let Some(conn) = made {
-                remotes.lock().insert(pool.clone(), conn);
+                let place = conn.place.clone();
+                let old = remotes.lock().insert(pool.clone(), conn);
+                if let Some(old) = old.filter(|o| o.place.is_some() && o.place != place) {
+                    remotes.retire(pool, old);
+                }
                 changed.notify_one();
             }
         }
+        remotes.prune_retiring();
         tokio::time::sleep(KEEP_PERIOD).await;
     }
 }
@@ -187,6 +267,7 @@ async fn connect(
         tracing::warn!(pool = %pool, error = %error, "cannot connect to a cluster pool");
         Some(Connection {
             source,
+            place: None,
             client: None,
             nodes: None,
             pods: None,
@@ -239,6 +320,21 @@ async fn connect(
             format!("Secret {}/{} has no key {:?}", r.namespace, r.name, r.key),
         );
     };
+    let server = std::str::from_utf8(&bytes.0)
+        .ok()
+        .and_then(|t| Kubeconfig::from_yaml(t).ok())
+        .and_then(|kc| {
+            let context = kc.current_context.clone()?;
+            let ctx = kc
+                .contexts
+                .iter()
+                .find(|c| c.name == context)?
+                .context
+                .clone()?;
+            let cluster = kc.clusters.iter().find(|c| c.name == ctx.cluster)?;
+            cluster.cluster.as_ref()?.server.clone()
+        })
+        .unwrap_or_default();
     let client = match client_of(&bytes.0).await {
         Ok(c) => c,
         Err(e) => {
@@ -282,6 +378,7 @@ async fn connect(
     )));
     Some(Connection {
         source,
+        place: Some((server, spec.namespace.clone())),
         client: Some(client),
         nodes: Some(nodes),
         pods: Some(pods),

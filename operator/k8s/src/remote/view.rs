@@ -211,13 +211,38 @@ pub fn overlay(inputs: &mut Inputs, kept: &mut Translations, now: Time) -> Overl
         .filter_map(|p| p.metadata.name.clone())
         .filter(|p| !inputs.remote.iter().any(|r| &r.pool == p))
         .collect();
-    for RemoteCluster {
-        pool,
-        state,
-        nodes: there,
-        pods: theirs,
-    } in &inputs.remote
-    {
+    for cluster in &inputs.remote {
+        // A place the pool no longer uses: what this cluster made there for the pool is
+        // deleted through that place's own connection (its key), once it answers.
+        if cluster.retiring {
+            if cluster.state == RemoteState::Connected {
+                let pool = cluster.pool_name();
+                for p in &cluster.pods {
+                    let l = p.labels();
+                    let ours = l.get(labels::POOL_LABEL).map(String::as_str) == Some(pool)
+                        && match (l.get(labels::HOME_CLUSTER_LABEL), &out.home) {
+                            (Some(theirs), Some(home)) => theirs == home,
+                            (Some(_), None) => false,
+                            (None, _) => true,
+                        };
+                    if ours {
+                        out.orphans.push((
+                            cluster.pool.clone(),
+                            p.namespace().unwrap_or_default(),
+                            p.clone(),
+                        ));
+                    }
+                }
+            }
+            continue;
+        }
+        let RemoteCluster {
+            pool,
+            state,
+            nodes: there,
+            pods: theirs,
+            ..
+        } = cluster;
         let Some(spec) = inputs
             .pools
             .iter()
@@ -359,6 +384,7 @@ mod tests {
                     p.metadata.name = Some("old-0-0".into());
                     Arc::new(p)
                 }],
+                retiring: false,
             }],
             ..Inputs::default()
         }

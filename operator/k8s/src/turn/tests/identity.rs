@@ -373,6 +373,7 @@ fn a_job_in_another_cluster_gets_its_token_there_with_the_same_issuer_and_subjec
         state: crate::remote::RemoteState::Connected,
         nodes: vec![remote_node("gpu-1", 8)],
         pods: Vec::new(),
+        retiring: false,
     }];
     let mut j = job("train");
     j.0["spec"]["template"]["spec"]["serviceAccountName"] = json!("trainer");

@@ -24,6 +24,7 @@ fn with_dc2(state: RemoteState) -> crate::world::Inputs {
         state,
         nodes: vec![remote_node("gpu-1", 8)],
         pods: Vec::new(),
+        retiring: false,
     }];
     i
 }
@@ -264,6 +265,7 @@ fn a_new_operator_that_cannot_reach_the_other_cluster_keeps_its_jobs_there() {
         },
         nodes: Vec::new(),
         pods: Vec::new(),
+        retiring: false,
     };
     for m in [3, 5] {
         let t = l.turn(&i, None, noon() + minutes(m));
@@ -327,4 +329,50 @@ fn a_pending_job_waits_while_a_cluster_its_queue_may_use_is_unseen() {
     i.remote[0].state = RemoteState::Connected;
     let t = l.turn(&i, None, noon() + minutes(1));
     assert_eq!(creates(&t).len(), 1, "{:?}", kinds(&t));
+}
+
+#[test]
+fn the_pods_left_in_a_place_the_pool_no_longer_uses_are_deleted_through_it() {
+    let mut i = with_dc2(RemoteState::Connected);
+    let train = job("train")
+        .gpus(4)
+        .status(json!({"phase": "Running"}))
+        .build();
+    // The pool moved to another namespace (or was deleted): its old place is retiring, and
+    // holds a pod of a job that still exists, and one of another home cluster.
+    let made = |home: &str| {
+        let mut p = crate::remote::view::remote_pod(
+            crate::pods::replica_pod(&train, 0, 0, "gpu-1", Some(&cluster_pool("dc2", 1.5))),
+            &train,
+            "old-jobs",
+            home,
+        );
+        if home != HOME {
+            p.metadata.name = Some("theirs".into());
+        }
+        seen_there(&p, "Running")
+    };
+    i.jobs = vec![train.clone()];
+    i.remote.push(RemoteCluster {
+        pool: "dc2#1".into(),
+        state: RemoteState::Connected,
+        nodes: Vec::new(),
+        pods: vec![made(HOME), made("another-home-cluster")],
+        retiring: true,
+    });
+    let t = Loop::new().turn(&i, None, noon());
+    let deletes: Vec<(String, String)> = t
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::DeleteRemotePod { pool, name, .. } => Some((pool.clone(), name.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        deletes,
+        [("dc2#1".to_string(), "train-uid-trai-0-0".to_string())],
+        "{:?}",
+        kinds(&t)
+    );
 }
