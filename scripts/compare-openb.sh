@@ -3,7 +3,8 @@
 # private GPUs, with the default cloud boot delay (180 s) and with none. Prints a Markdown table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-trace="${1:-../shared/data/traces/alibaba-gpu-v2023/openb_pod_list_default.csv}"
+trace="${1:-${OPENB:-../shared/data/traces/alibaba-gpu-v2023/openb_pod_list_default.csv}}"
+[[ -f "$trace" ]] || { echo "$(basename "$0"): no openb trace at $trace: pass its path or set OPENB (docs/simulator.md says where to get it)" >&2; exit 2; }
 cargo build --release -q
 fmt=$(mktemp)
 cat > "$fmt" <<'PY'

@@ -49,7 +49,7 @@ for r in json.load(sys.stdin):
 done
 done
 # openb on the same terms: the censored pods left out and kept, at 16, 32 and 64 GPUs.
-openb="${OPENB:-../shared/data/traces/alibaba-gpu-v2023/openb_pod_list_default.csv}"
+openb="${OPENB:-../shared/data/traces/alibaba-gpu-v2023/openb_pod_list_default.csv}"  # docs/simulator.md says where to get it
 for cens in left-out kept; do
   keep=()
   [ "$cens" = kept ] && keep=(--keep-censored)

@@ -10,7 +10,8 @@
 # (decision-quality-prices.sh). Prints Markdown; about eight minutes on two cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-trace="${1:-../shared/data/traces/alibaba-gpu-v2023/openb_pod_list_default.csv}"
+trace="${1:-${OPENB:-../shared/data/traces/alibaba-gpu-v2023/openb_pod_list_default.csv}}"
+[[ -f "$trace" ]] || { echo "$(basename "$0"): no openb trace at $trace: pass its path or set OPENB (docs/simulator.md says where to get it)" >&2; exit 2; }
 cargo build --release -q
 terms=examples/starburst-terms
 fmt=$(mktemp)

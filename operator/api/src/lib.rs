@@ -1,6 +1,7 @@
 //! Spillway's API: the five custom resources of group `spillway.io`, version `v1alpha1`.
 //!
-//! This crate owns the wire format (field names fixed by SPEC.md), the OpenAPI schemas the API
+//! This crate owns the wire format (field names are a contract: users and scripts rely on them),
+//! the OpenAPI schemas the API
 //! server validates with, and [`validate`], which checks what a schema cannot express and reports
 //! every problem with its field path. It converts nothing by itself into API calls: the
 //! controllers live in `spillway-k8s`.

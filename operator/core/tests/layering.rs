@@ -1,5 +1,5 @@
 //! The decision core stays pure: no async runtime, Kubernetes client or AWS SDK may enter its
-//! dependency tree (STYLE.md, "decide, then act").
+//! dependency tree (docs/development.md: decide, then act).
 
 use std::process::Command;
 

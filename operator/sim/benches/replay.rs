@@ -1,7 +1,7 @@
 //! Full replay of the openb default trace with 32 private GPUs, as `spillway simulate` runs it
 //! (the pods still running when the trace was cut left out), and with those pods kept
-//! (`--keep-censored`); trace loading on its own. Falls back to the bundled extract when
-//! `../shared` is absent.
+//! (`--keep-censored`); trace loading on its own. The trace is `$OPENB` (docs/simulator.md says
+//! where to get it), else `../shared/data/...` beside the repository, else the bundled extract.
 
 use std::path::Path;
 
@@ -11,8 +11,12 @@ use spillway_sim::trace::{self, TraceFormat};
 use spillway_sim::{Options, Strategy, compare, example, setup};
 
 fn openb() -> (String, String) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/data/traces/alibaba-gpu-v2023/openb_pod_list_default.csv");
+    let path = std::env::var_os("OPENB")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../../shared/data/traces/alibaba-gpu-v2023/openb_pod_list_default.csv")
+        });
     match std::fs::read_to_string(&path) {
         Ok(text) => ("openb_default".into(), text),
         Err(_) => ("bundled_extract".into(), example::TRACE.to_string()),

@@ -1,10 +1,11 @@
-//! Figures of a replay: the summary (the JSON keys SPEC.md fixes) and the text table.
+//! Figures of a replay: the summary (the JSON keys docs/simulator.md lists, a contract) and the
+//! text table.
 
 use serde::Serialize;
 
 use crate::engine::Outcome;
 
-/// The summary of one strategy's replay. Field names are the JSON keys of SPEC.md (plus a few
+/// The summary of one strategy's replay. Field names are the JSON keys of docs/simulator.md (plus a few
 /// more, documented in docs/simulator.md).
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Summary {
