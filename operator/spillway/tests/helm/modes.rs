@@ -1,0 +1,218 @@
+//! Worker mode's render (only what the home operator needs in the other cluster) and the
+//! values the chart refuses, with both Helms.
+
+use std::collections::BTreeMap;
+
+use spillway_tests::helm::{Helm, chart_dir, text};
+
+use super::{kinds, one, render, rules, strings};
+
+/// Where a rule applies, its resources, resource names and verbs.
+type Grant<'a> = (String, Vec<&'a str>, Vec<&'a str>, Vec<&'a str>);
+
+#[test]
+fn worker_mode_installs_only_what_the_home_operator_needs_there() {
+    let chart = chart_dir().display().to_string();
+    for helm in Helm::all() {
+        let out = helm.run(&[
+            "lint",
+            "--strict",
+            &chart,
+            "--set",
+            "mode=worker",
+            "--set",
+            "worker.namespace=gpu-jobs",
+        ]);
+        assert!(
+            out.status.success(),
+            "helm {} lint: {}",
+            helm.major,
+            text(&out)
+        );
+        let objects = render(
+            &helm,
+            &["--set", "mode=worker", "--set", "worker.namespace=gpu-jobs"],
+        );
+        let want: BTreeMap<String, usize> = [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+            "Secret",
+            "ServiceAccount",
+        ]
+        .into_iter()
+        .map(|k| (k.to_string(), 1))
+        .collect();
+        assert_eq!(kinds(&objects), want, "no operator, CRD-less, nothing else");
+        let mut all: Vec<Grant> = rules(&objects)
+            .into_iter()
+            .map(|(at, r)| {
+                assert_eq!(strings(&r["apiGroups"]), [""], "{r}");
+                (
+                    at,
+                    strings(&r["resources"]),
+                    strings(&r["resourceNames"]),
+                    strings(&r["verbs"]),
+                )
+            })
+            .collect();
+        all.sort();
+        assert_eq!(
+            all,
+            [
+                (
+                    "cluster".to_string(),
+                    vec!["nodes"],
+                    vec![],
+                    vec!["list", "watch"]
+                ),
+                (
+                    "namespace gpu-jobs".to_string(),
+                    vec!["pods"],
+                    vec![],
+                    vec!["get", "list", "watch", "create", "delete"]
+                ),
+                (
+                    "namespace gpu-jobs".to_string(),
+                    vec!["secrets"],
+                    vec![],
+                    vec!["create", "patch", "delete"]
+                ),
+            ]
+        );
+        let token = one(&objects, "Secret", "spillway-worker-token");
+        assert_eq!(token["type"], "kubernetes.io/service-account-token");
+        assert_eq!(
+            token["metadata"]["annotations"]["kubernetes.io/service-account.name"],
+            "spillway"
+        );
+        assert_eq!(token["metadata"]["namespace"], "spillway-system");
+        for binding in ["RoleBinding", "ClusterRoleBinding"] {
+            let b = one(&objects, binding, "spillway-worker");
+            assert_eq!(b["subjects"][0]["name"], "spillway");
+            assert_eq!(b["subjects"][0]["namespace"], "spillway-system");
+        }
+        // The worker's own ServiceAccount and token never share the jobs' namespace.
+        let chart = chart_dir().display().to_string();
+        for (args, why) in [
+            (vec!["--set", "mode=worker"], "worker.namespace"),
+            (
+                vec![
+                    "--set",
+                    "mode=worker",
+                    "--set",
+                    "worker.namespace=spillway-system",
+                ],
+                "is the release namespace",
+            ),
+        ] {
+            let mut all = vec![
+                "template",
+                "spillway",
+                chart.as_str(),
+                "--namespace",
+                "spillway-system",
+                "--kube-version",
+                spillway_tests::cluster::CURRENT,
+            ];
+            all.extend(args);
+            let out = helm.run(&all);
+            assert!(
+                !out.status.success(),
+                "Helm {} rendered {all:?}",
+                helm.major
+            );
+            assert!(text(&out).contains(why), "{}", text(&out));
+        }
+    }
+}
+
+#[test]
+fn bad_values_are_refused_with_the_reason() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--set", "replicas=-1"], "replicas"),
+        (&["--set", "mode=both"], "mode"),
+        (
+            &["--set", "rbac.clusterPoolSecrets[0].namespace=platform"],
+            "name",
+        ),
+        (&["--set", "replicaCount=2"], "replicaCount"),
+        (&["--set", "identity.algorithm=HS256"], "algorithm"),
+        (
+            &["--set", "identity.tokenLifetime=forever"],
+            "tokenLifetime",
+        ),
+        (&["--set", "telemetry.protocol=udp"], "protocol"),
+        (&["--set", "image.pullPolicy=Sometimes"], "pullPolicy"),
+        (
+            &["--set", "aws.joinApiServer=http://api:6443"],
+            "joinApiServer",
+        ),
+        (
+            &["--set", "rbac.jobNamespaces[0]=Not_A_Namespace"],
+            "jobNamespaces",
+        ),
+        (
+            &["--set", "leaderElection.renewDeadline=20"],
+            "renewDeadline must be shorter",
+        ),
+        (
+            &["--set", "leaderElection.enabled=false"],
+            "replicas > 1 needs leaderElection",
+        ),
+        (
+            &["--set", "webhook.port=8443"],
+            "webhook.port 8443 is also identity.port",
+        ),
+        (&["--set", "webhook.failurePolicy=Retry"], "failurePolicy"),
+        (&["--set", "webhook.timeoutSeconds=60"], "timeoutSeconds"),
+    ];
+    for helm in Helm::all() {
+        let chart = chart_dir().display().to_string();
+        for (args, why) in cases {
+            let mut all = vec![
+                "template",
+                "spillway",
+                chart.as_str(),
+                "--kube-version",
+                spillway_tests::cluster::CURRENT,
+            ];
+            all.extend_from_slice(args);
+            let out = helm.run(&all);
+            assert!(
+                !out.status.success(),
+                "Helm {} accepted {args:?}",
+                helm.major
+            );
+            let t = text(&out);
+            assert!(
+                t.contains(why),
+                "Helm {} refused {args:?} without naming {why:?}: {t}",
+                helm.major
+            );
+        }
+        // One replica may run without an election.
+        let chart = chart_dir().display().to_string();
+        let ok = helm.run(&[
+            "template",
+            "spillway",
+            &chart,
+            "--kube-version",
+            spillway_tests::cluster::CURRENT,
+            "--set",
+            "replicas=1",
+            "--set",
+            "leaderElection.enabled=false",
+        ]);
+        assert!(ok.status.success(), "{}", text(&ok));
+        // A server older than the oldest supported release is refused, and says which.
+        let old = helm.run(&["template", "spillway", &chart, "--kube-version", "1.33.5"]);
+        assert!(
+            !old.status.success(),
+            "Helm {} rendered for 1.33",
+            helm.major
+        );
+        assert!(text(&old).contains(">=1.34.0-0"), "{}", text(&old));
+    }
+}

@@ -1,0 +1,165 @@
+//! What the chart's ServiceAccount token cannot do, tried with that token against the real
+//! API server: read, change or delete a Secret it did not make (in a job namespace, another
+//! and kube-system), plant a Secret in kube-system other than an expiring bootstrap token of
+//! Spillway's group, or (installed with `rbac.jobNamespaces`) create a pod outside them.
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use spillway_tests::cluster::TestCluster;
+use spillway_tests::operator::eventually;
+
+use super::install::{WAIT, create};
+
+/// Every refusal the install test checks before the operator runs; `ns` is the release (and
+/// job) namespace; Helm 4's install names it in `rbac.jobNamespaces`. Returns the namespaces of
+/// the Secrets planted for the operator not to touch (checked again after it ran).
+pub async fn refused_what_the_chart_does_not_grant(
+    cluster: &TestCluster,
+    client: &Client,
+    sa: &Client,
+    ns: &str,
+    helm_major: u8,
+) -> Vec<String> {
+    let (client, ns) = (client.clone(), ns.to_string());
+    let sa = sa.clone();
+    let refused = Api::<Secret>::all(sa.clone())
+        .list(&ListParams::default())
+        .await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(s)) if s.code == 403),
+        "a cluster-wide Secret list must be refused: {refused:?}"
+    );
+    let refused = Api::<Secret>::namespaced(sa.clone(), "kube-system")
+        .get("bootstrap-signer")
+        .await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(s)) if s.code == 403),
+        "{refused:?}"
+    );
+    let refused = Api::<Secret>::namespaced(sa.clone(), &ns)
+        .list(&ListParams::default())
+        .await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(s)) if s.code == 403),
+        "only the issuer's keys may be read in the release namespace: {refused:?}"
+    );
+    // Secrets Spillway did not make, in the job namespace, in another and in kube-system: the
+    // operator can neither read, list, change nor delete them.
+    let other = cluster
+        .namespace(&client, &format!("{ns}-other"))
+        .await
+        .expect("ns");
+    let victims = [ns.clone(), other, "kube-system".to_string()];
+    for at in &victims {
+        create(
+            Api::<Secret>::namespaced(client.clone(), at),
+            json!({"apiVersion": "v1", "kind": "Secret",
+                   "metadata": {"name": format!("{ns}-users-own")},
+                   "stringData": {"password": "hunter2"}}),
+        )
+        .await;
+        assert_refused_everything(&sa, at, &format!("{ns}-users-own")).await;
+    }
+    // kube-system: the bootstrap Role lets the operator create Secrets there (RBAC cannot name
+    // them in advance), and the chart's ValidatingAdmissionPolicy holds that to expiring
+    // bootstrap tokens of Spillway's own group.
+    let planted = [
+        json!({"metadata": {"name": format!("{ns}-planted")}, "stringData": {"x": "y"}}),
+        json!({"type": "bootstrap.kubernetes.io/token",
+               "metadata": {"name": "bootstrap-token-kubadm"},
+               "stringData": {"token-id": "kubadm", "token-secret": "0123456789abcdef",
+                   "expiration": "2099-01-01T00:00:00Z", "usage-bootstrap-authentication": "true",
+                   "auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token"}}),
+        json!({"type": "bootstrap.kubernetes.io/token",
+               "metadata": {"name": "bootstrap-token-forevr"},
+               "stringData": {"token-id": "forevr", "token-secret": "0123456789abcdef",
+                   "usage-bootstrap-authentication": "true",
+                   "auth-extra-groups": "system:bootstrappers:spillway"}}),
+    ];
+    let kube_system = Api::<Secret>::namespaced(sa.clone(), "kube-system");
+    for mut secret in planted {
+        secret["apiVersion"] = json!("v1");
+        secret["kind"] = json!("Secret");
+        let s: Secret = serde_json::from_value(secret.clone()).unwrap();
+        // The API server enforces a policy a moment after it is created (once its informer
+        // has it): until then, what got through is taken away and tried again.
+        eventually(WAIT, "the bootstrap-token policy to refuse", || async {
+            match kube_system.create(&PostParams::default(), &s).await {
+                Err(kube::Error::Api(e))
+                    if e.code == 403
+                        && e.message.contains(
+                            "bootstrap tokens of the group system:bootstrappers:spillway",
+                        ) =>
+                {
+                    Ok(())
+                }
+                Ok(made) => {
+                    let _ = Api::<Secret>::namespaced(client.clone(), "kube-system")
+                        .delete(&made.name_any(), &DeleteParams::default())
+                        .await;
+                    Err(format!(
+                        "the operator's token planted {secret} in kube-system"
+                    ))
+                }
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .await;
+    }
+    if helm_major >= 4 {
+        // Installed with rbac.jobNamespaces: pods only there.
+        for at in ["kube-system".to_string(), format!("{ns}-other")] {
+            let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "planted"},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))
+            .unwrap();
+            let r = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(sa.clone(), &at)
+                .create(&PostParams::default(), &pod)
+                .await;
+            assert!(
+                matches!(&r, Err(kube::Error::Api(e)) if e.code == 403),
+                "the operator's token created a pod in {at}: {r:?}"
+            );
+        }
+    }
+    victims.to_vec()
+}
+
+/// With the operator's ServiceAccount token, every get, list, patch and delete of `name` in
+/// `ns` (and a list of the namespace's Secrets) is refused.
+pub async fn assert_refused_everything(sa: &Client, ns: &str, name: &str) {
+    let api = Api::<Secret>::namespaced(sa.clone(), ns);
+    let forbidden = |what: &str, r: Result<(), kube::Error>| {
+        assert!(
+            matches!(&r, Err(kube::Error::Api(s)) if s.code == 403),
+            "{what} {ns}/{name} with the operator's token must be refused: {r:?}"
+        );
+    };
+    forbidden("get", api.get(name).await.map(|_| ()));
+    forbidden("list", api.list(&ListParams::default()).await.map(|_| ()));
+    let patch = json!({"metadata": {"labels": {"touched": "yes"}}});
+    forbidden(
+        "merge-patch",
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ()),
+    );
+    let apply = json!({"apiVersion": "v1", "kind": "Secret",
+                       "metadata": {"name": name}, "stringData": {"password": "x"}});
+    forbidden(
+        "apply",
+        api.patch(
+            name,
+            &PatchParams::apply("spillway").force(),
+            &Patch::Apply(&apply),
+        )
+        .await
+        .map(|_| ()),
+    );
+    forbidden(
+        "delete",
+        api.delete(name, &DeleteParams::default()).await.map(|_| ()),
+    );
+}
