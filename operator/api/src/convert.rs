@@ -153,7 +153,13 @@ pub fn job(j: &GpuJob, queued_at: core::Time) -> Result<core::Job, FieldErrors> 
             .map(|r| r.to_core())
             .unwrap_or_default(),
         labels: j.metadata.labels.clone().unwrap_or_default(),
-        not_portable: crate::portable::problem(spec.template.spec.as_ref()),
+        not_portable: match &spec.workload_ref {
+            Some(w) => Some(format!(
+                "it runs a {} ({}): Spillway does not create workloads in other clusters yet",
+                w.kind, w.api_version
+            )),
+            None => crate::portable::problem(spec.pod_spec()),
+        },
         cloud_closed: None,
         queued_at,
         attempt: 0,

@@ -34,6 +34,10 @@ use crate::common::optional_duration_schema;
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "has(self.template) != has(self.workloadRef)",
+     "message": "set exactly one of template (the pods Spillway makes) or workloadRef (the workload whose pods are run)"},
+]))]
 pub struct GpuJobSpec {
     /// Name of the GpuQueue this job is submitted to. The queue must admit the job's namespace.
     #[schemars(length(min = 1, max = 253), regex(pattern = crate::common::DNS_SUBDOMAIN_PATTERN))]
@@ -117,8 +121,37 @@ pub struct GpuJobSpec {
     /// `TRACEPARENT`); variables and volumes of its own win. The admission webhook refuses a
     /// field a PodTemplateSpec does not have (a misspelt one); the API server checks the rest
     /// when the pods are created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "pod_template_schema")]
-    pub template: PodTemplateSpec,
+    pub template: Option<PodTemplateSpec>,
+
+    /// The workload (a labelled `batch/v1` Job, ...) whose pods this job stands for, in place
+    /// of `template`: Spillway made this GpuJob for it, owned by it, and runs it by lifting its
+    /// suspension with the placement written into its pod template (docs/workloads.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload_ref: Option<WorkloadRef>,
+}
+
+/// The workload a GpuJob stands for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadRef {
+    /// The workload's API version, for example `batch/v1`.
+    #[schemars(length(min = 1, max = 253))]
+    pub api_version: String,
+    /// The workload's kind, for example `Job`.
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: String,
+    /// The workload's name, in the GpuJob's namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+impl GpuJobSpec {
+    /// The pod spec of the template, when the job has one (a workload's job has none).
+    pub fn pod_spec(&self) -> Option<&k8s_openapi::api::core::v1::PodSpec> {
+        self.template.as_ref().and_then(|t| t.spec.as_ref())
+    }
 }
 
 /// The pod template's schema: the API server keeps every field (so that the admission webhook

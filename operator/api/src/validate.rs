@@ -239,12 +239,23 @@ pub fn gpu_job(spec: &GpuJobSpec) -> Result<(), FieldErrors> {
             );
         }
     }
-    match &spec.template.spec {
-        Some(pod) if !pod.containers.is_empty() => {}
-        _ => errs.push(
-            "spec.template.spec.containers",
-            "the pod template needs at least one container",
+    match (&spec.template, &spec.workload_ref) {
+        (Some(_), Some(_)) => errs.push(
+            "spec.workloadRef",
+            "set exactly one of template (the pods Spillway makes) or workloadRef (the workload whose pods are run)",
         ),
+        (None, Some(_)) => {}
+        (None, None) => errs.push(
+            "spec.template",
+            "set exactly one of template (the pods Spillway makes) or workloadRef (the workload whose pods are run)",
+        ),
+        (Some(t), None) => match &t.spec {
+            Some(pod) if !pod.containers.is_empty() => {}
+            _ => errs.push(
+                "spec.template.spec.containers",
+                "the pod template needs at least one container",
+            ),
+        },
     }
     errs.into_result()
 }

@@ -22,6 +22,8 @@ pub enum ActionKind {
     RecordSpend,
     RecordIndicators,
     Annotate,
+    ApplyWorkloadJob,
+    PatchWorkload,
     Span,
 }
 
@@ -46,6 +48,8 @@ impl ActionKind {
             ActionKind::RecordSpend => "record_spend",
             ActionKind::RecordIndicators => "record_indicators",
             ActionKind::Annotate => "annotate",
+            ActionKind::ApplyWorkloadJob => "apply_workload_job",
+            ActionKind::PatchWorkload => "patch_workload",
             ActionKind::Span => "span",
         }
     }

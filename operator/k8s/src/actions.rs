@@ -125,6 +125,21 @@ impl fmt::Debug for SecretApply {
 
 pub use crate::action_kind::ActionKind;
 
+/// A merge patch of one workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkloadPatch {
+    /// `group/version` and kind (one of [`crate::workloads::kinds`]).
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// `run` or `suspend`, for logs.
+    pub what: &'static str,
+    pub patch: serde_json::Value,
+    /// The GpuJob id (`namespace/name`) whose start this is, for a run.
+    pub job: Option<String>,
+}
+
 /// One thing the executor does.
 #[derive(Clone, Debug)]
 pub enum Action {
@@ -207,6 +222,12 @@ pub enum Action {
     /// Records a span of a job's trace (no API call: the loop hands it to the telemetry
     /// exporter, which never blocks).
     Span(Box<crate::otel::SpanRecord>),
+    /// Writes the GpuJob that stands for a workload (its spec and the workload's end), by
+    /// server-side apply: made when missing, kept in step with the workload after.
+    ApplyWorkloadJob(Box<GpuJob>),
+    /// Runs or suspends a workload (a labelled Job, ...) by merge patch; gone already is done.
+    /// A failed run drops the start's assumption of `job` (its GpuJob), so it is decided again.
+    PatchWorkload(Box<WorkloadPatch>),
     /// Sets one annotation of a GpuJob (its trace context), by merge patch.
     Annotate {
         namespace: String,
@@ -237,6 +258,8 @@ impl Action {
             Action::RecordSpend(_) => ActionKind::RecordSpend,
             Action::RecordIndicators(_) => ActionKind::RecordIndicators,
             Action::Annotate { .. } => ActionKind::Annotate,
+            Action::ApplyWorkloadJob(_) => ActionKind::ApplyWorkloadJob,
+            Action::PatchWorkload(_) => ActionKind::PatchWorkload,
             Action::Span(_) => ActionKind::Span,
         }
     }
@@ -315,6 +338,17 @@ impl Action {
                 ),
             ),
             Action::Span(s) => Key::new("Span", s.name),
+            Action::ApplyWorkloadJob(j) => Key::new(
+                "GpuJob",
+                format!(
+                    "{}/{}",
+                    j.metadata.namespace.as_deref().unwrap_or_default(),
+                    j.metadata.name.as_deref().unwrap_or_default()
+                ),
+            ),
+            Action::PatchWorkload(p) => {
+                Key::new("Workload", format!("{}/{}/{}", p.kind, p.namespace, p.name))
+            }
         }
     }
 
@@ -336,6 +370,7 @@ impl Action {
     pub fn job(&self) -> Option<&str> {
         match self {
             Action::CreatePod { job, .. } | Action::CreateRemotePod { job, .. } => Some(job),
+            Action::PatchWorkload(p) => p.job.as_deref(),
             Action::Launch(l) => Some(&l.launch.job),
             _ => None,
         }

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
-use kube::core::DeserializeGuard;
+use kube::core::{DeserializeGuard, DynamicObject};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
@@ -23,6 +23,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::error::Error;
+use crate::workloads::WorkloadKind;
 use crate::world::{Inputs, Unreadable};
 
 /// The watch caches, shared by the loop and the readiness check.
@@ -43,6 +44,40 @@ pub struct Caches {
     pub spend: Option<Store<ConfigMap>>,
     /// The indicator ledger ConfigMap (likewise).
     pub indicators: Option<Store<ConfigMap>>,
+    /// The labelled workloads of each kind Spillway manages (`--integrations`): only those
+    /// carrying `spillway.io/queue` are listed and watched.
+    pub workloads: Vec<Store<DynamicObject>>,
+}
+
+/// A watch on the workloads of `kind` labelled with a queue.
+fn spawn_workloads(
+    client: &Client,
+    kind: &'static dyn WorkloadKind,
+    changed: Arc<Notify>,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Store<DynamicObject> {
+    let resource = crate::workloads::api_resource(kind);
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let writer = reflector::store::Writer::new(resource);
+    let reader = writer.as_reader();
+    let config = watcher::Config::default().labels(crate::workloads::QUEUE_LABEL);
+    let stream = watcher(api, config)
+        .default_backoff()
+        .modify(move |o: &mut DynamicObject| {
+            o.metadata.managed_fields = None;
+            // A list's items carry no apiVersion and kind: the watch's kind is theirs.
+            o.types = Some(kube::core::TypeMeta {
+                api_version: crate::workloads::api_version_of(kind),
+                kind: kind.kind().to_string(),
+            });
+        })
+        .reflect(writer);
+    tasks.push(tokio::spawn(drain(
+        stream,
+        move || changed.notify_one(),
+        kind.kind().to_string(),
+    )));
+    reader
 }
 
 fn spawn_reflector<K>(
@@ -211,6 +246,7 @@ impl Caches {
         changed: Arc<Notify>,
         keys: Option<(&str, &str)>,
         ledgers: [Option<(&str, &str)>; 2],
+        integrations: &[&'static dyn WorkloadKind],
     ) -> (Caches, Vec<JoinHandle<()>>) {
         let [spend, indicators] = ledgers;
         let c = &changed;
@@ -276,6 +312,9 @@ impl Caches {
             keys: keys.map(|(ns, name)| one_named(client, ns, name, c, &mut t)),
             spend: spend.map(|(ns, name)| one_named(client, ns, name, c, &mut t)),
             indicators: indicators.map(|(ns, name)| one_named(client, ns, name, c, &mut t)),
+            workloads: (integrations.iter())
+                .map(|k| spawn_workloads(client, *k, c.clone(), &mut t))
+                .collect(),
         };
         (caches, t)
     }
@@ -296,6 +335,9 @@ impl Caches {
         }
         for ledger in [&self.spend, &self.indicators].into_iter().flatten() {
             ledger.wait_until_ready().await.map_err(e)?;
+        }
+        for w in &self.workloads {
+            w.wait_until_ready().await.map_err(e)?;
         }
         Ok(())
     }
@@ -330,6 +372,7 @@ impl Caches {
             identity_keys: self.keys.as_ref().and_then(|k| k.state().first().cloned()),
             spend_record: self.spend.as_ref().and_then(|k| k.state().first().cloned()),
             indicator_record: (self.indicators.as_ref()).and_then(|k| k.state().first().cloned()),
+            workloads: self.workloads.iter().flat_map(|w| w.state()).collect(),
             unreadable,
             ..Inputs::default()
         }
@@ -415,6 +458,7 @@ impl Inputs {
             ("Node", self.nodes.len()),
             ("Pod", self.pods.len()),
             ("Namespace", self.namespaces.len()),
+            ("Workload", self.workloads.len()),
         ]);
         for u in &self.unreadable {
             *n.entry(u.kind).or_default() += 1;

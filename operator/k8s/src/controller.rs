@@ -60,6 +60,10 @@ pub struct Settings {
     pub pod_otlp_endpoint: Option<String>,
     /// The only namespaces whose GpuJobs run (`--job-namespaces`); `None`: every namespace.
     pub job_namespaces: Option<Arc<std::collections::BTreeSet<String>>>,
+    /// The kinds of workload managed when labelled with a queue (`--integrations`, Kueue's
+    /// names: `batch/job`); a kind whose API the cluster does not serve is skipped with a log
+    /// line.
+    pub integrations: Vec<String>,
     /// A test's crash at an exact instant ([`crate::executor::Crash`]); `None` in the operator.
     pub crash: Option<crate::executor::Crash>,
     /// Where each queue's and pool's month of spend is recorded besides their status (so it
@@ -85,6 +89,7 @@ impl Default for Settings {
             identity: None,
             pod_otlp_endpoint: None,
             job_namespaces: None,
+            integrations: vec!["batch/job".into()],
             crash: None,
             spend_record: None,
             indicator_record: None,

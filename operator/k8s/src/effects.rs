@@ -510,6 +510,17 @@ impl Effects for KubeEffects {
                     crate::otel::record(record);
                     Ok(())
                 }
+                Action::ApplyWorkloadJob(job) => {
+                    fence.check()?;
+                    let r = crate::workloads::apply_gpu_job(&self.client, job).await;
+                    self.wrote("workload_job", r, &[404])
+                }
+                Action::PatchWorkload(p) => {
+                    fence.check()?;
+                    tracing::info!(kind = %p.kind, namespace = %p.namespace, name = %p.name, what = p.what, "patching a workload");
+                    let r = crate::workloads::patch(&self.client, p).await;
+                    self.wrote("workload", r, &[404])
+                }
                 Action::Annotate {
                     namespace,
                     name,

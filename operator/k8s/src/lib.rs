@@ -40,6 +40,7 @@ pub mod status;
 pub mod telemetry;
 pub mod turn;
 pub mod webhook;
+pub mod workloads;
 pub mod world;
 
 use std::net::SocketAddr;
@@ -128,6 +129,7 @@ pub async fn run(
             ));
         }
     }
+    let integrations = workloads::served(&client, &config.controller.integrations).await?;
     let changed = Arc::new(Notify::new());
     let (caches, watch_tasks) = Caches::start(
         &client,
@@ -140,6 +142,7 @@ pub async fn run(
             config.controller.indicator_record.as_ref(),
         ]
         .map(|r| r.map(|r| (r.namespace.as_str(), r.name.as_str()))),
+        &integrations,
     );
     tasks.0.extend(watch_tasks);
     // Every replica serves the issuer's documents from its cache, leader or not.

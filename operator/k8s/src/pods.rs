@@ -35,7 +35,11 @@ pub fn pod_name(job: &str, attempt: u32, replica: u32) -> String {
 
 /// Why a job's pods cannot be built, when they cannot.
 pub fn check(job: &GpuJob) -> Result<(), String> {
-    let spec = job.spec.template.spec.as_ref();
+    if job.spec.workload_ref.is_some() {
+        // Its workload's controller makes its pods.
+        return Ok(());
+    }
+    let spec = job.spec.pod_spec();
     if spec.is_none_or(|s| s.containers.is_empty()) {
         return Err(
             "spec.template.spec.containers: the pod template needs at least one container".into(),
@@ -60,7 +64,7 @@ pub fn replica_pod(
     pool: Option<&ComputePool>,
 ) -> Pod {
     let name = job.name_any();
-    let template = &job.spec.template;
+    let template = job.spec.template.clone().unwrap_or_default();
     let tmeta = template.metadata.clone().unwrap_or_default();
     let mut pod_labels: BTreeMap<String, String> = tmeta.labels.unwrap_or_default();
     pod_labels.insert(labels::JOB_LABEL.into(), name.clone());
@@ -112,11 +116,61 @@ pub fn replica_pod(
         spec.restart_policy = Some("Never".into());
     }
 
-    // Pin to the chosen node, on top of the template's own required terms.
-    let on_node = NodeSelectorRequirement {
+    pin_to_nodes(&mut spec, std::slice::from_ref(&node.to_string()));
+    if let Some(p) = pool {
+        tolerate_pool(&mut spec, p);
+    }
+
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(pod_name(&name, attempt, replica)),
+            namespace: job.namespace(),
+            labels: Some(pod_labels),
+            annotations: Some(annotations),
+            owner_references: Some(vec![labels::owner_reference(job)]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(spec),
+        status: None,
+    }
+}
+
+/// The GPUs a pod of `spec` asks for (limits, else requests, summed over its containers; an
+/// init container's count when larger, as the scheduler computes it).
+pub fn spec_gpus(spec: &PodSpec) -> u32 {
+    let of = |c: &Container| -> u32 {
+        let r = c.resources.as_ref();
+        r.and_then(|r| r.limits.as_ref())
+            .and_then(|l| l.get(labels::GPU_RESOURCE))
+            .or_else(|| {
+                r.and_then(|r| r.requests.as_ref())
+                    .and_then(|l| l.get(labels::GPU_RESOURCE))
+            })
+            .and_then(|q| q.0.parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    let main: u32 = spec.containers.iter().map(of).sum();
+    let init = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(of)
+        .max()
+        .unwrap_or(0);
+    main.max(init)
+}
+
+/// Pins the pods of `spec` to `nodes` (a required node affinity on `metadata.name`), added to
+/// every term of the template's own required affinity (replacing a pin made before), so the
+/// real scheduler binds them there or nowhere.
+pub fn pin_to_nodes(spec: &mut PodSpec, nodes: &[String]) {
+    let mut values: Vec<String> = nodes.to_vec();
+    values.sort();
+    values.dedup();
+    let on_nodes = NodeSelectorRequirement {
         key: "metadata.name".into(),
         operator: "In".into(),
-        values: Some(vec![node.to_string()]),
+        values: Some(values),
     };
     let affinity = spec.affinity.get_or_insert_with(Affinity::default);
     let node_affinity = affinity
@@ -133,36 +187,24 @@ pub fn replica_pod(
     for term in &mut required.node_selector_terms {
         let fields = term.match_fields.get_or_insert_with(Vec::new);
         fields.retain(|f| f.key != "metadata.name");
-        fields.push(on_node.clone());
+        fields.push(on_nodes.clone());
     }
+}
 
-    if let Some(p) = pool {
-        let tolerations = spec.tolerations.get_or_insert_with(Vec::new);
-        for t in &p.spec.node_taints {
-            let tol = Toleration {
-                key: Some(t.key.clone()),
-                operator: Some("Equal".into()),
-                value: t.value.clone(),
-                effect: Some(t.effect.clone()),
-                toleration_seconds: None,
-            };
-            if !tolerations.contains(&tol) {
-                tolerations.push(tol);
-            }
+/// Adds tolerations of the pool's `nodeTaints` to `spec` (those it has already are kept once).
+pub fn tolerate_pool(spec: &mut PodSpec, pool: &ComputePool) {
+    let tolerations = spec.tolerations.get_or_insert_with(Vec::new);
+    for t in &pool.spec.node_taints {
+        let tol = Toleration {
+            key: Some(t.key.clone()),
+            operator: Some("Equal".into()),
+            value: t.value.clone(),
+            effect: Some(t.effect.clone()),
+            toleration_seconds: None,
+        };
+        if !tolerations.contains(&tol) {
+            tolerations.push(tol);
         }
-    }
-
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(pod_name(&name, attempt, replica)),
-            namespace: job.namespace(),
-            labels: Some(pod_labels),
-            annotations: Some(annotations),
-            owner_references: Some(vec![labels::owner_reference(job)]),
-            ..ObjectMeta::default()
-        },
-        spec: Some(spec),
-        status: None,
     }
 }
 

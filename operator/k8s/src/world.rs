@@ -22,6 +22,7 @@ use crate::labels;
 mod job;
 mod life;
 mod memo;
+mod workload;
 pub use life::phase_of;
 use life::{lifecycle, unseen_run};
 pub use memo::Memo;
@@ -62,6 +63,9 @@ pub struct Inputs {
     /// `lostAfter`: a job that its status says runs there is kept as that status says
     /// (set by the overlay).
     pub unseen_pools: crate::hashing::HashSet<String>,
+    /// The workloads labelled with a queue, of the kinds Spillway manages
+    /// ([`crate::workloads`]).
+    pub workloads: Vec<Arc<kube::core::DynamicObject>>,
     /// The only namespaces whose GpuJobs run (`--job-namespaces`); a job elsewhere is invalid.
     pub job_namespaces: Option<Arc<std::collections::BTreeSet<String>>>,
 }
@@ -165,27 +169,7 @@ pub struct Built {
 /// The GPUs a pod asks for (limits, else requests, summed over its containers; an init
 /// container's count when larger, as the scheduler computes it).
 pub fn pod_gpus(pod: &Pod) -> u32 {
-    let Some(spec) = &pod.spec else { return 0 };
-    let of = |c: &k8s_openapi::api::core::v1::Container| -> u32 {
-        let r = c.resources.as_ref();
-        r.and_then(|r| r.limits.as_ref())
-            .and_then(|l| l.get(labels::GPU_RESOURCE))
-            .or_else(|| {
-                r.and_then(|r| r.requests.as_ref())
-                    .and_then(|l| l.get(labels::GPU_RESOURCE))
-            })
-            .and_then(|q| q.0.parse::<u32>().ok())
-            .unwrap_or(0)
-    };
-    let main: u32 = spec.containers.iter().map(of).sum();
-    let init = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .map(of)
-        .max()
-        .unwrap_or(0);
-    main.max(init)
+    pod.spec.as_ref().map_or(0, crate::pods::spec_gpus)
 }
 
 fn pod_phase(pod: &Pod) -> &str {
@@ -400,10 +384,16 @@ pub(crate) fn priority_problem(queue: &GpuQueue, job: &GpuJob) -> Option<String>
     })
 }
 
+/// Whether `pod` is one of `job`'s: owned by it, or (a job standing for a workload) made by
+/// the workload's controller from the template Spillway placed, which labels it with the
+/// job's uid.
 fn owned_by(pod: &Pod, job: &GpuJob) -> bool {
     let Some(uid) = job.metadata.uid.as_deref() else {
         return false;
     };
+    if job.spec.workload_ref.is_some() {
+        return pod.labels().get(labels::JOB_UID_LABEL).map(String::as_str) == Some(uid);
+    }
     pod.owner_references()
         .iter()
         .any(|o| o.uid == uid && o.kind == "GpuJob")

@@ -279,7 +279,7 @@ fn invalid_specs_are_reported_with_their_field() {
 #[test]
 fn replica_pods_carry_limits_affinity_and_identity() {
     let mut j = (*job("ns", "train", 2, 4)).clone();
-    j.spec.template.spec.as_mut().unwrap().affinity = Some(
+    j.spec.template.as_mut().unwrap().spec.as_mut().unwrap().affinity = Some(
         serde_json::from_value(json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["x"]}]}]}}}))
         .unwrap(),

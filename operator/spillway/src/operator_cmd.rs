@@ -93,6 +93,16 @@ pub struct OperatorArgs {
     /// `Invalid` and never placed. Empty: every namespace.
     #[arg(long, value_name = "NS,...", value_delimiter = ',')]
     pub job_namespaces: Vec<String>,
+    /// The kinds of workload queued and run when labelled `spillway.io/queue: <GpuQueue>`
+    /// (comma-separated, Kueue's names: `batch/job`; empty: only GpuJobs). A kind the cluster
+    /// does not serve is skipped with a log line (docs/workloads.md).
+    #[arg(
+        long,
+        value_name = "KIND,...",
+        value_delimiter = ',',
+        default_value = "batch/job"
+    )]
+    pub integrations: Vec<String>,
     /// Issue workload identity tokens to every GpuJob's pods and serve the issuer.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub identity: bool,
@@ -258,6 +268,10 @@ pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
                 identity: issuer,
                 job_namespaces: (!args.job_namespaces.is_empty())
                     .then(|| Arc::new(args.job_namespaces.iter().cloned().collect())),
+                integrations: (args.integrations.iter())
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect(),
                 pod_otlp_endpoint: args
                     .pod_otlp_endpoint
                     .clone()

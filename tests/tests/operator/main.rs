@@ -10,4 +10,5 @@ mod remote;
 mod remote_isolation;
 mod telemetry;
 mod validity;
+mod workloads;
 mod world;

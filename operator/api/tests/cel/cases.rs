@@ -46,7 +46,28 @@ pub struct Case {
 pub fn cases() -> Vec<Case> {
     let private = json!({"private": {"nodeSelector": {"gpu": "yes"}}});
     let cluster = json!({"cluster": {"kubeconfigSecretRef": {"name": "dc2", "namespace": "spillway-system"}, "namespace": "gpu-jobs", "gpuCostPerHour": 0.8, "location": "dc-east"}});
+    let workload = json!({"apiVersion": "batch/v1", "kind": "Job", "name": "train"});
     vec![
+        Case {
+            kind: "GpuJob",
+            what: "a job standing for a workload has no template",
+            object: {
+                let mut j = job(json!({"workloadRef": workload}));
+                j["spec"].as_object_mut().unwrap().remove("template");
+                j
+            },
+            old: None,
+            refusals: &[],
+        },
+        Case {
+            kind: "GpuJob",
+            what: "a template and a workload at once",
+            object: job(json!({"workloadRef": workload})),
+            old: None,
+            refusals: &[
+                "spec: set exactly one of template (the pods Spillway makes) or workloadRef (the workload whose pods are run)",
+            ],
+        },
         Case {
             kind: "GpuJob",
             what: "a queued job may move to another queue",

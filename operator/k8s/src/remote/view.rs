@@ -585,6 +585,8 @@ mod tests {
         template
             .spec
             .template
+            .as_mut()
+            .unwrap()
             .spec
             .as_mut()
             .unwrap()

@@ -221,7 +221,7 @@ impl State {
                 .map(|i| i.audiences.clone())
                 .filter(|a| !a.is_empty())
                 .unwrap_or_else(|| cfg.audiences.clone());
-            let template = view.job.spec.template.spec.as_ref();
+            let template = view.job.spec.pod_spec();
             let account =
                 template.and_then(|s| s.service_account_name.clone().or(s.service_account.clone()));
             let request = Request {

@@ -51,6 +51,17 @@ impl State {
                 all_running: false,
             };
             let pool = pools.get(&start.pool).cloned();
+            if view.job.spec.workload_ref.is_some() {
+                // Its workload's controller makes the pods, from the placement written into it.
+                if self.run_workload(view, start, pool.as_deref()) {
+                    metrics.job_waited(
+                        &view.job.spec.queue,
+                        now.since(view.queued_at).as_secs_f64(),
+                    );
+                    self.wait_observed.insert(view.id.clone());
+                }
+                continue;
+            }
             let identity = self.pod_identity(view, queues);
             let mut kept = std::collections::BTreeSet::new();
             let (trace, _) = telemetry::of_job(&view.job);

@@ -35,6 +35,7 @@ mod repatriate;
 mod spans;
 #[cfg(test)]
 mod tests;
+mod workloads;
 
 use crate::hashing::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::sync::Arc;
@@ -120,6 +121,8 @@ pub struct State {
     assumed: HashMap<String, Assumed>,
     /// Attempts jobs were moved to whose status write may not be visible yet.
     attempt_floor: HashMap<String, u32>,
+    /// The labelled workloads of this turn, and what was asked of them.
+    workloads: workloads::Kept,
     written: Written,
     /// Jobs whose status needed no write at the last turn.
     quiet: jobs::QuietTable,
@@ -180,6 +183,7 @@ impl State {
             settings,
             assumed: HashMap::new(),
             attempt_floor: HashMap::new(),
+            workloads: workloads::Kept::default(),
             written: Written::default(),
             quiet: jobs::QuietTable::default(),
             deleting: HashSet::new(),
@@ -247,6 +251,7 @@ impl State {
                     .map(|(k, l)| (k.clone(), l.offering.pool.clone())),
             );
         }
+        self.index_workloads(&inputs);
         let engine = self.policies.engine(&inputs);
         self.unreadable(&inputs, now);
 
@@ -332,6 +337,7 @@ impl State {
         self.preemptions(&plan, &built, &queues, now);
         self.moves(&plan, &built, &queues, now);
         self.starts(&plan, &mut built, &pools, &queues, metrics, now);
+        self.workloads(&built, &inputs);
         let identity_wake = self.tokens(&built, ring.as_ref(), &queues, &pools, now);
         if let Some(c) = cloud {
             self.forget_retired(&inputs, c);
@@ -377,6 +383,21 @@ impl State {
             Action::CreatePod { job, .. } | Action::CreateRemotePod { job, .. } => {
                 tracing::warn!(job = %job, error = %f.error, "creating pods failed; deciding again");
                 self.assumed.remove(job);
+                Vec::new()
+            }
+            Action::PatchWorkload(p) => {
+                tracing::warn!(kind = %p.kind, namespace = %p.namespace, name = %p.name, what = p.what, error = %f.error, "patching a workload failed");
+                if let Some(job) = &p.job {
+                    // Its start is decided again.
+                    self.assumed.remove(job);
+                }
+                // A hold is asked again at the next turn.
+                self.forget_workload_patch(p);
+                Vec::new()
+            }
+            Action::ApplyWorkloadJob(j) => {
+                tracing::warn!(job = ?j.metadata.name, namespace = ?j.metadata.namespace, error = %f.error, "writing a workload's GpuJob failed; writing it again at the next turn");
+                self.forget_workload_job(j);
                 Vec::new()
             }
             Action::DeleteRemotePod { pool, uid, .. } => {

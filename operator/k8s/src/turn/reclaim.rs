@@ -86,9 +86,7 @@ pub fn grace_seconds(view: &JobView, queue: Option<&GpuQueue>) -> i64 {
     let own = view
         .job
         .spec
-        .template
-        .spec
-        .as_ref()
+        .pod_spec()
         .and_then(|s| s.termination_grace_period_seconds)
         .unwrap_or(DEFAULT_GRACE_SECONDS)
         .max(0);

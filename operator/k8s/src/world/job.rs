@@ -277,7 +277,11 @@ pub(super) fn add_usage(
         }
     }
     if let (Some(a), Lifecycle::Running { .. }) = (assumed, &view.lifecycle) {
-        let visible: Vec<u32> = view.pods.iter().filter_map(|p| pod_replica(p)).collect();
+        // A workload's pods carry no replica number: the first replicas count as visible.
+        let visible: Vec<u32> = match view.job.spec.workload_ref {
+            Some(_) => (0..view.pods.len() as u32).collect(),
+            None => view.pods.iter().filter_map(|p| pod_replica(p)).collect(),
+        };
         for (r, node) in a.nodes.iter().enumerate() {
             if !visible.contains(&(r as u32)) {
                 *used.entry(node.clone()).or_default() +=

@@ -35,6 +35,9 @@ pub(super) fn lifecycle(
     ) {
         return Lifecycle::Done;
     }
+    if job.spec.workload_ref.is_some() {
+        return super::workload::lifecycle(job, attempt, replicas, pods, assumed, pool_of, clock);
+    }
     let known_start = status
         .and_then(|s| s.started_at.as_ref())
         .map(millis)

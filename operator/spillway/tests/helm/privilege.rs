@@ -1,7 +1,8 @@
 //! What the chart's ServiceAccount token cannot do, tried with that token against the real
 //! API server: read, change or delete a Secret it did not make (in a job namespace, another
 //! and kube-system), plant a Secret in kube-system other than an expiring bootstrap token of
-//! Spillway's group, or (installed with `rbac.jobNamespaces`) create a pod outside them.
+//! Spillway's group, create or delete a Job, or (installed with `rbac.jobNamespaces`) create a
+//! pod or patch a Job outside them.
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -123,6 +124,48 @@ pub async fn refused_what_the_chart_does_not_grant(
                 "the operator's token created a pod in {at}: {r:?}"
             );
         }
+    }
+    // Labelled batch Jobs (the chart's integrations): seen everywhere, never created or
+    // deleted; patched (suspended, run) only in rbac.jobNamespaces when it is set.
+    use k8s_openapi::api::batch::v1::Job;
+    let listed = Api::<Job>::all(sa.clone())
+        .list(&ListParams::default().limit(1))
+        .await;
+    assert!(listed.is_ok(), "the operator must list Jobs: {listed:?}");
+    let job: Job = serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "planted"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never",
+                 "containers": [{"name": "c", "image": "busybox"}]}}}}))
+    .unwrap();
+    let r = Api::<Job>::namespaced(sa.clone(), &ns)
+        .create(&PostParams::default(), &job)
+        .await;
+    assert!(
+        matches!(&r, Err(kube::Error::Api(e)) if e.code == 403),
+        "the operator's token created a Job: {r:?}"
+    );
+    let r = Api::<Job>::namespaced(sa.clone(), &ns)
+        .delete("planted", &DeleteParams::default())
+        .await;
+    assert!(
+        matches!(&r, Err(kube::Error::Api(e)) if e.code == 403),
+        "the operator's token may delete Jobs: {r:?}"
+    );
+    let suspend = Patch::Merge(json!({"spec": {"suspend": true}}));
+    for (at, allowed) in [(ns.clone(), true), (format!("{ns}-other"), helm_major < 4)] {
+        // Allowed: the Job is not there (404); refused: 403 before it is looked up.
+        let r = Api::<Job>::namespaced(sa.clone(), &at)
+            .patch("absent", &PatchParams::default(), &suspend)
+            .await;
+        let code = match &r {
+            Err(kube::Error::Api(e)) => e.code,
+            _ => 0,
+        };
+        assert_eq!(
+            code,
+            if allowed { 404 } else { 403 },
+            "patch a Job in {at}: {r:?}"
+        );
     }
     victims.to_vec()
 }

@@ -15,3 +15,4 @@ mod remote;
 mod repatriate;
 mod spend;
 mod telemetry;
+mod workloads;

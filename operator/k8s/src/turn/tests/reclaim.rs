@@ -39,6 +39,8 @@ fn reclaim_cluster() -> crate::world::Inputs {
     Arc::make_mut(&mut borrower)
         .spec
         .template
+        .as_mut()
+        .unwrap()
         .spec
         .as_mut()
         .unwrap()

@@ -1,0 +1,247 @@
+//! Labelled workloads (`crate::workloads`): the GpuJob made for each, the workload held while
+//! it waits, run with the placement written into it, suspended again when its job moves on,
+//! and its end mirrored on its job.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::core::DynamicObject;
+use serde_json::{Value, json};
+use spillway_api::GpuJob;
+
+use super::fixtures::*;
+use crate::actions::{Action, StatusKind, WorkloadPatch};
+
+/// A labelled batch Job of queue `q`: `parallelism` pods of 4 GPUs.
+fn workload(name: &str, parallelism: u32, suspend: bool) -> Value {
+    json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": NS, "uid": format!("w-{name}"),
+                     "resourceVersion": "1", "labels": {"spillway.io/queue": "q"}},
+        "spec": {"parallelism": parallelism, "suspend": suspend,
+                 "template": {"spec": {"restartPolicy": "Never", "containers": [
+                     {"name": "main", "image": "trainer",
+                      "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}}},
+    })
+}
+
+fn dynamic(v: &Value) -> Arc<DynamicObject> {
+    Arc::new(serde_json::from_value(v.clone()).expect("a workload"))
+}
+
+fn applied(t: &crate::turn::Turn) -> Vec<GpuJob> {
+    t.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::ApplyWorkloadJob(j) => Some((**j).clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn patches(t: &crate::turn::Turn) -> Vec<WorkloadPatch> {
+    t.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::PatchWorkload(p) => Some((**p).clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The GpuJob as the API server would store it after the apply.
+fn stored(mut j: GpuJob) -> Arc<GpuJob> {
+    j.metadata.uid = Some("gj-uid".into());
+    j.metadata.generation = Some(1);
+    j.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        "2026-03-10T11:59:00Z".parse().unwrap(),
+    ));
+    Arc::new(j)
+}
+
+fn merge(a: &mut Value, b: &Value) {
+    match (a, b) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+        (a, b) => *a = b.clone(),
+    }
+}
+
+/// A pod the Job controller made from the placed template, on `node`.
+fn job_pod(w: &Value, i: u32, node: &str, phase: &str) -> Arc<Pod> {
+    let labels = w["spec"]["template"]["metadata"]["labels"].clone();
+    from(json!({
+        "metadata": {"name": format!("{}-{i}", w["metadata"]["name"].as_str().unwrap()),
+                     "namespace": NS, "uid": format!("pod-{i}"), "labels": labels,
+                     "creationTimestamp": "2026-03-10T12:00:05Z",
+                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
+                                          "name": w["metadata"]["name"], "uid": w["metadata"]["uid"],
+                                          "controller": true}]},
+        "spec": {"nodeName": node, "containers": [{"name": "main",
+                  "resources": {"limits": {"nvidia.com/gpu": "4"}}}]},
+        "status": {"phase": phase},
+    }))
+}
+
+#[test]
+fn a_labelled_job_is_held_then_run_where_its_job_was_placed_and_its_end_is_mirrored() {
+    let mut i = cluster();
+    i.nodes = vec![node("a", "onprem", 8)];
+    let mut w = workload("train", 2, true);
+    i.workloads = vec![dynamic(&w)];
+    let mut l = Loop::new();
+
+    // Its GpuJob is made; a suspended workload is left as it is.
+    let t = l.turn(&i, None, noon());
+    let made = applied(&t);
+    assert_eq!(made.len(), 1, "{:?}", kinds(&t));
+    assert_eq!(made[0].metadata.name.as_deref(), Some("job-train"));
+    assert_eq!(
+        (made[0].spec.replicas, made[0].spec.gpus_per_replica),
+        (2, 4)
+    );
+    assert!(patches(&t).is_empty());
+    // Not asked again while the cache does not show it yet.
+    let t = l.turn(&i, None, noon());
+    assert!(applied(&t).is_empty());
+
+    // The job fits: the workload is run with the placement, and no pod is made by Spillway.
+    i.jobs = vec![stored(made[0].clone())];
+    let t = l.turn(&i, None, noon() + minutes(1));
+    assert!(creates(&t).is_empty());
+    let p = patches(&t);
+    assert_eq!(p.len(), 1, "{:?}", kinds(&t));
+    assert_eq!(
+        (p[0].what, p[0].job.as_deref()),
+        ("run", Some("team/job-train"))
+    );
+    assert_eq!(p[0].patch["spec"]["suspend"], json!(false));
+    let st = status_of(&t, StatusKind::GpuJob, "job-train").expect("status");
+    assert_eq!(st["phase"], "Running");
+
+    // The Job controller makes its pods from the placed template: it runs, nothing is held.
+    merge(&mut w, &p[0].patch);
+    w["metadata"]["resourceVersion"] = json!("2");
+    i.workloads = vec![dynamic(&w)];
+    i.pods = vec![
+        job_pod(&w, 0, "a", "Running"),
+        job_pod(&w, 1, "a", "Running"),
+    ];
+    let t = l.turn(&i, None, noon() + minutes(2));
+    assert!(patches(&t).is_empty(), "{:?}", patches(&t));
+    assert!(
+        !t.actions
+            .iter()
+            .any(|a| matches!(a, Action::DeletePod { .. } | Action::EvictPod { .. })),
+        "{:?}",
+        kinds(&t)
+    );
+
+    // It completes: the end is mirrored on its GpuJob, which then reads Succeeded.
+    w["status"] = json!({"conditions": [{"type": "Complete", "status": "True",
+                                         "lastTransitionTime": "2026-03-10T12:30:00Z"}]});
+    w["metadata"]["resourceVersion"] = json!("3");
+    i.workloads = vec![dynamic(&w)];
+    i.pods = vec![
+        job_pod(&w, 0, "a", "Succeeded"),
+        job_pod(&w, 1, "a", "Succeeded"),
+    ];
+    let t = l.turn(&i, None, noon() + minutes(31));
+    let mirrored = applied(&t);
+    assert_eq!(mirrored.len(), 1, "{:?}", kinds(&t));
+    let mut gj = (*i.jobs[0]).clone();
+    gj.metadata.annotations = mirrored[0].metadata.annotations.clone();
+    gj.status = i.jobs[0].status.clone();
+    i.jobs = vec![Arc::new(gj)];
+    let t = l.turn(&i, None, noon() + minutes(32));
+    let st = status_of(&t, StatusKind::GpuJob, "job-train").expect("status");
+    assert_eq!(st["phase"], "Succeeded", "{st}");
+    assert_eq!(st["finishedAt"], "2026-03-10T12:30:00Z");
+}
+
+#[test]
+fn a_workload_that_runs_unplaced_is_suspended_once_and_a_bad_one_is_told_why() {
+    let mut i = cluster();
+    i.nodes = vec![node("a", "onprem", 8)];
+    // Created without the admission webhook: it runs before Spillway decided.
+    i.workloads = vec![dynamic(&workload("eager", 1, false))];
+    let mut l = Loop::new();
+    let t = l.turn(&i, None, noon());
+    assert_eq!(applied(&t).len(), 1);
+    let p = patches(&t);
+    assert_eq!(p.len(), 1);
+    assert_eq!(
+        (p[0].what, &p[0].patch),
+        ("suspend", &json!({"spec": {"suspend": true}}))
+    );
+    // The same version is not suspended twice.
+    let t = l.turn(&i, None, noon());
+    assert!(patches(&t).is_empty());
+
+    // A Job asking for no GPU gets no GpuJob, a Warning naming why, and is held.
+    let mut bad = workload("cpu", 1, false);
+    bad["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({});
+    i.workloads = vec![dynamic(&bad)];
+    let t = l.turn(&i, None, noon());
+    assert!(applied(&t).is_empty());
+    assert_eq!(patches(&t).len(), 1);
+    let warned = t.actions.iter().any(|a| {
+        matches!(a, Action::Publish(n)
+        if n.warning && n.reason == "WorkloadInvalid" && n.note.contains("nvidia.com/gpu")
+            && n.regarding.kind.as_deref() == Some("Job"))
+    });
+    assert!(warned, "{:?}", kinds(&t));
+    // Told once.
+    let t = l.turn(&i, None, noon() + minutes(1));
+    assert!(
+        !t.actions
+            .iter()
+            .any(|a| matches!(a, Action::Publish(n) if n.reason == "WorkloadInvalid"))
+    );
+}
+
+#[test]
+fn a_running_workload_whose_node_is_lost_is_suspended_and_its_job_requeued() {
+    let mut i = cluster();
+    i.nodes = vec![node("a", "onprem", 8), node("b", "onprem", 8)];
+    let mut w = workload("train", 1, true);
+    w["metadata"]["annotations"] = json!({"spillway.io/restartable": "true"});
+    i.workloads = vec![dynamic(&w)];
+    let mut l = Loop::new();
+    let t = l.turn(&i, None, noon());
+    i.jobs = vec![stored(applied(&t).remove(0))];
+    assert!(i.jobs[0].spec.restartable);
+    let t = l.turn(&i, None, noon() + minutes(1));
+    let run = patches(&t).remove(0);
+    merge(&mut w, &run.patch);
+    w["metadata"]["resourceVersion"] = json!("2");
+    i.workloads = vec![dynamic(&w)];
+    let node = run.patch["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+        ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"][0]
+        ["values"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    i.pods = vec![job_pod(&w, 0, &node, "Running")];
+    let mut gj = (*i.jobs[0]).clone();
+    gj.status =
+        status_of(&t, StatusKind::GpuJob, "job-train").map(|s| serde_json::from_value(s).unwrap());
+    i.jobs = vec![Arc::new(gj)];
+    let t = l.turn(&i, None, noon() + minutes(2));
+    assert!(patches(&t).is_empty());
+
+    // Its node goes: the job is requeued and the workload suspended (its pods would be made
+    // again on the lost node).
+    i.nodes
+        .retain(|n| n.metadata.name.as_deref() != Some(node.as_str()));
+    let t = l.turn(&i, None, noon() + minutes(3));
+    let p = patches(&t);
+    assert_eq!(p.len(), 1, "{:?}", kinds(&t));
+    assert_eq!(p[0].what, "suspend");
+    let st = status_of(&t, StatusKind::GpuJob, "job-train").expect("status");
+    assert_eq!(st["phase"], "Queued", "{st}");
+    assert_eq!(st["restarts"], 1);
+}

@@ -1,0 +1,291 @@
+//! The workloads' part of a turn ([`crate::workloads`]): the GpuJob that stands for each
+//! labelled workload made and kept in step with it (the workload's end mirrored on it); a
+//! workload that runs without its GpuJob's placement suspended (held: it was created without
+//! the admission webhook, or its job was requeued, preempted or moved); a start of such a
+//! GpuJob carried out by running the workload with the placement written into it.
+
+use std::sync::Arc;
+
+use crate::hashing::{HashMap, HashSet};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::ResourceExt;
+use kube::core::DynamicObject;
+use spillway_api::ComputePool;
+use spillway_api::job::JobPhase;
+use spillway_core as core;
+
+use super::State;
+use crate::actions::{Action, WorkloadPatch};
+use crate::workloads::{self as wl, WorkloadKind};
+use crate::world::{self, Inputs, JobView, Lifecycle};
+
+/// What the loop remembers of the workloads between turns.
+#[derive(Debug, Default)]
+pub(super) struct Kept {
+    /// This turn's labelled workloads by `namespace/Kind/name`.
+    index: HashMap<String, Arc<DynamicObject>>,
+    /// The GpuJob last applied for each job id, until the cache shows it.
+    sent: HashMap<String, serde_json::Value>,
+    /// The workload version (by uid) a suspension was last asked for.
+    suspended: HashMap<String, String>,
+    /// The last warning told about each workload (by uid).
+    warned: HashMap<String, String>,
+}
+
+fn key(namespace: &str, kind: &str, name: &str) -> String {
+    format!("{namespace}/{kind}/{name}")
+}
+
+fn reference(w: &DynamicObject) -> ObjectReference {
+    let t = w.types.clone().unwrap_or_default();
+    ObjectReference {
+        api_version: Some(t.api_version),
+        kind: Some(t.kind),
+        name: w.metadata.name.clone(),
+        namespace: w.metadata.namespace.clone(),
+        uid: w.metadata.uid.clone(),
+        resource_version: None,
+        field_path: None,
+    }
+}
+
+/// What of a GpuJob its workload decides: its spec and the workload's end.
+fn fingerprint(job: &spillway_api::GpuJob) -> serde_json::Value {
+    serde_json::json!({
+        "spec": job.spec,
+        "finished": job.annotations().get(wl::FINISHED_ANNOTATION),
+    })
+}
+
+impl State {
+    /// Indexes this turn's workloads (a start looks its workload up).
+    pub(super) fn index_workloads(&mut self, inputs: &Inputs) {
+        let index = &mut self.workloads.index;
+        index.clear();
+        for w in &inputs.workloads {
+            let (Some(t), Some(ns), Some(name)) = (
+                w.types.as_ref(),
+                w.metadata.namespace.as_deref(),
+                w.metadata.name.as_deref(),
+            ) else {
+                continue;
+            };
+            index.insert(key(ns, &t.kind, name), w.clone());
+        }
+    }
+
+    /// Each labelled workload's GpuJob made or kept in step; workloads that run unplaced held.
+    pub(super) fn workloads(&mut self, built: &world::Built, inputs: &Inputs) {
+        let mut live: HashSet<String> = HashSet::default();
+        for w in &inputs.workloads {
+            let Some(kind) = wl::kind_of(w) else { continue };
+            let (Some(ns), Some(name), Some(uid)) = (
+                w.metadata.namespace.clone(),
+                w.metadata.name.clone(),
+                w.metadata.uid.clone(),
+            ) else {
+                continue;
+            };
+            live.insert(uid.clone());
+            if w.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            // Outside --job-namespaces its GpuJob is made (and says it is Invalid there), but
+            // the workload is not touched: the operator may not patch it.
+            let managed = (inputs.job_namespaces.as_ref()).is_none_or(|m| m.contains(&ns));
+            let id = format!("{ns}/{}", wl::gpu_job_name(kind.kind(), &name));
+            let view = built.jobs.get(id.as_str()).map(|v| &**v);
+            if let Some(v) = view
+                && !wl::stands_for(&v.job, w)
+            {
+                self.warn_workload(
+                    w,
+                    "NameTaken",
+                    format!(
+                        "GpuJob {} exists and does not stand for this {}: the workload is held until one of them is renamed",
+                        v.job.name_any(),
+                        kind.kind()
+                    ),
+                );
+                if managed {
+                    self.hold(w, kind, None);
+                }
+                continue;
+            }
+            match wl::gpu_job_for(kind, w) {
+                Err(why) => {
+                    self.warn_workload(
+                        w,
+                        "WorkloadInvalid",
+                        format!("Spillway cannot queue it: {why}. It is held until it is fixed (or the {} label removed).", wl::QUEUE_LABEL),
+                    );
+                    if managed {
+                        self.hold(w, kind, None);
+                    }
+                    continue;
+                }
+                Ok(mut desired) => {
+                    self.workloads.warned.remove(&uid);
+                    if let Some(v) = view {
+                        let admitted = v
+                            .job
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.phase)
+                            .is_some_and(|p| p != JobPhase::Queued);
+                        if admitted {
+                            // Its queue and gang shape are fixed once admitted (the CRD's rule).
+                            desired.spec.queue = v.job.spec.queue.clone();
+                            desired.spec.replicas = v.job.spec.replicas;
+                            desired.spec.gpus_per_replica = v.job.spec.gpus_per_replica;
+                        }
+                    }
+                    let want = fingerprint(&desired);
+                    if view.is_some_and(|v| fingerprint(&v.job) == want) {
+                        self.workloads.sent.remove(&id);
+                    } else if self.workloads.sent.get(&id) != Some(&want) {
+                        self.workloads.sent.insert(id.clone(), want);
+                        self.emit(Action::ApplyWorkloadJob(Box::new(desired)));
+                    }
+                }
+            }
+            if managed {
+                self.hold(w, kind, view);
+            }
+        }
+        let k = &mut self.workloads;
+        k.suspended.retain(|u, _| live.contains(u));
+        k.warned.retain(|u, _| live.contains(u));
+        if !k.sent.is_empty() {
+            k.sent.retain(|id, _| {
+                let (ns, name) = id.split_once('/').unwrap_or_default();
+                k.index.values().any(|w| {
+                    w.metadata.namespace.as_deref() == Some(ns)
+                        && wl::kind_of(w).is_some_and(|kind| {
+                            wl::gpu_job_name(kind.kind(), &w.name_any()) == name
+                        })
+                })
+            });
+        }
+    }
+
+    /// Suspends `w` if it runs (unfinished, not suspended) without its job's placement: the
+    /// job (`view`) not started, or started at another attempt than the workload's template
+    /// says, or moved on this turn.
+    fn hold(&mut self, w: &DynamicObject, kind: &dyn WorkloadKind, view: Option<&JobView>) {
+        if kind.suspended(w) || kind.finished(w).is_some() {
+            return;
+        }
+        let placed = view.filter(|v| !self.moved_on(v)).is_some_and(|v| {
+            let uid = v.job.metadata.uid.as_deref().unwrap_or_default();
+            kind.placed_attempt(w, uid) == Some(v.attempt)
+                && (self.assumed.contains_key(&v.id)
+                    || matches!(v.lifecycle, Lifecycle::Running { .. }))
+        });
+        if placed {
+            return;
+        }
+        let uid = w.metadata.uid.clone().unwrap_or_default();
+        let version = w.metadata.resource_version.clone().unwrap_or_default();
+        if self.workloads.suspended.get(&uid) == Some(&version) {
+            return;
+        }
+        self.workloads.suspended.insert(uid, version);
+        tracing::info!(kind = kind.kind(), namespace = ?w.metadata.namespace, name = ?w.metadata.name, "suspending a workload that runs without Spillway's placement");
+        self.emit(Action::PatchWorkload(Box::new(WorkloadPatch {
+            api_version: wl::api_version_of(kind),
+            kind: kind.kind().into(),
+            namespace: w.metadata.namespace.clone().unwrap_or_default(),
+            name: w.name_any(),
+            what: "suspend",
+            patch: kind.suspend(),
+            job: None,
+        })));
+    }
+
+    fn warn_workload(&mut self, w: &DynamicObject, reason: &str, message: String) {
+        let uid = w.metadata.uid.clone().unwrap_or_default();
+        if self.workloads.warned.get(&uid) == Some(&message) {
+            return;
+        }
+        self.workloads.warned.insert(uid, message.clone());
+        self.publish(reference(w), true, reason, "Queue", message);
+    }
+
+    /// Carries out a start of `view`, a job standing for a workload: runs the workload with
+    /// the placement. Returns false (and the start is dropped) when it cannot.
+    pub(super) fn run_workload(
+        &mut self,
+        view: &JobView,
+        start: &core::Start,
+        pool: Option<&ComputePool>,
+    ) -> bool {
+        let Some(r) = view.job.spec.workload_ref.as_ref() else {
+            return false;
+        };
+        let ns = view.job.metadata.namespace.clone().unwrap_or_default();
+        let found = (self
+            .workloads
+            .index
+            .get(&key(&ns, &r.kind, &r.name))
+            .cloned())
+        .zip(wl::by_kind(&r.api_version, &r.kind));
+        let Some((w, kind)) = found else {
+            tracing::warn!(job = %view.id, workload = %r.name, "the workload of a start is not in the cache; deciding again");
+            self.assumed.remove(&view.id);
+            return false;
+        };
+        let placement = wl::Placement {
+            job: &view.job,
+            attempt: view.attempt,
+            pool,
+            nodes: &start.nodes,
+        };
+        match kind.run(&w, &placement) {
+            Ok(patch) => {
+                // A later hold of this version is a new decision, not this one repeated.
+                self.workloads
+                    .suspended
+                    .remove(w.metadata.uid.as_deref().unwrap_or_default());
+                self.emit(Action::PatchWorkload(Box::new(WorkloadPatch {
+                    api_version: r.api_version.clone(),
+                    kind: r.kind.clone(),
+                    namespace: ns,
+                    name: r.name.clone(),
+                    what: "run",
+                    patch,
+                    job: Some(view.id.clone()),
+                })));
+                true
+            }
+            Err(why) => {
+                tracing::warn!(job = %view.id, error = %why, "cannot run the workload; deciding again");
+                self.assumed.remove(&view.id);
+                false
+            }
+        }
+    }
+}
+
+impl State {
+    /// After a failed patch: a hold of that workload is asked again at the next turn.
+    pub(super) fn forget_workload_patch(&mut self, p: &WorkloadPatch) {
+        let ns = p.namespace.as_str();
+        if let Some(uid) = (self.workloads.index.get(&key(ns, &p.kind, &p.name)))
+            .and_then(|w| w.metadata.uid.clone())
+        {
+            self.workloads.suspended.remove(&uid);
+        }
+    }
+
+    /// After a failed apply: the GpuJob is applied again at the next turn.
+    pub(super) fn forget_workload_job(&mut self, job: &spillway_api::GpuJob) {
+        let id = format!(
+            "{}/{}",
+            job.metadata.namespace.as_deref().unwrap_or_default(),
+            job.metadata.name.as_deref().unwrap_or_default()
+        );
+        self.workloads.sent.remove(&id);
+    }
+}

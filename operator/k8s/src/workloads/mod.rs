@@ -1,0 +1,340 @@
+//! The workloads teams already have, queued and placed by Spillway with one label.
+//!
+//! A workload of a supported kind labelled `spillway.io/queue: <GpuQueue>` gets a GpuJob in its
+//! namespace that stands for it (`spec.workloadRef`, owned by the workload): the GpuJob is what
+//! the core decides about and what users read. The workload stays suspended until Spillway
+//! places it; it is then run with the placement written into its pod template (the chosen
+//! nodes, the pool's tolerations, and labels that tie its pods to the GpuJob), and suspended
+//! again when the GpuJob is requeued, preempted or moved.
+//!
+//! Every kind implements [`WorkloadKind`] (what Kueue's `GenericJob` interface does): the
+//! shape of its pods, whether it is suspended or finished, the patch that runs it with a
+//! placement and the one that suspends it. The turn (`turn/workloads.rs`) sees only the
+//! trait: adding a kind is one file here and its tests.
+
+mod annotations;
+mod batch_job;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use spillway_api::job::WorkloadRef;
+use spillway_api::{ComputePool, GpuJob, GpuJobSpec};
+
+use crate::labels;
+
+pub use batch_job::BatchJob;
+
+/// On a workload: the GpuQueue it is submitted to (the label that opts it in).
+pub const QUEUE_LABEL: &str = "spillway.io/queue";
+/// On a workload's GpuJob: how the workload finished, as its kind's controller says
+/// ([`Finished`] as JSON), mirrored by the operator so the job's view reads it.
+pub const FINISHED_ANNOTATION: &str = "spillway.io/workload-finished";
+
+/// What a workload's pods need: `replicas` pods of `gpus_per_replica` GPUs each, started
+/// together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    pub replicas: i32,
+    pub gpus_per_replica: i32,
+}
+
+/// How a workload finished, as its controller reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finished {
+    /// `Succeeded` or `Failed`.
+    pub outcome: String,
+    /// When (RFC 3339), when the workload says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+impl Finished {
+    pub fn succeeded(&self) -> bool {
+        self.outcome == "Succeeded"
+    }
+}
+
+/// Where Spillway runs a workload: the GpuJob that stands for it, its attempt, and the nodes
+/// (one per replica) of `pool` the core chose.
+#[derive(Clone, Copy, Debug)]
+pub struct Placement<'a> {
+    pub job: &'a GpuJob,
+    pub attempt: u32,
+    pub pool: Option<&'a ComputePool>,
+    pub nodes: &'a [String],
+}
+
+impl Placement<'_> {
+    /// The labels its pods carry: the GpuJob's name and uid, the attempt and the pool, by
+    /// which the operator counts them as the job's.
+    pub fn pod_labels(&self) -> BTreeMap<String, String> {
+        let mut l = BTreeMap::from([
+            (
+                labels::JOB_LABEL.to_string(),
+                self.job.metadata.name.clone().unwrap_or_default(),
+            ),
+            (
+                labels::JOB_UID_LABEL.to_string(),
+                self.job.metadata.uid.clone().unwrap_or_default(),
+            ),
+            (labels::ATTEMPT_LABEL.to_string(), self.attempt.to_string()),
+        ]);
+        if let Some(p) = self.pool.and_then(|p| p.metadata.name.clone()) {
+            l.insert(labels::POOL_LABEL.to_string(), p);
+        }
+        l
+    }
+}
+
+/// One kind of workload Spillway can hold and run.
+pub trait WorkloadKind: Send + Sync {
+    /// Its API group (`""` for the core group), version, kind and plural resource name.
+    fn group(&self) -> &'static str;
+    fn version(&self) -> &'static str;
+    fn kind(&self) -> &'static str;
+    fn plural(&self) -> &'static str;
+    /// The name the chart's `integrations` and `--integrations` use (Kueue's names).
+    fn integration(&self) -> &'static str;
+    /// Its pods' gang size and GPUs per pod, or why it cannot be run as written.
+    fn shape(&self, w: &DynamicObject) -> Result<Shape, String>;
+    /// Whether it is suspended (held).
+    fn suspended(&self, w: &DynamicObject) -> bool;
+    /// How it finished, once it has.
+    fn finished(&self, w: &DynamicObject) -> Option<Finished>;
+    /// The attempt of the GpuJob with uid `uid` its pod template is placed for, if any.
+    fn placed_attempt(&self, w: &DynamicObject, uid: &str) -> Option<u32>;
+    /// The merge patch that runs it with `placement`.
+    fn run(&self, w: &DynamicObject, placement: &Placement<'_>) -> Result<Value, String>;
+    /// The merge patch that suspends it.
+    fn suspend(&self) -> Value;
+}
+
+/// Every kind Spillway supports, in the order `--integrations` lists them.
+pub fn kinds() -> &'static [&'static dyn WorkloadKind] {
+    &[&BatchJob]
+}
+
+/// The kind named `integration` (`batch/job`, ...).
+pub fn by_integration(integration: &str) -> Option<&'static dyn WorkloadKind> {
+    kinds()
+        .iter()
+        .copied()
+        .find(|k| k.integration().eq_ignore_ascii_case(integration))
+}
+
+/// The kind of `api_version` and `kind`.
+pub fn by_kind(api_version: &str, kind: &str) -> Option<&'static dyn WorkloadKind> {
+    kinds()
+        .iter()
+        .copied()
+        .find(|k| api_version_of(*k) == api_version && k.kind() == kind)
+}
+
+/// The kind a cached workload is of.
+pub fn kind_of(w: &DynamicObject) -> Option<&'static dyn WorkloadKind> {
+    let t = w.types.as_ref()?;
+    by_kind(&t.api_version, &t.kind)
+}
+
+/// `group/version`, or `version` for the core group.
+pub fn api_version_of(k: &dyn WorkloadKind) -> String {
+    if k.group().is_empty() {
+        k.version().to_string()
+    } else {
+        format!("{}/{}", k.group(), k.version())
+    }
+}
+
+/// The API resource of kind `k`, for dynamic calls.
+pub fn api_resource(k: &dyn WorkloadKind) -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(k.group(), k.version(), k.kind()),
+        k.plural(),
+    )
+}
+
+/// The name of the GpuJob that stands for workload `name` of kind `kind`: `<kind>-<name>`,
+/// shortened with a hash of the name to 63 characters (its pods carry it as a label value).
+pub fn gpu_job_name(kind: &str, name: &str) -> String {
+    let full = format!("{}-{name}", kind.to_ascii_lowercase());
+    if full.len() <= 63 {
+        return full;
+    }
+    // FNV-1a: stable across releases and processes.
+    let hash = name.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    let mut head: String = full.chars().take(63 - 9).collect();
+    while head.ends_with(['-', '.']) {
+        head.pop();
+    }
+    format!("{head}-{hash:08x}")
+}
+
+/// The GpuJob that stands for `w` (of kind `k`): its queue from the label, its shape from the
+/// pod template, the rest of its spec from the `spillway.io/<field>` annotations
+/// (docs/workloads.md), and how the workload finished, once it has. Why it cannot be made,
+/// when it cannot.
+pub fn gpu_job_for(k: &dyn WorkloadKind, w: &DynamicObject) -> Result<GpuJob, String> {
+    let name = w.metadata.name.clone().unwrap_or_default();
+    let queue = w
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(QUEUE_LABEL))
+        .cloned()
+        .unwrap_or_default();
+    let shape = k.shape(w)?;
+    let mut spec = GpuJobSpec {
+        queue,
+        priority: 0,
+        replicas: shape.replicas,
+        gpus_per_replica: shape.gpus_per_replica,
+        gpu_models: Vec::new(),
+        datasets: Vec::new(),
+        restartable: false,
+        checkpoint_interval: None,
+        estimated_runtime: None,
+        max_runtime: None,
+        deadline: None,
+        max_hourly_cost: None,
+        requirements: None,
+        placement: Default::default(),
+        template: None,
+        workload_ref: Some(WorkloadRef {
+            api_version: api_version_of(k),
+            kind: k.kind().to_string(),
+            name: name.clone(),
+        }),
+    };
+    annotations::apply(w.metadata.annotations.as_ref(), &mut spec)?;
+    spillway_api::validate::gpu_job(&spec).map_err(|e| e.to_string())?;
+    let finished = k
+        .finished(w)
+        .map(|f| serde_json::to_string(&f).unwrap_or_default());
+    let mut job = GpuJob::new(&gpu_job_name(k.kind(), &name), spec);
+    job.metadata = ObjectMeta {
+        name: job.metadata.name.take(),
+        namespace: w.metadata.namespace.clone(),
+        owner_references: Some(vec![OwnerReference {
+            api_version: api_version_of(k),
+            kind: k.kind().to_string(),
+            name,
+            uid: w.metadata.uid.clone().unwrap_or_default(),
+            controller: Some(true),
+            block_owner_deletion: None,
+        }]),
+        annotations: finished.map(|f| BTreeMap::from([(FINISHED_ANNOTATION.to_string(), f)])),
+        ..ObjectMeta::default()
+    };
+    Ok(job)
+}
+
+/// How the workload a GpuJob stands for finished, as mirrored on it (none for a job with a
+/// template, or a workload still running).
+pub fn finished_of(job: &GpuJob) -> Option<Finished> {
+    job.spec.workload_ref.as_ref()?;
+    let raw = job
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(FINISHED_ANNOTATION)?;
+    serde_json::from_str(raw).ok()
+}
+
+/// Whether `job` stands for workload `w`: the workload owns it (by uid) and it names it.
+pub fn stands_for(job: &GpuJob, w: &DynamicObject) -> bool {
+    let uid = w.metadata.uid.as_deref().unwrap_or_default();
+    let named = job.spec.workload_ref.as_ref().is_some_and(|r| {
+        Some(&r.name) == w.metadata.name.as_ref()
+            && w.types
+                .as_ref()
+                .is_some_and(|t| t.kind == r.kind && t.api_version == r.api_version)
+    });
+    named
+        && job
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.uid == uid)
+}
+
+/// The kinds named by `integrations` whose API the cluster serves. An unknown name is an error
+/// (a misspelt setting); a kind the cluster does not serve (its controller and CRDs are not
+/// installed) is skipped with a log line, and its workloads are left alone.
+pub async fn served(
+    client: &kube::Client,
+    integrations: &[String],
+) -> Result<Vec<&'static dyn WorkloadKind>, crate::error::Error> {
+    let mut out = Vec::new();
+    for name in integrations {
+        let Some(kind) = by_integration(name) else {
+            return Err(crate::error::Error::Settings(format!(
+                "--integrations: unknown kind {name:?} (known: {})",
+                kinds()
+                    .iter()
+                    .map(|k| k.integration())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        };
+        let listed = match kind.group() {
+            "" => client.list_core_api_resources(kind.version()).await,
+            _ => client.list_api_group_resources(&api_version_of(kind)).await,
+        };
+        match listed {
+            Ok(list) if list.resources.iter().any(|r| r.name == kind.plural()) => out.push(kind),
+            Ok(_) | Err(kube::Error::Api(_)) => tracing::warn!(
+                integration = kind.integration(),
+                "the cluster does not serve {}/{} (is its controller installed?): its workloads are not managed",
+                api_version_of(kind),
+                kind.plural()
+            ),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(out)
+}
+
+/// Writes `job` (a workload's GpuJob) by server-side apply.
+pub async fn apply_gpu_job(client: &kube::Client, job: &GpuJob) -> Result<(), kube::Error> {
+    let api: kube::Api<GpuJob> = kube::Api::namespaced(
+        client.clone(),
+        job.metadata.namespace.as_deref().unwrap_or_default(),
+    );
+    let params = kube::api::PatchParams::apply(labels::FIELD_MANAGER).force();
+    let name = job.metadata.name.as_deref().unwrap_or_default();
+    api.patch(name, &params, &kube::api::Patch::Apply(job))
+        .await
+        .map(|_| ())
+}
+
+/// Carries out one workload patch.
+pub async fn patch(
+    client: &kube::Client,
+    p: &crate::actions::WorkloadPatch,
+) -> Result<(), kube::Error> {
+    let Some(kind) = by_kind(&p.api_version, &p.kind) else {
+        return Ok(());
+    };
+    let api: kube::Api<DynamicObject> =
+        kube::Api::namespaced_with(client.clone(), &p.namespace, &api_resource(kind));
+    let params = kube::api::PatchParams {
+        field_manager: Some(labels::FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    api.patch(&p.name, &params, &kube::api::Patch::Merge(&p.patch))
+        .await
+        .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,113 @@
+//! The life of a GpuJob that stands for a workload (`spec.workloadRef`): its workload's
+//! controller makes and replaces its pods, so a failed pod is that controller's to retry, and
+//! the job has finished when the workload says so (mirrored on the GpuJob,
+//! [`crate::workloads::FINISHED_ANNOTATION`]).
+
+use super::*;
+use crate::world::job::Clock;
+
+fn time_of(at: Option<&str>, clock: &mut Clock) -> Time {
+    at.and_then(|t| {
+        serde_json::from_value::<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>(
+            serde_json::Value::String(t.to_string()),
+        )
+        .ok()
+    })
+    .map(|t| millis(&t))
+    .unwrap_or_else(|| {
+        clock.used.now = true;
+        clock.at
+    })
+}
+
+/// The job's life, from the workload's mirrored end, its pods and what the controller assumed.
+pub(super) fn lifecycle(
+    job: &GpuJob,
+    attempt: u32,
+    replicas: u32,
+    pods: &[&Arc<Pod>],
+    assumed: Option<&Assumed>,
+    pool_of: &dyn Fn(&str) -> Option<String>,
+    clock: &mut Clock,
+) -> Lifecycle {
+    let status = job.status.as_ref();
+    if let Some(end) = crate::workloads::finished_of(job) {
+        let at = time_of(end.at.as_deref(), clock);
+        return if end.succeeded() {
+            Lifecycle::Succeeded { at }
+        } else {
+            Lifecycle::Failed {
+                at,
+                reason: "WorkloadFailed",
+                message: format!("Its workload failed: {}", end.message),
+            }
+        };
+    }
+    let this_attempt = status.and_then(|s| s.restarts).unwrap_or(0).max(0) as u32 == attempt;
+    let running_status = this_attempt && status.and_then(|s| s.phase) == Some(JobPhase::Running);
+    let known_start = status
+        .and_then(|s| s.started_at.as_ref())
+        .map(millis)
+        .or(assumed.map(|a| a.at))
+        .or_else(|| {
+            pods.iter()
+                .filter_map(|p| p.metadata.creation_timestamp.as_ref())
+                .map(millis)
+                .min()
+        });
+    if pods.is_empty() && assumed.is_none() && !running_status {
+        return Lifecycle::Pending;
+    }
+    let started_at = known_start.unwrap_or_else(|| {
+        clock.used.now = true;
+        clock.at
+    });
+    if let Some(max) = job
+        .spec
+        .max_runtime
+        .as_deref()
+        .and_then(|m| core::Duration::parse(m).ok())
+    {
+        let ends = started_at + max;
+        if ends > clock.at {
+            clock.used.until = Some(ends);
+        } else {
+            clock.used.now = true;
+            return Lifecycle::Failed {
+                at: clock.at,
+                reason: "MaxRuntimeExceeded",
+                message: format!("The job ran past its maxRuntime of {max} and was stopped."),
+            };
+        }
+    }
+    // Its replicas' nodes: those its pods (running or done) are on, then the ones the start
+    // chose (assumed, else written in its status) for pods not made yet.
+    let mut live: Vec<&Arc<Pod>> = (pods.iter().copied())
+        .filter(|p| pod_phase(p) != "Failed")
+        .collect();
+    live.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let mut nodes: Vec<String> = live.iter().filter_map(|p| pod_node(p)).collect();
+    let chosen = assumed
+        .map(|a| a.nodes.clone())
+        .or_else(|| status.filter(|_| this_attempt).map(|s| s.nodes.clone()))
+        .unwrap_or_default();
+    for n in chosen {
+        if nodes.len() >= replicas as usize {
+            break;
+        }
+        nodes.push(n);
+    }
+    nodes.truncate(replicas as usize);
+    let active: Vec<&&Arc<Pod>> = live.iter().filter(|p| pod_active(p)).collect();
+    let all_running =
+        live.len() >= replicas as usize && active.iter().all(|p| pod_phase(p) == "Running");
+    Lifecycle::Running {
+        pool: assumed
+            .map(|a| a.pool.clone())
+            .or_else(|| nodes.first().and_then(|n| pool_of(n)))
+            .or_else(|| status.and_then(|s| s.pool.clone())),
+        started_at,
+        all_running,
+        nodes,
+    }
+}
