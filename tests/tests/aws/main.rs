@@ -9,4 +9,5 @@ mod locality;
 mod repatriation;
 mod spend;
 mod telemetry;
+mod workloads;
 mod world;

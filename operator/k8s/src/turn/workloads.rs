@@ -88,7 +88,10 @@ impl State {
                 continue;
             };
             live.insert(uid.clone());
-            if w.metadata.deletion_timestamp.is_some() {
+            if w.metadata.deletion_timestamp.is_some()
+                || w.annotations().contains_key(wl::USER_SUSPENDED_ANNOTATION)
+            {
+                // Being deleted, or its user's until they lift their suspension.
                 continue;
             }
             // Outside --job-namespaces its GpuJob is made (and says it is Invalid there), but

@@ -9,6 +9,7 @@
 //! (cert-manager) writes the Secret and the `caBundle`, and the operator only reads it.
 
 pub mod certs;
+pub mod mutate;
 pub mod review;
 #[cfg(test)]
 mod serving_tests;
@@ -226,10 +227,20 @@ where
     B: hyper::body::Body<Data = Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    if req.method() != Method::POST || req.uri().path() != "/validate" {
+    let mutate = match req.uri().path() {
+        "/validate" => false,
+        "/mutate" => true,
+        _ => {
+            return respond(
+                StatusCode::NOT_FOUND,
+                br#"{"error":"POST /validate or /mutate"}"#.to_vec(),
+            );
+        }
+    };
+    if req.method() != Method::POST {
         return respond(
             StatusCode::NOT_FOUND,
-            br#"{"error":"POST /validate"}"#.to_vec(),
+            br#"{"error":"POST /validate or /mutate"}"#.to_vec(),
         );
     }
     let Ok(Ok(_turn)) = tokio::time::timeout(QUEUE_WAIT, at_once.acquire_owned()).await else {
@@ -264,7 +275,12 @@ where
             );
         }
     };
-    match answer(&body, &world) {
+    let answered = if mutate {
+        mutate::answer(&body)
+    } else {
+        answer(&body, &world)
+    };
+    match answered {
         Ok((out, (kind, result))) => {
             metrics.webhook_review(&kind, result);
             respond(StatusCode::OK, out)
@@ -398,32 +414,53 @@ async fn pass(client: &Client, config: &WebhookConfig, resolver: &Resolver) -> R
     }
 }
 
-/// Sets every webhook's `caBundle` of the configuration `name` to `bundle` (PEM), when it is
-/// not that already. A configuration that does not exist (yet) is left to be made.
+/// Sets every webhook's `caBundle` of the configurations named `name` (the validating one, and
+/// the mutating one that holds labelled workloads) to `bundle` (PEM), when it is not that
+/// already. A configuration that does not exist (yet) is left to be made.
 async fn set_ca_bundle(client: &Client, name: &str, bundle: &str) -> Result<(), String> {
-    let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    let Some(mut current) = api.get_opt(name).await.map_err(|e| e.to_string())? else {
-        tracing::warn!(configuration = %name, "ValidatingWebhookConfiguration not found; its caBundle is set once it exists");
-        return Ok(());
-    };
-    let want = k8s_openapi::ByteString(bundle.as_bytes().to_vec());
-    let mut hooks = current.webhooks.take().unwrap_or_default();
-    if hooks
-        .iter()
-        .all(|h| h.client_config.ca_bundle.as_ref() == Some(&want))
-    {
-        return Ok(());
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    let kinds = [
+        kube::core::ApiResource::erase::<ValidatingWebhookConfiguration>(&()),
+        kube::core::ApiResource::erase::<MutatingWebhookConfiguration>(&()),
+    ];
+    let want = base64_of(bundle.as_bytes());
+    for (i, resource) in kinds.iter().enumerate() {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), resource);
+        let Some(current) = api.get_opt(name).await.map_err(|e| e.to_string())? else {
+            if i == 0 {
+                tracing::warn!(configuration = %name, "ValidatingWebhookConfiguration not found; its caBundle is set once it exists");
+            }
+            continue;
+        };
+        let mut hooks = current.data["webhooks"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if hooks
+            .iter()
+            .all(|h| h["clientConfig"]["caBundle"].as_str() == Some(want.as_str()))
+        {
+            continue;
+        }
+        for h in &mut hooks {
+            h["clientConfig"]["caBundle"] = serde_json::Value::String(want.clone());
+        }
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": current.metadata.resource_version},
+            "webhooks": hooks,
+        });
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::info!(configuration = %name, kind = %resource.kind, "webhook caBundle updated");
     }
-    for h in &mut hooks {
-        h.client_config.ca_bundle = Some(want.clone());
-    }
-    let patch = serde_json::json!({
-        "metadata": {"resourceVersion": current.metadata.resource_version},
-        "webhooks": hooks,
-    });
-    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(|e| e.to_string())?;
-    tracing::info!(configuration = %name, "webhook caBundle updated");
     Ok(())
+}
+
+/// Standard base64 with padding, as the API serves a `caBundle`.
+fn base64_of(bytes: &[u8]) -> String {
+    serde_json::to_value(k8s_openapi::ByteString(bytes.to_vec()))
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default()
 }

@@ -125,4 +125,8 @@ impl WorkloadKind for BatchJob {
     fn suspend(&self) -> Value {
         json!({"spec": {"suspend": true}})
     }
+
+    fn hold_ops(&self) -> Vec<Value> {
+        vec![json!({"op": "add", "path": "/spec/suspend", "value": true})]
+    }
 }

@@ -34,6 +34,11 @@ pub const QUEUE_LABEL: &str = "spillway.io/queue";
 /// ([`Finished`] as JSON), mirrored by the operator so the job's view reads it.
 pub const FINISHED_ANNOTATION: &str = "spillway.io/workload-finished";
 
+/// On a workload: its user created it suspended, so it is theirs until they lift the suspension
+/// (the mutating webhook then holds it for Spillway and removes this); the operator leaves a
+/// workload carrying it alone.
+pub const USER_SUSPENDED_ANNOTATION: &str = "spillway.io/suspended-by-user";
+
 /// What a workload's pods need: `replicas` pods of `gpus_per_replica` GPUs each, started
 /// together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,6 +119,8 @@ pub trait WorkloadKind: Send + Sync {
     fn run(&self, w: &DynamicObject, placement: &Placement<'_>) -> Result<Value, String>;
     /// The merge patch that suspends it.
     fn suspend(&self) -> Value;
+    /// The JSON patch operations that hold it as it is admitted (the mutating webhook's).
+    fn hold_ops(&self) -> Vec<Value>;
 }
 
 /// Every kind Spillway supports, in the order `--integrations` lists them.

@@ -59,6 +59,10 @@ const RELEASE_KINDS: &[(&str, &str)] = &[
         "admissionregistration.k8s.io",
         "ValidatingWebhookConfiguration",
     ),
+    (
+        "admissionregistration.k8s.io",
+        "MutatingWebhookConfiguration",
+    ),
     ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"),
     (
         "admissionregistration.k8s.io",
@@ -369,6 +373,7 @@ async fn lifecycle(helm: Helm) {
         format!("Service {ns}/{fullname}-webhook"),
         format!("Secret {ns}/{fullname}-webhook-tls"),
         format!("ValidatingWebhookConfiguration /{fullname}"),
+        format!("MutatingWebhookConfiguration /{fullname}"),
         format!("ValidatingAdmissionPolicy /{fullname}-bootstrap-tokens"),
         format!("ValidatingAdmissionPolicyBinding /{fullname}-bootstrap-tokens"),
     ] {
@@ -477,6 +482,8 @@ async fn lifecycle(helm: Helm) {
     // grant on it).
     let configs: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
         Api::all(client.clone());
+    let mutating: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> =
+        Api::all(client.clone());
     eventually(WAIT, "the webhook's caBundle", || async {
         let tls = secrets_in(&client, &ns)
             .get(&format!("{fullname}-webhook-tls"))
@@ -497,8 +504,22 @@ async fn lifecycle(helm: Helm) {
             .first()
             .and_then(|h| h.client_config.ca_bundle.as_ref())
         {
+            Some(bundle) if bundle == ca => {}
+            other => return Err(format!("caBundle {:?}", other.map(|b| b.0.len()))),
+        }
+        // The mutating one that holds labelled Jobs (integrations) gets the same CA.
+        let hooks = mutating
+            .get(&fullname)
+            .await
+            .map_err(|e| e.to_string())?
+            .webhooks
+            .unwrap_or_default();
+        match hooks
+            .first()
+            .and_then(|h| h.client_config.ca_bundle.as_ref())
+        {
             Some(bundle) if bundle == ca => Ok(()),
-            other => Err(format!("caBundle {:?}", other.map(|b| b.0.len()))),
+            other => Err(format!("mutating caBundle {:?}", other.map(|b| b.0.len()))),
         }
     })
     .await;

@@ -10,7 +10,7 @@ mod privilege;
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use spillway_tests::helm::{Helm, chart_dir, text};
 
 /// `helm template` of the chart with `args`, as parsed objects.
@@ -355,6 +355,16 @@ fn the_default_render_is_hardened_and_least_privilege() {
             ["CREATE", "UPDATE"]
         );
         assert_eq!(hook["clientConfig"]["service"]["name"], "spillway-webhook");
+        // The mutating one (integrations): labelled batch Jobs only, at /mutate.
+        let hold = &one(&objects, "MutatingWebhookConfiguration", "spillway")["webhooks"][0];
+        assert_eq!(hold["clientConfig"]["service"]["path"], "/mutate");
+        assert_eq!(strings(&hold["rules"][0]["apiGroups"]), ["batch"]);
+        assert_eq!(strings(&hold["rules"][0]["resources"]), ["jobs"]);
+        assert_eq!(
+            hold["objectSelector"]["matchExpressions"][0],
+            json!({"key": "spillway.io/queue", "operator": "Exists"})
+        );
+        assert_eq!(hold["failurePolicy"], "Ignore");
         assert_eq!(
             one(&objects, "Service", "spillway-webhook")["spec"]["ports"][0]["targetPort"],
             "webhook"

@@ -1,0 +1,73 @@
+//! A labelled batch Job bursts: its GpuJob waits past its queue's maxWait, an instance is
+//! launched for it (moto), and the Job controller's pods land on the node that joined; the idle
+//! instance goes after the pool's idle timeout once the Job is deleted.
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use serde_json::json;
+use spillway_api::job::JobPhase;
+use spillway_tests::kubelet::RUN_SECONDS;
+use spillway_tests::operator::{eventually, serial};
+use spillway_tests::workload::WAIT;
+
+use crate::world::World;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_labelled_job_bursts_and_its_pods_land_on_the_instance_that_joined() {
+    let _turn = serial().await;
+    let w = World::new("aws-workload", json!({})).await;
+    let _machines = w.boot_machines(Some(Duration::from_secs(1)));
+    let op = w.operator().await;
+    w.fill_private_gpu().await;
+    let job: Job = serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "burst", "labels": {"spillway.io/queue": w.queue}},
+        "spec": {"suspend": true, "backoffLimit": 0, "template": {
+            "metadata": {"annotations": {RUN_SECONDS: "600"}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "trainer",
+                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}},
+    }))
+    .expect("a Job");
+    let jobs: Api<Job> = Api::namespaced(w.client.clone(), &w.ns);
+    jobs.create(&PostParams::default(), &job)
+        .await
+        .expect("create");
+
+    let gj = w.wait_phase("job-burst", JobPhase::Running).await;
+    let st = gj.status.unwrap_or_default();
+    assert_eq!(
+        st.environment,
+        Some(spillway_api::Environment::Cloud),
+        "{st:?}"
+    );
+    assert_eq!(st.pool.as_deref(), Some(w.aws_pool.as_str()));
+    let instances = w.instances().await;
+    assert_eq!(instances.len(), 1, "{instances:?}");
+    let (id, _, _, need) = instances[0].clone();
+    assert_eq!(need, format!("{}/job-burst#0", w.ns));
+    // The Job controller's pod runs on the node of the instance launched for it.
+    let pods: Api<Pod> = Api::namespaced(w.client.clone(), &w.ns);
+    eventually(WAIT, "the Job's pod on the burst node", || async {
+        let list = pods
+            .list(&ListParams::default().labels("spillway.io/job=job-burst"))
+            .await
+            .map_err(|e| e.to_string())?;
+        let on: Vec<_> = (list.items.iter())
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+            .collect();
+        (on == [id.clone()]).then_some(()).ok_or(format!("{on:?}"))
+    })
+    .await;
+
+    // Deleted, the Job takes its GpuJob with it, and the idle instance is terminated.
+    jobs.delete("burst", &DeleteParams::foreground())
+        .await
+        .expect("delete");
+    w.wait_terminated(&id).await;
+    op.stop().await.expect("clean stop");
+}
