@@ -196,11 +196,27 @@ where
 }
 
 /// Removes what earlier operator tests of this process left: the Nodes they registered, their
-/// cluster pools and the GpuJobs of their namespaces (`prefixes`). Operator tests take turns, so this is safe.
+/// cluster pools, the labelled batch Jobs (whose GpuJobs the operator would make again) and the
+/// GpuJobs of their namespaces (`prefixes`). Operator tests take turns, so this is safe.
 pub async fn clean_up_earlier_tests(client: &kube::Client, prefixes: &[&str]) {
+    use k8s_openapi::api::batch::v1::Job;
     use k8s_openapi::api::core::v1::Node;
     use kube::ResourceExt;
     use kube::api::{Api, DeleteParams, ListParams};
+    let jobs: Api<Job> = Api::all(client.clone());
+    if let Ok(list) = jobs
+        .list(&ListParams::default().labels("spillway.io/queue"))
+        .await
+    {
+        for j in list.items {
+            let ns = j.namespace().unwrap_or_default();
+            if prefixes.iter().any(|p| ns.starts_with(p)) {
+                let _ = Api::<Job>::namespaced(client.clone(), &ns)
+                    .delete(&j.name_any(), &DeleteParams::background())
+                    .await;
+            }
+        }
+    }
     let nodes: Api<Node> = Api::all(client.clone());
     for selector in ["spillway.test/pool", "spillway.io/instance-id"] {
         let _ = nodes

@@ -175,6 +175,11 @@ pub async fn run(
             queues: caches.queues.clone(),
             namespaces: caches.namespaces.clone(),
             jobs: caches.jobs.clone(),
+            pools: caches.pools.clone(),
+            pod_settings: webhook::pods::PodSettings {
+                identity: config.controller.identity.is_some(),
+                otlp_endpoint: config.controller.pod_otlp_endpoint.clone(),
+            },
         };
         tracing::info!(addr = %w.addr, secret = %format!("{}/{}", w.namespace, w.secret), self_signed = w.self_signed, "serving the admission webhook");
         tasks.0.push(tokio::spawn(webhook::serve(

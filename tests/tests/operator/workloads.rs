@@ -179,6 +179,15 @@ async fn the_webhook_holds_labelled_jobs_as_they_are_made_and_leaves_a_users_sus
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": w.ns}},
             "failurePolicy": "Ignore", "sideEffects": "None", "timeoutSeconds": 5,
             "admissionReviewVersions": ["v1"],
+        }, {
+            "name": "inject.spillway.io",
+            "clientConfig": {"url": format!("https://127.0.0.1:{port}/mutate")},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                       "operations": ["CREATE"], "resources": ["pods"]}],
+            "objectSelector": {"matchExpressions": [{"key": "spillway.io/job-uid", "operator": "Exists"}]},
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": w.ns}},
+            "failurePolicy": "Ignore", "sideEffects": "None", "timeoutSeconds": 5,
+            "admissionReviewVersions": ["v1"],
         }],
     }))
     .expect("configuration");
@@ -239,7 +248,28 @@ async fn the_webhook_holds_labelled_jobs_as_they_are_made_and_leaves_a_users_sus
     .await;
     w.wait_phase(&format!("job-{eager}"), JobPhase::Running)
         .await;
-    w.wait_pods_running(&format!("job-{eager}"), 1).await;
+    let pods = w.wait_pods_running(&format!("job-{eager}"), 1).await;
+    // Its pod, made by the Job controller, got the job's telemetry settings from the webhook
+    // (as a GpuJob's pods get them from Spillway).
+    let env: Vec<(String, Option<String>)> = pods[0].spec.as_ref().unwrap().containers[0]
+        .env
+        .iter()
+        .flatten()
+        .map(|e| (e.name.clone(), e.value.clone()))
+        .collect();
+    assert!(
+        env.contains(&("OTEL_SERVICE_NAME".into(), Some(format!("job-{eager}")))),
+        "{env:?}"
+    );
+    let attributes = env
+        .iter()
+        .find(|(n, _)| n == "OTEL_RESOURCE_ATTRIBUTES")
+        .and_then(|(_, v)| v.clone())
+        .unwrap_or_default();
+    assert!(
+        attributes.contains(&format!("spillway.pool={}", w.pool)),
+        "{attributes}"
+    );
 
     // One its user made suspended is marked theirs: no GpuJob, still suspended.
     jobs.create(
@@ -282,5 +312,102 @@ async fn the_webhook_holds_labelled_jobs_as_they_are_made_and_leaves_a_users_sus
         .delete(&name, &DeleteParams::default())
         .await
         .expect("delete the configuration");
+    op.stop().await.expect("stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quota_reclaim_suspends_a_restartable_job_and_it_resumes_once_the_gpus_are_free() {
+    let _turn = serial().await;
+    let w = World::new("op-workload-reclaim").await;
+    w.nodes(1, 8, Some("A100-80GB")).await;
+    let lender = format!("{}-team", w.ns);
+    w.create_queue(&lender, json!({"privateQuota": {"gpus": 8}}))
+        .await;
+    let op = RunningOperator::start(w.client.clone(), None)
+        .await
+        .expect("operator");
+    let jobs: Api<Job> = Api::namespaced(w.client.clone(), &w.ns);
+    let mut borrower = batch_job("borrow", Some(&w.queue), 1, 600, 8);
+    borrower
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert("spillway.io/restartable".into(), "true".into());
+    jobs.create(&PostParams::default(), &borrower)
+        .await
+        .expect("create");
+    w.wait_phase("job-borrow", JobPhase::Running).await;
+    w.wait_pods_running("job-borrow", 1).await;
+
+    // The team's job, within its quota, takes the GPUs back: the Job is suspended.
+    w.submit_to("mine", &lender, json!({"gpusPerReplica": 8}), Some(5))
+        .await;
+    eventually(WAIT, "the borrowing Job suspended", || async {
+        let j = jobs.get("borrow").await.map_err(|e| e.to_string())?;
+        let suspended = j.spec.and_then(|s| s.suspend) == Some(true);
+        let preempted = crate::world::condition(&w.job("job-borrow").await, "Preempted")
+            .is_some_and(|(s, _, _)| s == "True");
+        (suspended && preempted)
+            .then_some(())
+            .ok_or(format!("suspended {suspended}, preempted {preempted}"))
+    })
+    .await;
+    w.wait_phase("mine", JobPhase::Succeeded).await;
+
+    // Its GPUs free again, the Job resumes, as the GpuJob's next attempt.
+    let again = eventually(WAIT, "the Job to run again", || async {
+        let gj = w.job("job-borrow").await;
+        let st = gj.status.clone().unwrap_or_default();
+        (st.phase == Some(JobPhase::Running) && st.restarts.unwrap_or(0) >= 1)
+            .then_some(gj)
+            .ok_or(format!("{:?} after {:?} restarts", st.phase, st.restarts))
+    })
+    .await;
+    let pods = w.wait_pods_running("job-borrow", 1).await;
+    let attempt = again
+        .status
+        .unwrap_or_default()
+        .restarts
+        .unwrap_or(0)
+        .to_string();
+    assert_eq!(
+        pods[0].labels().get("spillway.io/attempt"),
+        Some(&attempt),
+        "the running pod is of the new attempt"
+    );
+    op.stop().await.expect("stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_restarted_while_a_job_is_held_runs_it_once() {
+    let _turn = serial().await;
+    let w = World::new("op-workload-restart").await;
+    w.nodes(1, 8, Some("A100-80GB")).await;
+    let op = RunningOperator::start(w.client.clone(), None)
+        .await
+        .expect("operator");
+    // A job holds the node for a few seconds; the labelled Job waits, held.
+    w.submit("filler", json!({"gpusPerReplica": 8}), Some(8))
+        .await;
+    w.wait_phase("filler", JobPhase::Running).await;
+    let jobs: Api<Job> = Api::namespaced(w.client.clone(), &w.ns);
+    jobs.create(
+        &PostParams::default(),
+        &batch_job("held", Some(&w.queue), 1, 600, 8),
+    )
+    .await
+    .expect("create");
+    w.wait_phase("job-held", JobPhase::Queued).await;
+    op.kill();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let op = RunningOperator::start(w.client.clone(), None)
+        .await
+        .expect("operator again");
+    // Still held until the filler ends; then it runs, once.
+    w.wait_phase("job-held", JobPhase::Running).await;
+    let pods = w.wait_pods_running("job-held", 1).await;
+    assert_eq!(pods.len(), 1);
+    let job = jobs.get("held").await.expect("held");
+    assert_eq!(job.status.and_then(|s| s.active), Some(1));
     op.stop().await.expect("stop");
 }

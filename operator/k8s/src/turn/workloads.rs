@@ -239,6 +239,12 @@ impl State {
             self.assumed.remove(&view.id);
             return false;
         };
+        if !kind.ready_to_run(&w) {
+            // Still running, or being suspended: placed again once its controller is done.
+            tracing::debug!(job = %view.id, "the workload is not ready to run yet; deciding again");
+            self.assumed.remove(&view.id);
+            return false;
+        }
         let placement = wl::Placement {
             job: &view.job,
             attempt: view.attempt,

@@ -10,6 +10,7 @@
 
 pub mod certs;
 pub mod mutate;
+pub mod pods;
 pub mod review;
 #[cfg(test)]
 mod serving_tests;
@@ -133,6 +134,29 @@ pub struct CacheLookup {
     pub queues: Store<DeserializeGuard<GpuQueue>>,
     pub namespaces: Store<Namespace>,
     pub jobs: Store<DeserializeGuard<GpuJob>>,
+    pub pools: Store<DeserializeGuard<spillway_api::ComputePool>>,
+    /// What the pods of labelled workloads get besides their job's ([`pods`]).
+    pub pod_settings: pods::PodSettings,
+}
+
+impl pods::PodLookup for CacheLookup {
+    fn job(&self, namespace: &str, name: &str) -> Option<Arc<GpuJob>> {
+        let j = self.jobs.get(&ObjectRef::new(name).within(namespace))?;
+        j.0.as_ref().ok().map(|j| Arc::new(j.clone()))
+    }
+
+    fn queue(&self, name: &str) -> Option<Arc<GpuQueue>> {
+        review::Lookup::queue(self, name)
+    }
+
+    fn pool(&self, name: &str) -> Option<Arc<spillway_api::ComputePool>> {
+        let p = self.pools.get(&ObjectRef::new(name))?;
+        p.0.as_ref().ok().map(|p| Arc::new(p.clone()))
+    }
+
+    fn settings(&self) -> &pods::PodSettings {
+        &self.pod_settings
+    }
 }
 
 impl review::Lookup for CacheLookup {
@@ -276,7 +300,7 @@ where
         }
     };
     let answered = if mutate {
-        mutate::answer(&body)
+        mutate::answer(&body, &world)
     } else {
         answer(&body, &world)
     };

@@ -58,8 +58,12 @@ pub fn ops(
     }
 }
 
-/// The answer to one AdmissionReview of `/mutate`.
-pub fn answer(body: &[u8]) -> Result<(Vec<u8>, Outcome), String> {
+/// The answer to one AdmissionReview of `/mutate`: a labelled workload held, or a pod of a
+/// workload's GpuJob given its identity and telemetry ([`super::pods`]).
+pub fn answer(
+    body: &[u8],
+    world: &dyn super::pods::PodLookup,
+) -> Result<(Vec<u8>, Outcome), String> {
     let review: AdmissionReview<DynamicObject> =
         serde_json::from_slice(body).map_err(|e| format!("not an AdmissionReview: {e}"))?;
     let request: AdmissionRequest<DynamicObject> = review
@@ -71,7 +75,23 @@ pub fn answer(body: &[u8]) -> Result<(Vec<u8>, Outcome), String> {
         "" => request.kind.version.clone(),
         g => format!("{g}/{}", request.kind.version),
     };
-    if let Some(kind) = wl::by_kind(&api_version, &request.kind.kind)
+    if api_version == "v1"
+        && request.kind.kind == "Pod"
+        && request.operation == Operation::Create
+        && let Some(object) = &request.object
+    {
+        let before = serde_json::to_value(object).map_err(|e| e.to_string())?;
+        let pod: k8s_openapi::api::core::v1::Pod =
+            serde_json::from_value(before.clone()).map_err(|e| format!("not a Pod: {e}"))?;
+        if let Some(mutated) = super::pods::mutate(&pod, world) {
+            let after = serde_json::to_value(&mutated).map_err(|e| e.to_string())?;
+            let patch = json_patch::diff(&before, &after);
+            if !patch.0.is_empty() {
+                response = response.with_patch(patch).map_err(|e| e.to_string())?;
+                result = "injected";
+            }
+        }
+    } else if let Some(kind) = wl::by_kind(&api_version, &request.kind.kind)
         && let Some(object) = &request.object
     {
         let to_json = |o: &DynamicObject| serde_json::to_value(o).unwrap_or_default();
@@ -92,7 +112,26 @@ pub fn answer(body: &[u8]) -> Result<(Vec<u8>, Outcome), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::webhook::pods::{PodLookup, PodSettings};
     use crate::workloads::BatchJob;
+
+    /// A cluster with no GpuJob, queue or pool.
+    struct NoPods(PodSettings);
+
+    impl PodLookup for NoPods {
+        fn job(&self, _: &str, _: &str) -> Option<std::sync::Arc<spillway_api::GpuJob>> {
+            None
+        }
+        fn queue(&self, _: &str) -> Option<std::sync::Arc<spillway_api::GpuQueue>> {
+            None
+        }
+        fn pool(&self, _: &str) -> Option<std::sync::Arc<spillway_api::ComputePool>> {
+            None
+        }
+        fn settings(&self) -> &PodSettings {
+            &self.0
+        }
+    }
 
     fn job(suspend: Option<bool>, annotations: Option<Value>) -> Value {
         let mut j = json!({"apiVersion": "batch/v1", "kind": "Job",
@@ -177,7 +216,8 @@ mod tests {
                 "userInfo": {"username": "alice"}, "object": job(None, None),
             },
         });
-        let (out, (kind, result)) = answer(&serde_json::to_vec(&review).unwrap()).unwrap();
+        let world = NoPods(Default::default());
+        let (out, (kind, result)) = answer(&serde_json::to_vec(&review).unwrap(), &world).unwrap();
         assert_eq!((kind.as_str(), result), ("Job", "held"));
         let out: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(out["response"]["allowed"], json!(true));

@@ -39,6 +39,8 @@ async fn webhook() -> (std::net::SocketAddr, tokio_rustls::TlsConnector) {
         queues: reflector::store().0,
         namespaces: reflector::store().0,
         jobs: reflector::store().0,
+        pools: reflector::store().0,
+        pod_settings: Default::default(),
     };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

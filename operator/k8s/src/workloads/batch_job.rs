@@ -74,6 +74,15 @@ impl WorkloadKind for BatchJob {
         w.data.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true)
     }
 
+    fn ready_to_run(&self, w: &DynamicObject) -> bool {
+        // The Job controller clears `startTime` once it has suspended the Job; until then the
+        // API server refuses a change of the template's scheduling directives.
+        self.suspended(w)
+            && w.data
+                .pointer("/status/startTime")
+                .is_none_or(Value::is_null)
+    }
+
     fn finished(&self, w: &DynamicObject) -> Option<Finished> {
         let conditions = w.data.pointer("/status/conditions")?.as_array()?;
         conditions.iter().find_map(|c| {

@@ -111,6 +111,9 @@ pub trait WorkloadKind: Send + Sync {
     fn shape(&self, w: &DynamicObject) -> Result<Shape, String>;
     /// Whether it is suspended (held).
     fn suspended(&self, w: &DynamicObject) -> bool;
+    /// Whether a run may be written now: it is suspended, and its controller has finished
+    /// suspending it (a placement written earlier would be refused).
+    fn ready_to_run(&self, w: &DynamicObject) -> bool;
     /// How it finished, once it has.
     fn finished(&self, w: &DynamicObject) -> Option<Finished>;
     /// The attempt of the GpuJob with uid `uid` its pod template is placed for, if any.

@@ -44,7 +44,6 @@ pub(super) fn lifecycle(
         };
     }
     let this_attempt = status.and_then(|s| s.restarts).unwrap_or(0).max(0) as u32 == attempt;
-    let running_status = this_attempt && status.and_then(|s| s.phase) == Some(JobPhase::Running);
     let known_start = status
         .and_then(|s| s.started_at.as_ref())
         .map(millis)
@@ -55,7 +54,10 @@ pub(super) fn lifecycle(
                 .map(millis)
                 .min()
         });
-    if pods.is_empty() && assumed.is_none() && !running_status {
+    // Not started until its controller made a pod from the placement: a run that did not
+    // land (refused, or the workload suspended again) leaves it waiting to be placed again,
+    // whatever its status says.
+    if pods.is_empty() && assumed.is_none() {
         return Lifecycle::Pending;
     }
     let started_at = known_start.unwrap_or_else(|| {

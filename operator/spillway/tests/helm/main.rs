@@ -365,6 +365,13 @@ fn the_default_render_is_hardened_and_least_privilege() {
             json!({"key": "spillway.io/queue", "operator": "Exists"})
         );
         assert_eq!(hold["failurePolicy"], "Ignore");
+        let inject = &one(&objects, "MutatingWebhookConfiguration", "spillway")["webhooks"][1];
+        assert_eq!(strings(&inject["rules"][0]["resources"]), ["pods"]);
+        assert_eq!(strings(&inject["rules"][0]["operations"]), ["CREATE"]);
+        assert_eq!(
+            inject["objectSelector"]["matchExpressions"][0],
+            json!({"key": "spillway.io/job-uid", "operator": "Exists"})
+        );
         assert_eq!(
             one(&objects, "Service", "spillway-webhook")["spec"]["ports"][0]["targetPort"],
             "webhook"

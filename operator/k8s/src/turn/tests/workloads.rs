@@ -245,3 +245,47 @@ fn a_running_workload_whose_node_is_lost_is_suspended_and_its_job_requeued() {
     assert_eq!(st["phase"], "Queued", "{st}");
     assert_eq!(st["restarts"], 1);
 }
+
+#[test]
+fn a_workload_is_run_only_once_its_controller_has_finished_suspending_it() {
+    let mut i = cluster();
+    i.nodes = vec![node("a", "onprem", 8)];
+    let mut l = Loop::new();
+    // Made running: held (the suspension is in flight), its GpuJob made.
+    let mut w = workload("eager", 1, false);
+    i.workloads = vec![dynamic(&w)];
+    let t = l.turn(&i, None, noon());
+    i.jobs = vec![stored(applied(&t).remove(0))];
+    // The cache still shows it running: its job is not run yet.
+    let t = l.turn(&i, None, noon() + minutes(1));
+    assert!(
+        patches(&t).iter().all(|p| p.what != "run"),
+        "{:?}",
+        patches(&t)
+    );
+    // Suspended, but the Job controller has not cleared its start time yet: still not run.
+    w["spec"]["suspend"] = json!(true);
+    w["status"] = json!({"startTime": "2026-03-10T11:59:30Z"});
+    w["metadata"]["resourceVersion"] = json!("2");
+    i.workloads = vec![dynamic(&w)];
+    let t = l.turn(&i, None, noon() + minutes(2));
+    assert!(
+        patches(&t).iter().all(|p| p.what != "run"),
+        "{:?}",
+        patches(&t)
+    );
+    let st = status_of(&t, StatusKind::GpuJob, "job-eager");
+    assert_ne!(
+        st.as_ref().map(|s| s["phase"].clone()),
+        Some(json!("Running"))
+    );
+    // Done suspending: run.
+    w["status"] = json!({});
+    w["metadata"]["resourceVersion"] = json!("3");
+    i.workloads = vec![dynamic(&w)];
+    let t = l.turn(&i, None, noon() + minutes(3));
+    assert_eq!(
+        patches(&t).iter().map(|p| p.what).collect::<Vec<_>>(),
+        ["run"]
+    );
+}
