@@ -160,6 +160,10 @@ pub fn job(j: &GpuJob, queued_at: core::Time) -> Result<core::Job, FieldErrors> 
             )),
             None => crate::portable::problem(spec.pod_spec()),
         },
+        kind: spec
+            .workload_ref
+            .as_ref()
+            .map_or_else(|| "GpuJob".to_string(), |w| w.kind.clone()),
         cloud_closed: None,
         queued_at,
         attempt: 0,

@@ -310,6 +310,9 @@ pub struct Job {
     /// What it requires of the GPUs' driver, CUDA, product and memory.
     pub requirements: crate::Requirements,
     pub labels: BTreeMap<String, String>,
+    /// What it runs: `GpuJob` (the pods of its template), else the kind of the workload it
+    /// stands for (`Job`, ...).
+    pub kind: String,
     /// Why its pods cannot run in another cluster (its template names Secrets, tokens or host
     /// paths of this one), when they cannot: cluster pools are not for it.
     pub not_portable: Option<String>,
@@ -350,6 +353,7 @@ impl Job {
             requirements: crate::Requirements::default(),
             labels: BTreeMap::new(),
             not_portable: None,
+            kind: "GpuJob".into(),
             cloud_closed: None,
             queued_at,
             attempt: 0,

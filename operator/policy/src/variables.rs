@@ -94,6 +94,11 @@ pub const VARIABLES: &[Variable] = &[
                 "`spec.requirements`: `minDriverVersion` and `minCudaVersion` (string), `gpuProducts` (list(string)), `minGpuMemoryGiB` (int), each absent when not set",
             ),
             f("labels", "map(string, string)", "the GpuJob's labels"),
+            f(
+                "kind",
+                "string",
+                "`GpuJob`, or the kind of the workload it stands for (`Job`; docs/workloads.md)",
+            ),
         ],
     },
     Variable {

@@ -29,7 +29,7 @@ use crate::reads::{Fields, Reads, Var};
 type V<'a> = Box<dyn Val + 'a>;
 
 /// The fields of `job`, in the order `variables::VARIABLES` lists them.
-pub(crate) const JOB_FIELDS: [&str; 16] = [
+pub(crate) const JOB_FIELDS: [&str; 17] = [
     "name",
     "namespace",
     "queue",
@@ -46,6 +46,7 @@ pub(crate) const JOB_FIELDS: [&str; 16] = [
     "maxHourlyCost",
     "requirements",
     "labels",
+    "kind",
 ];
 
 pub(crate) const QUEUE_FIELDS: [&str; 10] = [
@@ -240,6 +241,7 @@ fn job_field<'a>(ctx: &PolicyContext<'a>, field: &str) -> Option<V<'a>> {
             ])
         }
         "labels" => map(job.labels.iter().map(|(k, v)| (k.as_str(), Some(s(v))))),
+        "kind" => s(&job.kind),
         _ => return None,
     })
 }

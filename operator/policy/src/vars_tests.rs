@@ -35,6 +35,7 @@ struct JobView<'a> {
     max_hourly_cost: Option<f64>,
     requirements: RequirementsView,
     labels: &'a BTreeMap<String, String>,
+    kind: &'a str,
 }
 
 #[derive(Serialize)]
@@ -138,6 +139,7 @@ fn reference(
             min_gpu_memory_gib: job.requirements.min_gpu_memory_gib.map(u64::from),
         },
         labels: &job.labels,
+        kind: &job.kind,
     };
     let q = ctx.queue_state;
     let queue = QueueView {
@@ -308,6 +310,7 @@ fn jobs() -> Vec<(Job, Queue)> {
         ("team".to_string(), "vision".to_string()),
         ("tier".to_string(), "gold".to_string()),
     ]);
+    full.kind = "Job".into();
     let q = Queue::new("research");
     let mut budgeted = Queue::new("research");
     budgeted.budget_hourly_usd = Some(30.0);
@@ -390,6 +393,7 @@ fn pruned_variables_give_every_rule_the_same_result() {
         m.policies.into_iter().map(|p| p.object).collect();
     let extra = [
         ("select", "job.labels['team'] == 'a' || job.priority > 5"),
+        ("kind", "job.kind == 'Job' && job.totalGpus > 0u"),
         (
             "index",
             "job['queue'] == 'research' && queue['pendingJobs'] >= 0u",
