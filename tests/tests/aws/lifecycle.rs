@@ -303,7 +303,7 @@ async fn a_gang_that_lost_an_instance_before_starting_launches_again() {
     // Machines boot from now on (once EC2 says the lost one is going, so no machine boots for
     // it): the instance left joins, and is not enough.
     w.wait_terminated(&first[0]).await;
-    let _machines = w.boot_machines(Some(Duration::from_secs(1)));
+    let _machines = w.boot_machines(Some(Duration::from_secs(3)));
     let need1 = format!("{}/pair#1", w.ns);
     let running = eventually(
         Duration::from_secs(150),

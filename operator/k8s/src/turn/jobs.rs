@@ -180,8 +180,11 @@ impl State {
         }
         let mut last_pool: Option<(&str, Option<&Arc<ComputePool>>)> = None;
         for view in built.jobs.values() {
-            for pod in &view.surplus_pods {
-                self.delete_pod(pod);
+            // A workload's pods are its controller's to delete (it is suspended when they must go).
+            if view.job.spec.workload_ref.is_none() {
+                for pod in &view.surplus_pods {
+                    self.delete_pod(pod);
+                }
             }
             self.keep_trace_context(view);
             if self.moved_on(view) {
@@ -371,6 +374,11 @@ impl State {
 
     /// Evicts the job's live pods of its current attempt, each given `grace_seconds` to stop.
     pub(super) fn evict_pods(&mut self, view: &JobView, grace_seconds: i64) {
+        if view.job.spec.workload_ref.is_some() {
+            // Its workload is suspended instead (`turn/workloads.rs`): its controller deletes
+            // the pods without counting them as failures, as a deletion by anyone else would.
+            return;
+        }
         for pod in &view.pods {
             let Some(uid) = pod.metadata.uid.clone() else {
                 continue;

@@ -241,6 +241,14 @@ fn a_running_workload_whose_node_is_lost_is_suspended_and_its_job_requeued() {
     let p = patches(&t);
     assert_eq!(p.len(), 1, "{:?}", kinds(&t));
     assert_eq!(p[0].what, "suspend");
+    // Its pods are left to the Job controller (a pod deleted by anyone else counts as failed).
+    assert!(
+        !t.actions
+            .iter()
+            .any(|a| matches!(a, Action::DeletePod { .. } | Action::EvictPod { .. })),
+        "{:?}",
+        kinds(&t)
+    );
     let st = status_of(&t, StatusKind::GpuJob, "job-train").expect("status");
     assert_eq!(st["phase"], "Queued", "{st}");
     assert_eq!(st["restarts"], 1);
