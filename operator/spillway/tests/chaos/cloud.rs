@@ -256,6 +256,7 @@ async fn cloud_world(
             nodes: 1,
             sizes: &[1, 4],
             restricted_every: 4,
+            cloud_only_every: 4,
         },
     )
     .await;

@@ -205,6 +205,9 @@ struct Shape {
     sizes: &'static [u32],
     /// Jobs whose index is a multiple of this (not 0) read the dataset `restricted`.
     restricted_every: usize,
+    /// Jobs whose index is one more than a multiple of this (0: none) are `CloudOnly`, so a
+    /// cloud scenario bursts whatever the seed (its private node may otherwise finish them all).
+    cloud_only_every: usize,
 }
 
 impl Shape {
@@ -215,6 +218,7 @@ impl Shape {
             nodes: NODES,
             sizes: &[1, 2, 4, 8],
             restricted_every: 0,
+            cloud_only_every: 0,
         }
     }
 }
@@ -280,6 +284,11 @@ impl Scenario {
             let r = 1 + rng.below(2) as u32;
             let seconds = 1 + rng.below(5);
             let reads = shape.restricted_every > 0 && i % shape.restricted_every == 0;
+            let placement = if shape.cloud_only_every > 0 && i % shape.cloud_only_every == 1 {
+                "CloudOnly"
+            } else {
+                "Auto"
+            };
             let datasets: Vec<String> = reads
                 .then(|| format!("{label}-restricted"))
                 .into_iter()
@@ -289,6 +298,7 @@ impl Scenario {
                 "metadata": {"name": name, "namespace": ns},
                 "spec": {"queue": label, "replicas": r, "gpusPerReplica": gpus,
                          "restartable": shape.restartable, "datasets": datasets,
+                         "placement": placement,
                          "template": {
                              "metadata": {"annotations": {RUN_SECONDS: seconds.to_string()}},
                              "spec": {"containers": [{"name": "c", "image": "x"}]}}},

@@ -135,6 +135,7 @@ async fn soak_keeps_memory_caches_and_cycles_flat() {
         nodes: 4,
         sizes: &[1, 2, 4],
         restricted_every: 0,
+        cloud_only_every: 0,
     };
     let mut world = Scenario::build("soak", &mut rng, shape).await;
     let addr = std::net::TcpListener::bind("127.0.0.1:0")
