@@ -13,6 +13,7 @@
 //! - [`moto::MotoServer`]: moto's EC2-compatible HTTP server, which the real AWS SDK talks to.
 //! - [`workload`]: GpuJobs as the end-to-end tests submit and wait for them.
 //! - [`otlp`]: a real OTLP/gRPC receiver and the operator's telemetry pointed at it.
+//! - [`jobset::JobSetController`]: the real JobSet controller, built from its Go module.
 //! - [`helm::Helm`]: real Helm 3 and Helm 4 binaries (with kubectl), each with isolated homes.
 //! - [`apifaults::ApiFaults`]: an HTTPS proxy in front of the API server that answers 429 or
 //!   500 for a while.
@@ -31,6 +32,7 @@ pub mod browser;
 pub mod cluster;
 pub mod faults;
 pub mod helm;
+pub mod jobset;
 pub mod kubelet;
 pub mod machines;
 pub mod moto;

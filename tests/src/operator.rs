@@ -196,7 +196,7 @@ where
 }
 
 /// Removes what earlier operator tests of this process left: the Nodes they registered, their
-/// cluster pools, the labelled batch Jobs (whose GpuJobs the operator would make again) and the
+/// cluster pools, the labelled batch Jobs and JobSets (whose GpuJobs the operator would make again) and the
 /// GpuJobs of their namespaces (`prefixes`). Operator tests take turns, so this is safe.
 pub async fn clean_up_earlier_tests(client: &kube::Client, prefixes: &[&str]) {
     use k8s_openapi::api::batch::v1::Job;
@@ -214,6 +214,29 @@ pub async fn clean_up_earlier_tests(client: &kube::Client, prefixes: &[&str]) {
                 let _ = Api::<Job>::namespaced(client.clone(), &ns)
                     .delete(&j.name_any(), &DeleteParams::background())
                     .await;
+            }
+        }
+    }
+    // Labelled JobSets, where the JobSet CRD is installed.
+    let jobsets = kube::core::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("jobset.x-k8s.io", "v1alpha2", "JobSet"),
+        "jobsets",
+    );
+    let all_jobsets: Api<kube::core::DynamicObject> = Api::all_with(client.clone(), &jobsets);
+    if let Ok(list) = all_jobsets
+        .list(&ListParams::default().labels("spillway.io/queue"))
+        .await
+    {
+        for j in list.items {
+            let ns = j.namespace().unwrap_or_default();
+            if prefixes.iter().any(|p| ns.starts_with(p)) {
+                let _ = Api::<kube::core::DynamicObject>::namespaced_with(
+                    client.clone(),
+                    &ns,
+                    &jobsets,
+                )
+                .delete(&j.name_any(), &DeleteParams::background())
+                .await;
             }
         }
     }

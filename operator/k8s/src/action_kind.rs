@@ -24,6 +24,7 @@ pub enum ActionKind {
     Annotate,
     ApplyWorkloadJob,
     PatchWorkload,
+    PinPod,
     Span,
 }
 
@@ -50,6 +51,7 @@ impl ActionKind {
             ActionKind::Annotate => "annotate",
             ActionKind::ApplyWorkloadJob => "apply_workload_job",
             ActionKind::PatchWorkload => "patch_workload",
+            ActionKind::PinPod => "pin_pod",
             ActionKind::Span => "span",
         }
     }

@@ -228,6 +228,15 @@ pub enum Action {
     /// Runs or suspends a workload (a labelled Job, ...) by merge patch; gone already is done.
     /// A failed run drops the start's assumption of `job` (its GpuJob), so it is decided again.
     PatchWorkload(Box<WorkloadPatch>),
+    /// Pins a workload's pod made without the admission webhook, held by the placement gate,
+    /// to its placement's nodes and lifts the gate: a merge patch written only over version
+    /// `resource_version` (a pod changed or gone meanwhile is left to the next turn).
+    PinPod {
+        namespace: String,
+        name: String,
+        resource_version: String,
+        patch: serde_json::Value,
+    },
     /// Sets one annotation of a GpuJob (its trace context), by merge patch.
     Annotate {
         namespace: String,
@@ -260,6 +269,7 @@ impl Action {
             Action::Annotate { .. } => ActionKind::Annotate,
             Action::ApplyWorkloadJob(_) => ActionKind::ApplyWorkloadJob,
             Action::PatchWorkload(_) => ActionKind::PatchWorkload,
+            Action::PinPod { .. } => ActionKind::PinPod,
             Action::Span(_) => ActionKind::Span,
         }
     }
@@ -280,6 +290,9 @@ impl Action {
                 namespace, name, ..
             }
             | Action::EvictPod {
+                namespace, name, ..
+            }
+            | Action::PinPod {
                 namespace, name, ..
             } => Key::new("Pod", format!("{namespace}/{name}")),
             Action::CreateRemotePod { pool, pod, .. } => Key::new(

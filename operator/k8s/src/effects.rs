@@ -521,6 +521,22 @@ impl Effects for KubeEffects {
                     let r = crate::workloads::patch(&self.client, p).await;
                     self.wrote("workload", r, &[404])
                 }
+                Action::PinPod {
+                    namespace,
+                    name,
+                    patch,
+                    ..
+                } => {
+                    let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+                    fence.check()?;
+                    let params = PatchParams {
+                        field_manager: Some(crate::labels::FIELD_MANAGER.into()),
+                        ..PatchParams::default()
+                    };
+                    let r = api.patch(name, &params, &Patch::Merge(patch)).await;
+                    // Gone, or changed since it was read (the next turn reads it again).
+                    self.wrote("pod_pin", r, &[404, 409])
+                }
                 Action::Annotate {
                     namespace,
                     name,

@@ -2,6 +2,7 @@
 
 mod admission;
 mod identity;
+mod jobsets;
 mod leadership;
 mod lifecycle;
 mod placement;

@@ -470,6 +470,12 @@ impl State {
                 self.annotated.remove(&format!("{namespace}/{name}"));
                 Vec::new()
             }
+            Action::PinPod {
+                namespace, name, ..
+            } => {
+                self.forget_pin(namespace, name);
+                Vec::new()
+            }
             Action::Terminate { instance, node, .. } => {
                 self.retiring.remove(&format!("instance/{instance}"));
                 if let Some(node) = node {

@@ -31,6 +31,8 @@ pub(super) struct Kept {
     suspended: HashMap<String, String>,
     /// The last warning told about each workload (by uid).
     warned: HashMap<String, String>,
+    /// The version of each gated pod (by `namespace/name`) a pin was last asked for.
+    pinned: HashMap<String, String>,
 }
 
 fn key(namespace: &str, kind: &str, name: &str) -> String {
@@ -157,6 +159,7 @@ impl State {
                 self.hold(w, kind, view);
             }
         }
+        self.pin_gated_pods(built);
         let k = &mut self.workloads;
         k.suspended.retain(|u, _| live.contains(u));
         k.warned.retain(|u, _| live.contains(u));
@@ -278,6 +281,52 @@ impl State {
 }
 
 impl State {
+    /// Pins the pods of running workload jobs that are still held by the placement gate (made
+    /// while the admission webhook was not called: it was down and fails open) to their
+    /// placement's nodes, lifting the gate.
+    fn pin_gated_pods(&mut self, built: &world::Built) {
+        let mut seen: HashSet<String> = HashSet::default();
+        for v in built.jobs.values() {
+            if v.job.spec.workload_ref.is_none() {
+                continue;
+            }
+            for pod in &v.pods {
+                let mut pinned = (**pod).clone();
+                if !wl::pin_gated_pod(&mut pinned) {
+                    continue;
+                }
+                let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+                let id = format!("{ns}/{name}");
+                let version = pod.metadata.resource_version.clone().unwrap_or_default();
+                seen.insert(id.clone());
+                if self.workloads.pinned.get(&id) == Some(&version) {
+                    continue;
+                }
+                self.workloads.pinned.insert(id, version.clone());
+                let spec = pinned.spec.unwrap_or_default();
+                tracing::info!(job = %v.id, pod = %name, "pinning a workload's pod made without the admission webhook to its placement");
+                self.emit(Action::PinPod {
+                    namespace: ns,
+                    name,
+                    resource_version: version.clone(),
+                    patch: serde_json::json!({
+                        "metadata": {"resourceVersion": version},
+                        "spec": {
+                            "schedulingGates": spec.scheduling_gates.unwrap_or_default(),
+                            "affinity": spec.affinity,
+                        },
+                    }),
+                });
+            }
+        }
+        self.workloads.pinned.retain(|id, _| seen.contains(id));
+    }
+
+    /// After a failed pin: asked again at the next turn.
+    pub(super) fn forget_pin(&mut self, namespace: &str, name: &str) {
+        self.workloads.pinned.remove(&format!("{namespace}/{name}"));
+    }
+
     /// After a failed patch: a hold of that workload is asked again at the next turn.
     pub(super) fn forget_workload_patch(&mut self, p: &WorkloadPatch) {
         let ns = p.namespace.as_str();

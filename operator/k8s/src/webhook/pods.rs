@@ -39,21 +39,21 @@ fn job_of(pod: &Pod, world: &dyn PodLookup) -> Option<Arc<GpuJob>> {
     let namespace = pod.metadata.namespace.as_deref()?;
     let job = world.job(namespace, name)?;
     let workload = job.spec.workload_ref.as_ref()?;
-    let controlled = pod
-        .owner_references()
-        .iter()
-        .any(|o| o.controller == Some(true) && o.kind == workload.kind && o.name == workload.name);
+    let kind = crate::workloads::by_kind(&workload.api_version, &workload.kind)?;
+    let controlled = kind.controls_pod(pod, &workload.name);
     (job.metadata.uid.as_deref() == Some(uid.as_str()) && controlled).then_some(job)
 }
 
-/// `pod` with its job's identity and telemetry added; `None` when it is not a workload's pod
-/// of a GpuJob (it is left as it is).
+/// `pod` with its job's identity and telemetry added, and pinned to its placement's nodes when
+/// its template holds it for that ([`crate::workloads::pin_gated_pod`]); `None` when it is not
+/// a workload's pod of a GpuJob (it is left as it is).
 pub fn mutate(pod: &Pod, world: &dyn PodLookup) -> Option<Pod> {
     let job = job_of(pod, world)?;
     let queue = world.queue(&job.spec.queue);
     let pool_name = pod.labels().get(labels::POOL_LABEL).cloned();
     let pool = pool_name.as_deref().and_then(|p| world.pool(p));
     let mut out = pod.clone();
+    crate::workloads::pin_gated_pod(&mut out);
     if world.settings().identity {
         let id = pods::PodIdentity {
             secret: identity::TOKENS_SECRET.into(),
@@ -224,5 +224,77 @@ mod tests {
         let out = mutate(&pod("gj-uid", "train"), &w).expect("mutated");
         assert!(!env(&out).contains_key("SPILLWAY_IDENTITY_TOKEN_FILE"));
         assert!(env(&out).contains_key("OTEL_SERVICE_NAME"));
+    }
+
+    #[test]
+    fn a_jobsets_gated_pod_is_pinned_to_its_nodes_and_ungated() {
+        let mut w = world();
+        let mut job = (*w.jobs[&("ml".to_string(), "job-train".to_string())]).clone();
+        job.spec.workload_ref = Some(spillway_api::job::WorkloadRef {
+            api_version: "jobset.x-k8s.io/v1alpha2".into(),
+            kind: "JobSet".into(),
+            name: "train".into(),
+        });
+        w.jobs
+            .insert(("ml".into(), "job-train".into()), Arc::new(job));
+        // Made by a Job of the JobSet (not by the JobSet itself), gated with its nodes.
+        let mut p = pod("gj-uid", "train-workers-0");
+        let labels = p.metadata.labels.as_mut().unwrap();
+        labels.insert(crate::workloads::JOBSET_NAME_LABEL.into(), "train".into());
+        p.metadata.annotations = Some(
+            [(
+                crate::workloads::NODES_ANNOTATION.to_string(),
+                "gpu-b,gpu-a".to_string(),
+            )]
+            .into(),
+        );
+        p.spec.as_mut().unwrap().scheduling_gates = Some(vec![
+            k8s_openapi::api::core::v1::PodSchedulingGate {
+                name: crate::workloads::PLACEMENT_GATE.into(),
+            },
+            k8s_openapi::api::core::v1::PodSchedulingGate {
+                name: "example.com/other".into(),
+            },
+        ]);
+        let out = mutate(&p, &w).expect("mutated");
+        let spec = out.spec.as_ref().unwrap();
+        let gates: Vec<&str> = spec
+            .scheduling_gates
+            .iter()
+            .flatten()
+            .map(|g| g.name.as_str())
+            .collect();
+        assert_eq!(
+            gates,
+            ["example.com/other"],
+            "only Spillway's gate is lifted"
+        );
+        let terms = &spec
+            .affinity
+            .as_ref()
+            .unwrap()
+            .node_affinity
+            .as_ref()
+            .unwrap()
+            .required_during_scheduling_ignored_during_execution
+            .as_ref()
+            .unwrap()
+            .node_selector_terms;
+        let fields = terms[0].match_fields.as_ref().unwrap();
+        assert_eq!(fields[0].key, "metadata.name");
+        assert_eq!(
+            fields[0].values.as_deref(),
+            Some(&["gpu-a".to_string(), "gpu-b".to_string()][..])
+        );
+        assert!(env(&out).contains_key("OTEL_SERVICE_NAME"));
+        // A pod of another JobSet claiming the job is left alone.
+        let mut stranger = p.clone();
+        stranger
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(crate::workloads::JOBSET_NAME_LABEL.into(), "other".into());
+        assert!(mutate(&stranger, &w).is_none());
     }
 }

@@ -14,6 +14,7 @@
 
 mod annotations;
 mod batch_job;
+mod jobset;
 
 use std::collections::BTreeMap;
 
@@ -27,12 +28,67 @@ use spillway_api::{ComputePool, GpuJob, GpuJobSpec};
 use crate::labels;
 
 pub use batch_job::BatchJob;
+pub use jobset::{JOBSET_NAME_LABEL, JobSet};
 
 /// On a workload: the GpuQueue it is submitted to (the label that opts it in).
 pub const QUEUE_LABEL: &str = "spillway.io/queue";
 /// On a workload's GpuJob: how the workload finished, as its kind's controller says
 /// ([`Finished`] as JSON), mirrored by the operator so the job's view reads it.
 pub const FINISHED_ANNOTATION: &str = "spillway.io/workload-finished";
+
+/// On the pod template of a workload whose controller cannot carry a node affinity over to
+/// what it already made (a JobSet's Jobs): the nodes its pods are pinned to, comma-separated.
+/// Such a template carries [`PLACEMENT_GATE`] too.
+pub const NODES_ANNOTATION: &str = "spillway.io/nodes";
+/// The scheduling gate that holds a workload's pod until it is pinned to the nodes of
+/// [`NODES_ANNOTATION`] (by the admission webhook as it is made, else by the operator).
+pub const PLACEMENT_GATE: &str = "spillway.io/placement";
+
+/// The value of [`NODES_ANNOTATION`] for `nodes`: sorted, each once.
+pub fn nodes_annotation(nodes: &[String]) -> String {
+    let mut n: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    n.sort_unstable();
+    n.dedup();
+    n.join(",")
+}
+
+/// The nodes a pod's [`NODES_ANNOTATION`] names.
+pub fn annotated_nodes(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Pins a workload's pod held by [`PLACEMENT_GATE`] to the nodes its [`NODES_ANNOTATION`]
+/// names and lifts the gate; false (and `pod` unchanged) when it is not such a pod. Both the
+/// admission webhook (as the pod is made) and the operator (on a pod made without it) do
+/// this: the API server lets a gated pod's node affinity be narrowed and its gates removed.
+pub fn pin_gated_pod(pod: &mut k8s_openapi::api::core::v1::Pod) -> bool {
+    let Some(nodes) = (pod.metadata.annotations.as_ref())
+        .and_then(|a| a.get(NODES_ANNOTATION))
+        .map(|v| annotated_nodes(v))
+        .filter(|n| !n.is_empty())
+    else {
+        return false;
+    };
+    let Some(spec) = pod.spec.as_mut() else {
+        return false;
+    };
+    let gates = spec.scheduling_gates.get_or_insert_with(Vec::new);
+    let before = gates.len();
+    gates.retain(|g| g.name != PLACEMENT_GATE);
+    if gates.len() == before {
+        return false;
+    }
+    if gates.is_empty() {
+        spec.scheduling_gates = None;
+    }
+    crate::pods::pin_to_nodes(spec, &nodes);
+    true
+}
 
 /// On a workload: its user created it suspended, so it is theirs until they lift the suspension
 /// (the mutating webhook then holds it for Spillway and removes this); the operator leaves a
@@ -124,11 +180,20 @@ pub trait WorkloadKind: Send + Sync {
     fn suspend(&self) -> Value;
     /// The JSON patch operations that hold it as it is admitted (the mutating webhook's).
     fn hold_ops(&self) -> Vec<Value>;
+    /// Whether `pod` was made by the controller of the workload named `workload` (of this
+    /// kind, in the pod's namespace): by default, the workload controls it.
+    fn controls_pod(&self, pod: &k8s_openapi::api::core::v1::Pod, workload: &str) -> bool {
+        pod.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.controller == Some(true) && o.kind == self.kind() && o.name == workload)
+    }
 }
 
 /// Every kind Spillway supports, in the order `--integrations` lists them.
 pub fn kinds() -> &'static [&'static dyn WorkloadKind] {
-    &[&BatchJob]
+    &[&BatchJob, &JobSet]
 }
 
 /// The kind named `integration` (`batch/job`, ...).
@@ -346,5 +411,7 @@ pub async fn patch(
         .map(|_| ())
 }
 
+#[cfg(test)]
+mod jobset_tests;
 #[cfg(test)]
 mod tests;

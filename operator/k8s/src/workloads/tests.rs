@@ -20,7 +20,7 @@ fn job(extra: serde_json::Value) -> DynamicObject {
     serde_json::from_value(base).expect("a Job")
 }
 
-fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
+pub(super) fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
     match (a, b) {
         (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
             for (k, v) in b {

@@ -216,3 +216,96 @@ fn bad_values_are_refused_with_the_reason() {
         assert!(text(&old).contains(">=1.34.0-0"), "{}", text(&old));
     }
 }
+
+/// The verbs of the rules (by where they apply) on `resource`.
+fn verbs_on<'a>(objects: &'a [serde_json::Value], resource: &str) -> Vec<(String, Vec<&'a str>)> {
+    rules(objects)
+        .into_iter()
+        .filter(|(_, r)| strings(&r["resources"]).contains(&resource))
+        .map(|(at, r)| (at, strings(&r["verbs"])))
+        .collect()
+}
+
+#[test]
+fn the_jobset_integration_renders_only_where_the_cluster_serves_jobsets() {
+    let jobset_api = ["--api-versions", "jobset.x-k8s.io/v1alpha2/JobSet"];
+    for helm in Helm::all() {
+        // No JobSet CRD: no grant on JobSets, no webhook rule for them, nor the pod patch.
+        let plain = render(&helm, &[]);
+        assert!(
+            verbs_on(&plain, "jobsets").is_empty(),
+            "Helm {}",
+            helm.major
+        );
+        assert!(
+            verbs_on(&plain, "pods")
+                .iter()
+                .all(|(_, v)| !v.contains(&"patch")),
+            "{:?}",
+            verbs_on(&plain, "pods")
+        );
+        let hold = &one(&plain, "MutatingWebhookConfiguration", "spillway")["webhooks"][0];
+        assert_eq!(hold["rules"].as_array().map(Vec::len), Some(1));
+        let args = |objects: &[serde_json::Value]| -> Vec<String> {
+            one(objects, "Deployment", "spillway")["spec"]["template"]["spec"]["containers"][0]
+                ["args"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|a| a.as_str())
+                .filter(|a| a.starts_with("--integrations"))
+                .map(str::to_string)
+                .collect()
+        };
+        assert_eq!(args(&plain), ["--integrations=batch/job"]);
+
+        // Served: JobSets seen, held and run everywhere; pods patched (pinning a gated pod).
+        let served = render(&helm, &jobset_api);
+        assert_eq!(
+            verbs_on(&served, "jobsets"),
+            [("cluster".to_string(), vec!["get", "list", "watch", "patch"])]
+        );
+        assert!(
+            verbs_on(&served, "pods")
+                .iter()
+                .any(|(_, v)| v.contains(&"patch")),
+            "{:?}",
+            verbs_on(&served, "pods")
+        );
+        let hold = &one(&served, "MutatingWebhookConfiguration", "spillway")["webhooks"][0];
+        assert_eq!(strings(&hold["rules"][1]["apiGroups"]), ["jobset.x-k8s.io"]);
+        assert_eq!(strings(&hold["rules"][1]["resources"]), ["jobsets"]);
+        assert_eq!(
+            args(&served),
+            ["--integrations=batch/job,jobset.x-k8s.io/jobset"]
+        );
+
+        // With rbac.jobNamespaces: patched only there, through the namespace's Role.
+        let mut held = jobset_api.to_vec();
+        held.extend(["--set", "rbac.jobNamespaces[0]=ml"]);
+        let held = render(&helm, &held);
+        let grants = verbs_on(&held, "jobsets");
+        assert!(
+            grants.contains(&("cluster".to_string(), vec!["get", "list", "watch"]))
+                && grants.contains(&("namespace ml".to_string(), vec!["patch"])),
+            "{grants:?}"
+        );
+        assert!(
+            verbs_on(&held, "pods").contains(&(
+                "namespace ml".to_string(),
+                vec!["create", "delete", "patch"]
+            )),
+            "{:?}",
+            verbs_on(&held, "pods")
+        );
+
+        // None at all: GpuJobs only, no mutating webhook.
+        let none = render(&helm, &["--set", "integrations=null"]);
+        assert!(
+            none.iter()
+                .all(|o| o["kind"] != "MutatingWebhookConfiguration"),
+            "Helm {}",
+            helm.major
+        );
+    }
+}

@@ -297,3 +297,94 @@ fn a_workload_is_run_only_once_its_controller_has_finished_suspending_it() {
         ["run"]
     );
 }
+
+fn pins(t: &crate::turn::Turn) -> Vec<(String, Value)> {
+    t.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::PinPod { name, patch, .. } => Some((name.clone(), patch.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_jobsets_pod_made_gated_without_the_webhook_is_pinned_once_per_version() {
+    let mut i = cluster();
+    i.nodes = vec![node("a", "onprem", 8), node("b", "onprem", 8)];
+    let mut w = json!({
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": "train", "namespace": NS, "uid": "w-train",
+                     "resourceVersion": "1", "labels": {"spillway.io/queue": "q"}},
+        "spec": {"suspend": true, "replicatedJobs": [{"name": "workers", "replicas": 2,
+                 "template": {"spec": {"template": {"spec": {"restartPolicy": "Never",
+                     "containers": [{"name": "main", "image": "trainer",
+                                     "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}}}]},
+    });
+    i.workloads = vec![dynamic(&w)];
+    let mut l = Loop::new();
+    let t = l.turn(&i, None, noon());
+    let made = applied(&t);
+    assert_eq!(made[0].metadata.name.as_deref(), Some("jobset-train"));
+    assert_eq!(
+        (made[0].spec.replicas, made[0].spec.gpus_per_replica),
+        (2, 8)
+    );
+    i.jobs = vec![stored(made[0].clone())];
+    let t = l.turn(&i, None, noon() + minutes(1));
+    let p = patches(&t);
+    assert_eq!(p.len(), 1, "{:?}", kinds(&t));
+    assert_eq!(p[0].what, "run");
+    merge(&mut w, &p[0].patch);
+    w["metadata"]["resourceVersion"] = json!("2");
+    i.workloads = vec![dynamic(&w)];
+
+    // Its Jobs' pods come gated (no webhook was called): each is pinned to the chosen nodes
+    // and ungated, once per version of the pod.
+    let template = &w["spec"]["replicatedJobs"][0]["template"]["spec"]["template"];
+    let gated = |n: u32| -> Arc<Pod> {
+        from(json!({
+            "metadata": {"name": format!("train-workers-{n}-x"), "namespace": NS,
+                         "uid": format!("pod-{n}"), "resourceVersion": "7",
+                         "labels": template["metadata"]["labels"],
+                         "annotations": template["metadata"]["annotations"],
+                         "creationTimestamp": "2026-03-10T12:01:05Z",
+                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
+                                              "name": format!("train-workers-{n}"), "uid": format!("j-{n}"),
+                                              "controller": true}]},
+            "spec": {"schedulingGates": template["spec"]["schedulingGates"],
+                     "containers": [{"name": "main",
+                                     "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
+            "status": {"phase": "Pending"},
+        }))
+    };
+    i.pods = vec![gated(0), gated(1)];
+    let t = l.turn(&i, None, noon() + minutes(2));
+    let pinned = pins(&t);
+    assert_eq!(pinned.len(), 2, "{:?}", kinds(&t));
+    let patch = &pinned[0].1;
+    assert_eq!(patch["metadata"]["resourceVersion"], "7");
+    assert_eq!(patch["spec"]["schedulingGates"], json!([]));
+    let fields = &patch["spec"]["affinity"]["nodeAffinity"]
+        ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"];
+    assert_eq!(
+        fields,
+        &json!([{"key": "metadata.name", "operator": "In", "values": ["a", "b"]}])
+    );
+    assert!(patches(&t).is_empty(), "the JobSet runs as placed");
+    // Not asked again for the same version; asked again after a failure.
+    let t = l.turn(&i, None, noon() + minutes(3));
+    assert!(pins(&t).is_empty());
+    let failed = crate::executor::Failure {
+        action: Action::PinPod {
+            namespace: NS.into(),
+            name: pinned[0].0.clone(),
+            resource_version: "7".into(),
+            patch: patch.clone(),
+        },
+        error: crate::error::api_error(409, "Conflict", "the object has been modified"),
+    };
+    assert!(l.state.feedback(&failed).is_empty());
+    let t = l.turn(&i, None, noon() + minutes(4));
+    assert_eq!(pins(&t).len(), 1);
+}

@@ -1,0 +1,262 @@
+//! `jobset.x-k8s.io/v1alpha2` JobSet. Its gang is the pods of its replicated jobs that ask for
+//! GPUs: each such replicated job makes `replicas` Jobs of `parallelism` pods (capped by
+//! `completions`), and all of them must ask for the same GPUs per pod. Replicated jobs whose
+//! pods ask for none (a launcher, a coordinator) are not part of the gang and are not placed.
+//!
+//! It is held with `spec.suspend`. The JobSet controller carries only a pod template's labels,
+//! annotations, node selector, tolerations and scheduling gates over to the Jobs it already
+//! made when a JobSet is resumed (its webhook lets only those change while it is suspended),
+//! so the run writes the chosen nodes as the annotation [`super::NODES_ANNOTATION`] with the
+//! gate [`super::PLACEMENT_GATE`]: each pod is made gated, and the admission webhook (or, when
+//! it was not called, the operator) pins it to those nodes and lifts the gate.
+
+use k8s_openapi::api::core::v1::{PodSpec, Toleration};
+use kube::core::DynamicObject;
+use serde_json::{Map, Value, json};
+
+use super::{Finished, Placement, Shape, WorkloadKind};
+use crate::{labels, pods};
+
+/// `jobset.x-k8s.io/v1alpha2` JobSet.
+pub struct JobSet;
+
+/// The label the JobSet controller puts on every Job and pod of a JobSet.
+pub const JOBSET_NAME_LABEL: &str = "jobset.sigs.k8s.io/jobset-name";
+
+/// The replicated jobs, each with the GPUs per pod its template asks for.
+fn replicated_jobs(w: &DynamicObject) -> Result<Vec<(&Value, u32)>, String> {
+    let list = w
+        .data
+        .pointer("/spec/replicatedJobs")
+        .and_then(Value::as_array)
+        .filter(|l| !l.is_empty())
+        .ok_or("spec.replicatedJobs: the JobSet has none")?;
+    list.iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let raw = r
+                .pointer("/template/spec/template/spec")
+                .cloned()
+                .ok_or(format!("spec.replicatedJobs[{i}].template: no pod spec"))?;
+            let spec: PodSpec = serde_json::from_value(raw).map_err(|e| {
+                format!("spec.replicatedJobs[{i}].template.spec.template.spec: {e}")
+            })?;
+            Ok((r, pods::spec_gpus(&spec)))
+        })
+        .collect()
+}
+
+fn int(v: &Value, pointer: &str) -> Option<i64> {
+    v.pointer(pointer).and_then(Value::as_i64)
+}
+
+/// The condition `kind` of the JobSet's status, when it has it.
+fn condition<'a>(w: &'a DynamicObject, kind: &str) -> Option<&'a Value> {
+    w.data
+        .pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some(kind))
+}
+
+fn is_true(c: &Value) -> bool {
+    c.get("status").and_then(Value::as_str) == Some("True")
+}
+
+impl WorkloadKind for JobSet {
+    fn group(&self) -> &'static str {
+        "jobset.x-k8s.io"
+    }
+    fn version(&self) -> &'static str {
+        "v1alpha2"
+    }
+    fn kind(&self) -> &'static str {
+        "JobSet"
+    }
+    fn plural(&self) -> &'static str {
+        "jobsets"
+    }
+    fn integration(&self) -> &'static str {
+        "jobset.x-k8s.io/jobset"
+    }
+
+    fn shape(&self, w: &DynamicObject) -> Result<Shape, String> {
+        let mut pods_total: i64 = 0;
+        let mut gpus: Option<(u32, String)> = None;
+        for (i, (r, g)) in replicated_jobs(w)?.into_iter().enumerate() {
+            if g == 0 {
+                continue;
+            }
+            let name = r.get("name").and_then(Value::as_str).unwrap_or_default();
+            match &gpus {
+                Some((other, first)) if *other != g => {
+                    return Err(format!(
+                        "spec.replicatedJobs[{i}] ({name}): its pods ask for {g} {} and those of {first} for {other}; Spillway runs gangs of pods of one size",
+                        labels::GPU_RESOURCE
+                    ));
+                }
+                Some(_) => {}
+                None => gpus = Some((g, name.to_string())),
+            }
+            let parallelism = int(r, "/template/spec/parallelism").unwrap_or(1);
+            let per_job = match int(r, "/template/spec/completions") {
+                Some(c) => parallelism.min(c),
+                None => parallelism,
+            };
+            pods_total += int(r, "/replicas").unwrap_or(1).max(0) * per_job.max(0);
+        }
+        let Some((gpus, _)) = gpus else {
+            return Err(format!(
+                "spec.replicatedJobs: no replicated job's pods ask for {} (set it in resources.limits); Spillway queues GPU workloads only",
+                labels::GPU_RESOURCE
+            ));
+        };
+        if !(1..=i64::from(spillway_api::job::MAX_REPLICAS)).contains(&pods_total) {
+            return Err(format!(
+                "spec.replicatedJobs: {pods_total} GPU pods at once; Spillway runs gangs of 1 to {}",
+                spillway_api::job::MAX_REPLICAS
+            ));
+        }
+        Ok(Shape {
+            replicas: pods_total as i32,
+            gpus_per_replica: gpus.min(i32::MAX as u32) as i32,
+        })
+    }
+
+    fn suspended(&self, w: &DynamicObject) -> bool {
+        w.data.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true)
+    }
+
+    fn ready_to_run(&self, w: &DynamicObject) -> bool {
+        // A JobSet that ran says `Suspended: True` once its controller has suspended its Jobs;
+        // one that never ran has no such condition yet.
+        self.suspended(w) && condition(w, "Suspended").is_none_or(is_true)
+    }
+
+    fn finished(&self, w: &DynamicObject) -> Option<Finished> {
+        ["Completed", "Failed"].into_iter().find_map(|kind| {
+            let c = condition(w, kind).filter(|c| is_true(c))?;
+            let text = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or_default();
+            Some(Finished {
+                outcome: if kind == "Completed" {
+                    "Succeeded"
+                } else {
+                    "Failed"
+                }
+                .into(),
+                at: Some(text("lastTransitionTime").to_string()).filter(|t| !t.is_empty()),
+                message: match kind {
+                    "Failed" => format!("{}: {}", text("reason"), text("message")),
+                    _ => String::new(),
+                },
+            })
+        })
+    }
+
+    fn placed_attempt(&self, w: &DynamicObject, uid: &str) -> Option<u32> {
+        let (r, _) = replicated_jobs(w).ok()?.into_iter().find(|(_, g)| *g > 0)?;
+        let l = r.pointer("/template/spec/template/metadata/labels")?;
+        (l.get(labels::JOB_UID_LABEL)?.as_str()? == uid)
+            .then(|| l.get(labels::ATTEMPT_LABEL)?.as_str()?.parse().ok())
+            .flatten()
+    }
+
+    fn run(&self, w: &DynamicObject, placement: &Placement<'_>) -> Result<Value, String> {
+        let mut list = Vec::new();
+        for (r, gpus) in replicated_jobs(w)? {
+            let mut r = r.clone();
+            if gpus > 0 {
+                place_template(&mut r, placement)?;
+            }
+            list.push(r);
+        }
+        // A merge patch replaces the list whole: it is written only over the version read.
+        Ok(json!({
+            "metadata": {"resourceVersion": w.metadata.resource_version},
+            "spec": {"suspend": false, "replicatedJobs": list},
+        }))
+    }
+
+    fn suspend(&self) -> Value {
+        json!({"spec": {"suspend": true}})
+    }
+
+    fn hold_ops(&self) -> Vec<Value> {
+        vec![json!({"op": "add", "path": "/spec/suspend", "value": true})]
+    }
+
+    fn controls_pod(&self, pod: &k8s_openapi::api::core::v1::Pod, workload: &str) -> bool {
+        // Its pods are controlled by the Jobs the JobSet controller made, labelled with it.
+        let labelled = pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(JOBSET_NAME_LABEL))
+            .is_some_and(|n| n == workload);
+        labelled
+            && pod
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.controller == Some(true) && o.kind == "Job")
+    }
+}
+
+/// Writes `placement` into replicated job `r`'s pod template: the job's labels, the chosen
+/// nodes and the gate that holds each pod until it is pinned to them, and the pool's
+/// tolerations.
+fn place_template(r: &mut Value, placement: &Placement<'_>) -> Result<(), String> {
+    let template = r
+        .pointer_mut("/template/spec/template")
+        .and_then(Value::as_object_mut)
+        .ok_or("a replicated job without a pod template")?;
+    let metadata = object(template, "metadata");
+    let l = object(metadata, "labels");
+    for (k, v) in placement.pod_labels() {
+        l.insert(k, Value::String(v));
+    }
+    let a = object(metadata, "annotations");
+    a.insert(
+        super::NODES_ANNOTATION.into(),
+        Value::String(super::nodes_annotation(placement.nodes)),
+    );
+    let spec = object(template, "spec");
+    let gates = spec
+        .entry("schedulingGates")
+        .or_insert_with(|| json!([]))
+        .as_array_mut()
+        .ok_or("schedulingGates is not a list")?;
+    if !gates
+        .iter()
+        .any(|g| g.get("name").and_then(Value::as_str) == Some(super::PLACEMENT_GATE))
+    {
+        gates.push(json!({"name": super::PLACEMENT_GATE}));
+    }
+    if let Some(pool) = placement.pool {
+        let mut ps = PodSpec {
+            tolerations: spec
+                .get("tolerations")
+                .cloned()
+                .map(serde_json::from_value::<Vec<Toleration>>)
+                .transpose()
+                .map_err(|e| format!("tolerations: {e}"))?,
+            ..PodSpec::default()
+        };
+        pods::tolerate_pool(&mut ps, pool);
+        spec.insert(
+            "tolerations".into(),
+            serde_json::to_value(ps.tolerations).unwrap_or_default(),
+        );
+    }
+    Ok(())
+}
+
+/// The object at `key` of `m`, made when missing (or not an object).
+fn object<'a>(m: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
+    let v = m.entry(key).or_insert_with(|| json!({}));
+    if !v.is_object() {
+        *v = json!({});
+    }
+    v.as_object_mut().expect("an object")
+}
