@@ -160,18 +160,18 @@ pub fn spec_gpus(spec: &PodSpec) -> u32 {
     main.max(init)
 }
 
-/// Pins the pods of `spec` to `nodes` (a required node affinity on `metadata.name`), added to
-/// every term of the template's own required affinity (replacing a pin made before), so the
-/// real scheduler binds them there or nowhere.
+/// Pins the pods of `spec` to `nodes` (a required node affinity on `metadata.name`), so the
+/// real scheduler binds them there or nowhere. The API server takes one value for a
+/// `metadata.name` field selector, so each node is a term of its own (terms are ORed), crossed
+/// with each term of the template's own required affinity (whose requirements still hold);
+/// a pin made before is replaced.
 pub fn pin_to_nodes(spec: &mut PodSpec, nodes: &[String]) {
     let mut values: Vec<String> = nodes.to_vec();
     values.sort();
     values.dedup();
-    let on_nodes = NodeSelectorRequirement {
-        key: "metadata.name".into(),
-        operator: "In".into(),
-        values: Some(values),
-    };
+    if values.is_empty() {
+        return;
+    }
     let affinity = spec.affinity.get_or_insert_with(Affinity::default);
     let node_affinity = affinity
         .node_affinity
@@ -179,16 +179,39 @@ pub fn pin_to_nodes(spec: &mut PodSpec, nodes: &[String]) {
     let required = node_affinity
         .required_during_scheduling_ignored_during_execution
         .get_or_insert_with(NodeSelector::default);
-    if required.node_selector_terms.is_empty() {
-        required
-            .node_selector_terms
-            .push(NodeSelectorTerm::default());
+    // The template's own terms, without an earlier pin (terms of one earlier pin that differed
+    // only by node are one term again).
+    let mut own: Vec<NodeSelectorTerm> = Vec::new();
+    for term in &required.node_selector_terms {
+        let mut t = term.clone();
+        if let Some(f) = t.match_fields.as_mut() {
+            f.retain(|f| f.key != "metadata.name");
+            if f.is_empty() {
+                t.match_fields = None;
+            }
+        }
+        if !own.contains(&t) {
+            own.push(t);
+        }
     }
-    for term in &mut required.node_selector_terms {
-        let fields = term.match_fields.get_or_insert_with(Vec::new);
-        fields.retain(|f| f.key != "metadata.name");
-        fields.push(on_nodes.clone());
+    if own.is_empty() {
+        own.push(NodeSelectorTerm::default());
     }
+    let mut terms = Vec::with_capacity(own.len() * values.len());
+    for term in &own {
+        for node in &values {
+            let mut t = term.clone();
+            t.match_fields
+                .get_or_insert_with(Vec::new)
+                .push(NodeSelectorRequirement {
+                    key: "metadata.name".into(),
+                    operator: "In".into(),
+                    values: Some(vec![node.clone()]),
+                });
+            terms.push(t);
+        }
+    }
+    required.node_selector_terms = terms;
 }
 
 /// Adds tolerations of the pool's `nodeTaints` to `spec` (those it has already are kept once).

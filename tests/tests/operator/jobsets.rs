@@ -138,6 +138,28 @@ async fn a_labelled_jobset_runs_its_gang_on_the_nodes_spillway_chose_and_ends_as
     )
     .await
     .expect("operator");
+    // The API server calls the webhook once it trusts the CA the operator wrote into the
+    // configuration: probe with dry-run pods until a review of one reaches the operator.
+    let pods: Api<Pod> = Api::namespaced(w.client.clone(), &w.ns);
+    eventually(WAIT, "the API server to call the pod webhook", || async {
+        let probe: Pod = serde_json::from_value(json!({
+            "metadata": {"generateName": "probe-", "labels": {"spillway.io/job-uid": "probe"}},
+            "spec": {"containers": [{"name": "c", "image": "x"}]},
+        }))
+        .map_err(|e| e.to_string())?;
+        let dry = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        pods.create(&dry, &probe).await.map_err(|e| e.to_string())?;
+        let (_, metrics) = op.get("/metrics").await.map_err(|e| e.to_string())?;
+        metrics
+            .lines()
+            .any(|l| l.starts_with("spillway_webhook_reviews_total{") && l.contains("other"))
+            .then_some(())
+            .ok_or("no review yet".to_string())
+    })
+    .await;
     let api = jobsets(&w);
     api.create(
         &PostParams::default(),

@@ -280,11 +280,17 @@ mod tests {
             .as_ref()
             .unwrap()
             .node_selector_terms;
-        let fields = terms[0].match_fields.as_ref().unwrap();
-        assert_eq!(fields[0].key, "metadata.name");
+        let pinned: Vec<(&str, Vec<String>)> = terms
+            .iter()
+            .flat_map(|t| t.match_fields.iter().flatten())
+            .map(|f| (f.key.as_str(), f.values.clone().unwrap_or_default()))
+            .collect();
         assert_eq!(
-            fields[0].values.as_deref(),
-            Some(&["gpu-a".to_string(), "gpu-b".to_string()][..])
+            pinned,
+            [
+                ("metadata.name", vec!["gpu-a".to_string()]),
+                ("metadata.name", vec!["gpu-b".to_string()])
+            ]
         );
         assert!(env(&out).contains_key("OTEL_SERVICE_NAME"));
         // A pod of another JobSet claiming the job is left alone.

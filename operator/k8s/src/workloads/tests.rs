@@ -158,14 +158,18 @@ fn running_lifts_the_suspension_and_writes_the_placement_into_the_template() {
     assert_eq!(labels["spillway.io/job-uid"], "gj-uid");
     assert_eq!(labels["spillway.io/attempt"], "3");
     assert_eq!(labels["spillway.io/pool"], "burst");
-    let term = &patch["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-        ["nodeSelectorTerms"][0];
-    // The template's own term is kept, and narrowed to the chosen nodes.
-    assert_eq!(term["matchExpressions"][0]["key"], "zone");
-    assert_eq!(
-        term["matchFields"],
-        json!([{"key": "metadata.name", "operator": "In", "values": ["n1", "n2"]}])
-    );
+    let terms = &patch["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"];
+    // The template's own term is kept, and narrowed to each chosen node (one value per
+    // `metadata.name` selector, as the API server requires; terms are ORed).
+    assert_eq!(terms.as_array().unwrap().len(), 2, "{terms}");
+    for (term, node) in terms.as_array().unwrap().iter().zip(["n1", "n2"]) {
+        assert_eq!(term["matchExpressions"][0]["key"], "zone");
+        assert_eq!(
+            term["matchFields"],
+            json!([{"key": "metadata.name", "operator": "In", "values": [node]}])
+        );
+    }
     let tolerations = patch["spec"]["template"]["spec"]["tolerations"]
         .as_array()
         .unwrap();

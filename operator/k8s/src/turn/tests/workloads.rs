@@ -365,11 +365,14 @@ fn a_jobsets_pod_made_gated_without_the_webhook_is_pinned_once_per_version() {
     let patch = &pinned[0].1;
     assert_eq!(patch["metadata"]["resourceVersion"], "7");
     assert_eq!(patch["spec"]["schedulingGates"], json!([]));
-    let fields = &patch["spec"]["affinity"]["nodeAffinity"]
-        ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"];
+    let terms = &patch["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"];
     assert_eq!(
-        fields,
-        &json!([{"key": "metadata.name", "operator": "In", "values": ["a", "b"]}])
+        terms,
+        &json!([
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a"]}]},
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["b"]}]},
+        ])
     );
     assert!(patches(&t).is_empty(), "the JobSet runs as placed");
     // Not asked again for the same version; asked again after a failure.
