@@ -275,6 +275,11 @@ pub fn overlay(inputs: &mut Inputs, kept: &mut Translations, now: Time) -> Overl
                 nodes.push(home);
             }
         }
+        // Not listed yet: its pods (a list may be done before the nodes') are not seen until
+        // both are, or a pod would be on a node not seen yet, and its job taken for lost.
+        if unseen.contains(pool) {
+            continue;
+        }
         for p in theirs {
             let l = p.labels();
             // Another pool's pods (two pools may share a namespace there): that pool's.

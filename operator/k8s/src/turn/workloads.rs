@@ -26,7 +26,10 @@ pub(super) struct Kept {
     /// This turn's labelled workloads by `namespace/Kind/name`.
     index: HashMap<String, Arc<DynamicObject>>,
     /// The GpuJob last applied for each job id, until the cache shows it.
-    sent: HashMap<String, serde_json::Value>,
+    sent: HashMap<String, Print>,
+    /// The GpuJob each workload (by uid) stands as, or why it cannot, as of the workload
+    /// version read: made again only when the workload changes.
+    made: HashMap<String, (String, Result<Arc<spillway_api::GpuJob>, String>)>,
     /// The workload version (by uid) a suspension was last asked for.
     suspended: HashMap<String, String>,
     /// The last warning told about each workload (by uid).
@@ -53,11 +56,18 @@ fn reference(w: &DynamicObject) -> ObjectReference {
 }
 
 /// What of a GpuJob its workload decides: its spec and the workload's end.
-fn fingerprint(job: &spillway_api::GpuJob) -> serde_json::Value {
-    serde_json::json!({
-        "spec": job.spec,
-        "finished": job.annotations().get(wl::FINISHED_ANNOTATION),
-    })
+type Print = (spillway_api::GpuJobSpec, Option<String>);
+
+fn fingerprint(job: &spillway_api::GpuJob) -> Print {
+    (
+        job.spec.clone(),
+        job.annotations().get(wl::FINISHED_ANNOTATION).cloned(),
+    )
+}
+
+/// Whether `job` is what `print` says.
+fn matches(job: &spillway_api::GpuJob, print: &Print) -> bool {
+    job.spec == print.0 && job.annotations().get(wl::FINISHED_ANNOTATION) == print.1.as_ref()
 }
 
 impl State {
@@ -118,7 +128,16 @@ impl State {
                 }
                 continue;
             }
-            match wl::gpu_job_for(kind, w) {
+            let version = w.metadata.resource_version.clone().unwrap_or_default();
+            let made = match self.workloads.made.get(&uid) {
+                Some((v, made)) if *v == version => made.clone(),
+                _ => {
+                    let made = wl::gpu_job_for(kind, w).map(Arc::new);
+                    (self.workloads.made).insert(uid.clone(), (version, made.clone()));
+                    made
+                }
+            };
+            match made {
                 Err(why) => {
                     self.warn_workload(
                         w,
@@ -130,7 +149,8 @@ impl State {
                     }
                     continue;
                 }
-                Ok(mut desired) => {
+                Ok(made) => {
+                    let mut desired = (*made).clone();
                     self.workloads.warned.remove(&uid);
                     if let Some(v) = view {
                         let admitted = v
@@ -147,7 +167,7 @@ impl State {
                         }
                     }
                     let want = fingerprint(&desired);
-                    if view.is_some_and(|v| fingerprint(&v.job) == want) {
+                    if view.is_some_and(|v| matches(&v.job, &want)) {
                         self.workloads.sent.remove(&id);
                     } else if self.workloads.sent.get(&id) != Some(&want) {
                         self.workloads.sent.insert(id.clone(), want);
@@ -162,6 +182,7 @@ impl State {
         self.pin_gated_pods(built);
         let k = &mut self.workloads;
         k.suspended.retain(|u, _| live.contains(u));
+        k.made.retain(|u, _| live.contains(u));
         k.warned.retain(|u, _| live.contains(u));
         if !k.sent.is_empty() {
             k.sent.retain(|id, _| {

@@ -376,3 +376,46 @@ fn the_pods_left_in_a_place_the_pool_no_longer_uses_are_deleted_through_it() {
         kinds(&t)
     );
 }
+
+#[test]
+fn pods_listed_there_before_the_nodes_are_not_seen_until_the_cluster_is() {
+    // An operator killed right after creating a job's pods there, before its status said so.
+    let mut i = with_dc2(RemoteState::Connected);
+    i.jobs = vec![job("train").gpus(4).restartable().build()];
+    let t = Loop::new().turn(&i, None, noon());
+    let (_, pod) = remote_creates(&t).remove(0);
+    let there = seen_there(&pod, "Running");
+
+    // Its successor, with home GPUs free: the pods' list is done, the nodes' is not yet (the
+    // cluster is still unseen). The pods are not seen on nodes it has not seen, which would
+    // take the job for lost and start it at home: it waits.
+    i.nodes = vec![node("a", "onprem", 8)];
+    i.remote[0].state = RemoteState::Connecting {
+        error: None,
+        since: None,
+    };
+    i.remote[0].nodes = Vec::new();
+    i.remote[0].pods = vec![there.clone()];
+    let mut l = Loop::new();
+    let t = l.turn(&i, None, noon() + minutes(1));
+    assert!(creates(&t).is_empty(), "started at home: {:?}", kinds(&t));
+    let st = status_of(&t, StatusKind::GpuJob, "train").expect("job status");
+    assert_eq!(st["decision"]["reason"], "ClusterUnseen", "{st}");
+    assert!(st.get("restarts").is_none_or(|r| r == 0), "{st}");
+
+    // Listed: it runs there, as started.
+    i.remote[0].state = RemoteState::Connected;
+    i.remote[0].nodes = vec![remote_node("gpu-1", 8)];
+    let t = l.turn(&i, None, noon() + minutes(2));
+    assert!(
+        creates(&t).is_empty() && remote_creates(&t).is_empty(),
+        "{:?}",
+        kinds(&t)
+    );
+    let st = status_of(&t, StatusKind::GpuJob, "train").expect("job status");
+    assert_eq!(
+        (&st["phase"], &st["pool"]),
+        (&json!("Running"), &json!("dc2")),
+        "{st}"
+    );
+}
