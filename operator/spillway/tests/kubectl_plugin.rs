@@ -313,6 +313,27 @@ async fn operator_binary_and_kubectl_plugin() {
     );
     assert_eq!(out.status.code(), Some(1), "not found: exit 1");
     assert!(text(&out).contains("not found"), "{}", text(&out));
+    // A labelled workload is explained through the GpuJob that stands for it.
+    let out = run(
+        &plugin,
+        &[
+            "explain",
+            "jobset/nope",
+            "-n",
+            &ns,
+            "--kubeconfig",
+            &kubeconfig,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "not found: exit 1");
+    assert!(
+        text(&out).contains("gpujob \"jobset-nope\" not found"),
+        "{}",
+        text(&out)
+    );
+    let out = run(&plugin, &["explain", "pod/x", "--kubeconfig", &kubeconfig]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("cannot explain"), "{}", text(&out));
 
     // queues, pools, cost; -o json|yaml|wide; empty answers; exit codes.
     let kc = ["--kubeconfig", kubeconfig.as_str()];

@@ -1,4 +1,6 @@
-//! `explain gpujob NAME`: one decision explained from the live cluster.
+//! `explain gpujob NAME`: one decision explained from the live cluster. A labelled workload
+//! (`explain job NAME`, `explain jobset/NAME`) is explained through the GpuJob that stands for
+//! it.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -17,21 +19,17 @@ use crate::explain::{ExplainArgs, fail, print_decision, print_rules};
 /// as it is now, with every rule evaluated.
 pub fn explain_live(args: &ExplainArgs) -> ExitCode {
     let name = match args.target.as_slice() {
-        [kind, name] if is_gpujob(kind) => name.clone(),
-        [one] => match one.split_once('/') {
-            Some((kind, name)) if is_gpujob(kind) => name.to_string(),
-            _ => {
-                return fail(format!(
-                    "cannot explain {one:?}: give `gpujob NAME` or `gpujob/NAME`"
-                ));
-            }
-        },
-        other => {
-            return fail(format!(
-                "cannot explain {:?}: give `gpujob NAME`",
-                other.join(" ")
-            ));
-        }
+        [kind, name] => gpu_job_of(kind, name),
+        [one] => one
+            .split_once('/')
+            .and_then(|(kind, name)| gpu_job_of(kind, name)),
+        _ => None,
+    };
+    let Some(name) = name else {
+        return fail(format!(
+            "cannot explain {:?}: give `gpujob NAME` or `gpujob/NAME`, or a labelled workload's (`job NAME`, `jobset NAME`)",
+            args.target.join(" ")
+        ));
     };
     let cluster = ClusterArgs {
         kubeconfig: args.kubeconfig.clone(),
@@ -41,11 +39,23 @@ pub fn explain_live(args: &ExplainArgs) -> ExitCode {
     super::run(|| async move { explain_job(&cluster, namespace, &name).await })
 }
 
-fn is_gpujob(kind: &str) -> bool {
-    matches!(
-        kind.to_ascii_lowercase().as_str(),
+/// The GpuJob `kind NAME` names: a GpuJob's own name, or the one that stands for a labelled
+/// workload of that kind (kubectl's spellings: `job`, `jobs`, `job.batch`, `jobset`, ...).
+fn gpu_job_of(kind: &str, name: &str) -> Option<String> {
+    let kind = kind.to_ascii_lowercase();
+    if matches!(
+        kind.as_str(),
         "gpujob" | "gpujobs" | "gj" | "gpujob.spillway.io" | "gpujobs.spillway.io"
-    )
+    ) {
+        return Some(name.to_string());
+    }
+    let w = spillway_k8s::workloads::kinds().iter().find(|k| {
+        let singular = k.kind().to_ascii_lowercase();
+        [singular.clone(), k.plural().to_string()]
+            .iter()
+            .any(|s| kind == *s || kind == format!("{s}.{}", k.group()))
+    })?;
+    Some(spillway_k8s::workloads::gpu_job_name(w.kind(), name))
 }
 
 async fn list_all<K>(client: &Client) -> Result<Vec<Arc<K>>, Failure>
@@ -78,6 +88,9 @@ async fn explain_job(
         })?;
     let spec = &job.spec;
     let st = job.status.clone().unwrap_or_default();
+    if let Some(w) = &spec.workload_ref {
+        println!("Stands for: {} {ns}/{} ({})", w.kind, w.name, w.api_version);
+    }
     println!(
         "GpuJob {ns}/{name}: {} x {} GPUs in queue {}, placement {:?}, priority {}",
         spec.replicas, spec.gpus_per_replica, spec.queue, spec.placement, spec.priority
@@ -185,4 +198,31 @@ async fn explain_job(
         print_rules(&engine.rule_report(&snapshot, now));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gpu_job_of;
+
+    #[test]
+    fn a_workload_is_explained_through_the_gpu_job_that_stands_for_it() {
+        assert_eq!(gpu_job_of("gpujob", "train").as_deref(), Some("train"));
+        assert_eq!(gpu_job_of("GJ", "train").as_deref(), Some("train"));
+        for kind in ["job", "jobs", "job.batch", "Job"] {
+            assert_eq!(
+                gpu_job_of(kind, "train").as_deref(),
+                Some("job-train"),
+                "{kind}"
+            );
+        }
+        for kind in ["jobset", "jobsets", "jobset.jobset.x-k8s.io"] {
+            assert_eq!(
+                gpu_job_of(kind, "train").as_deref(),
+                Some("jobset-train"),
+                "{kind}"
+            );
+        }
+        assert_eq!(gpu_job_of("pod", "train"), None);
+        assert_eq!(gpu_job_of("job.apps", "train"), None);
+    }
 }
