@@ -71,3 +71,87 @@ async fn a_labelled_job_bursts_and_its_pods_land_on_the_instance_that_joined() {
     w.wait_terminated(&id).await;
     op.stop().await.expect("clean stop");
 }
+
+/// A labelled JobSet of two 1-GPU workers bursts: its gang's pods, made gated by the JobSet
+/// controller's Jobs and pinned by the operator (no pod webhook here), run on the nodes of the
+/// instances launched for it, with the pool's tolerations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_labelled_jobset_bursts_and_its_gang_runs_on_the_instances_launched_for_it() {
+    let _turn = serial().await;
+    spillway_tests::jobset::JobSetController::shared().await;
+    let w = World::new("aws-jobset", json!({})).await;
+    spillway_tests::jobset::enable_namespace(&w.client, &w.ns)
+        .await
+        .expect("label");
+    let _machines = w.boot_machines(Some(Duration::from_secs(1)));
+    let op = w.operator().await;
+    w.fill_private_gpu().await;
+    let js: kube::core::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": "burst", "labels": {"spillway.io/queue": w.queue}},
+        "spec": {"suspend": true, "replicatedJobs": [{"name": "workers", "replicas": 2,
+            "template": {"spec": {"backoffLimit": 0, "template": {
+                "metadata": {"annotations": {RUN_SECONDS: "600"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "trainer",
+                         "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}}]},
+    }))
+    .expect("a JobSet");
+    let resource = kube::core::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("jobset.x-k8s.io", "v1alpha2", "JobSet"),
+        "jobsets",
+    );
+    let jobsets: Api<kube::core::DynamicObject> =
+        Api::namespaced_with(w.client.clone(), &w.ns, &resource);
+    jobsets
+        .create(&PostParams::default(), &js)
+        .await
+        .expect("create");
+
+    let gj = w.wait_phase("jobset-burst", JobPhase::Running).await;
+    assert_eq!((gj.spec.replicas, gj.spec.gpus_per_replica), (2, 1));
+    let st = gj.status.unwrap_or_default();
+    assert_eq!(
+        st.environment,
+        Some(spillway_api::Environment::Cloud),
+        "{st:?}"
+    );
+    let launched: Vec<String> = (w.instances().await.into_iter())
+        .filter(|(_, _, _, need)| *need == format!("{}/jobset-burst#0", w.ns))
+        .map(|(id, ..)| id)
+        .collect();
+    assert!(!launched.is_empty());
+    // Both workers run, ungated, on nodes of those instances.
+    let pods: Api<Pod> = Api::namespaced(w.client.clone(), &w.ns);
+    eventually(WAIT, "the JobSet's workers on the burst nodes", || async {
+        let list = pods
+            .list(&ListParams::default().labels("spillway.io/job=jobset-burst"))
+            .await
+            .map_err(|e| e.to_string())?;
+        let running: Vec<(String, bool)> = (list.items.iter())
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .filter_map(|p| {
+                let spec = p.spec.as_ref()?;
+                Some((
+                    spec.node_name.clone()?,
+                    spec.scheduling_gates.as_ref().is_none_or(Vec::is_empty),
+                ))
+            })
+            .collect();
+        let ok = running.len() == 2
+            && running
+                .iter()
+                .all(|(n, ungated)| *ungated && launched.contains(n));
+        ok.then_some(())
+            .ok_or(format!("{running:?} on {launched:?}"))
+    })
+    .await;
+
+    jobsets
+        .delete("burst", &DeleteParams::foreground())
+        .await
+        .expect("delete");
+    for id in &launched {
+        w.wait_terminated(id).await;
+    }
+    op.stop().await.expect("clean stop");
+}
