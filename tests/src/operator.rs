@@ -271,3 +271,70 @@ pub async fn clean_up_earlier_tests(client: &kube::Client, prefixes: &[&str]) {
         }
     }
 }
+
+/// The operator's webhook served on loopback `port` with a self-signed CA it makes (its Secret
+/// in `namespace`), keeping the caBundle of the configurations named `configuration`.
+pub fn local_webhook(
+    namespace: &str,
+    port: u16,
+    configuration: &str,
+) -> spillway_k8s::webhook::WebhookConfig {
+    spillway_k8s::webhook::WebhookConfig {
+        addr: ([127, 0, 0, 1], port).into(),
+        namespace: namespace.to_string(),
+        secret: "spillway-webhook-tls".into(),
+        hosts: vec!["127.0.0.1".into()],
+        self_signed: true,
+        lifetime: Duration::from_secs(90 * 86_400),
+        configuration: Some(configuration.to_string()),
+    }
+}
+
+/// The chart's mutating webhooks (`hold` on the batch Jobs and JobSets labelled with a queue,
+/// `inject` on the pods labelled with a GpuJob's uid; those of `which`), calling the operator
+/// on loopback `port`, for namespace `ns` only, failing open.
+pub fn mutating_configuration(
+    name: &str,
+    port: u16,
+    ns: &str,
+    which: &[&str],
+) -> k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration {
+    let hook = |name: &str, rules: serde_json::Value, key: &str| {
+        serde_json::json!({
+            "name": name,
+            "clientConfig": {"url": format!("https://127.0.0.1:{port}/mutate")},
+            "rules": rules,
+            "objectSelector": {"matchExpressions": [{"key": key, "operator": "Exists"}]},
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+            "failurePolicy": "Ignore", "sideEffects": "None", "timeoutSeconds": 5,
+            "admissionReviewVersions": ["v1"],
+        })
+    };
+    let mut hooks = Vec::new();
+    if which.contains(&"hold") {
+        hooks.push(hook(
+            "hold.spillway.io",
+            serde_json::json!([
+                {"apiGroups": ["batch"], "apiVersions": ["v1"],
+                 "operations": ["CREATE", "UPDATE"], "resources": ["jobs"]},
+                {"apiGroups": ["jobset.x-k8s.io"], "apiVersions": ["v1alpha2"],
+                 "operations": ["CREATE", "UPDATE"], "resources": ["jobsets"]},
+            ]),
+            "spillway.io/queue",
+        ));
+    }
+    if which.contains(&"inject") {
+        hooks.push(hook(
+            "inject.spillway.io",
+            serde_json::json!([{"apiGroups": [""], "apiVersions": ["v1"],
+                                "operations": ["CREATE"], "resources": ["pods"]}]),
+            "spillway.io/job-uid",
+        ));
+    }
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": hooks,
+    }))
+    .expect("a MutatingWebhookConfiguration")
+}

@@ -4,7 +4,6 @@
 //! mirrored home when they end.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Pod;
@@ -13,10 +12,11 @@ use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 use spillway_api::job::JobPhase;
-use spillway_k8s::webhook::WebhookConfig;
 use spillway_tests::jobset::{JobSetController, enable_namespace};
 use spillway_tests::kubelet::RUN_SECONDS;
-use spillway_tests::operator::{RunningOperator, eventually, serial, test_settings};
+use spillway_tests::operator::{
+    RunningOperator, eventually, local_webhook, mutating_configuration, serial, test_settings,
+};
 use spillway_tests::workload::WAIT;
 
 use crate::world::World;
@@ -102,34 +102,12 @@ async fn a_labelled_jobset_runs_its_gang_on_the_nodes_spillway_chose_and_ends_as
     // The chart's pod webhook, calling this test's operator, for this namespace only.
     let port = spillway_tests::free_port().expect("port");
     let name = format!("spillway-{}", w.ns);
-    let configuration: MutatingWebhookConfiguration = serde_json::from_value(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": name},
-        "webhooks": [{
-            "name": "inject.spillway.io",
-            "clientConfig": {"url": format!("https://127.0.0.1:{port}/mutate")},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                       "operations": ["CREATE"], "resources": ["pods"]}],
-            "objectSelector": {"matchExpressions": [{"key": "spillway.io/job-uid", "operator": "Exists"}]},
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": w.ns}},
-            "failurePolicy": "Ignore", "sideEffects": "None", "timeoutSeconds": 5,
-            "admissionReviewVersions": ["v1"],
-        }],
-    }))
-    .expect("configuration");
+    let configuration = mutating_configuration(&name, port, &w.ns, &["inject"]);
     Api::<MutatingWebhookConfiguration>::all(w.client.clone())
         .create(&PostParams::default(), &configuration)
         .await
         .expect("create the configuration");
-    let webhook = WebhookConfig {
-        addr: ([127, 0, 0, 1], port).into(),
-        namespace: w.ns.clone(),
-        secret: "spillway-webhook-tls".into(),
-        hosts: vec!["127.0.0.1".into()],
-        self_signed: true,
-        lifetime: Duration::from_secs(90 * 86_400),
-        configuration: Some(name.clone()),
-    };
+    let webhook = local_webhook(&w.ns, port, &name);
     let op = RunningOperator::start_full(
         w.client.clone(),
         None,

@@ -9,9 +9,10 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams, PropagationPolicy}
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use spillway_api::job::JobPhase;
-use spillway_k8s::webhook::WebhookConfig;
 use spillway_tests::kubelet::RUN_SECONDS;
-use spillway_tests::operator::{RunningOperator, eventually, serial, test_settings};
+use spillway_tests::operator::{
+    RunningOperator, eventually, local_webhook, mutating_configuration, serial, test_settings,
+};
 use spillway_tests::workload::WAIT;
 
 use crate::world::World;
@@ -167,44 +168,13 @@ async fn the_webhook_holds_labelled_jobs_as_they_are_made_and_leaves_a_users_sus
     let port = spillway_tests::free_port().expect("port");
     let name = format!("spillway-{}", w.ns);
     // The chart's configuration, calling this test's operator, for this namespace only.
-    let configuration: MutatingWebhookConfiguration = serde_json::from_value(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": name},
-        "webhooks": [{
-            "name": "hold.spillway.io",
-            "clientConfig": {"url": format!("https://127.0.0.1:{port}/mutate")},
-            "rules": [{"apiGroups": ["batch"], "apiVersions": ["v1"],
-                       "operations": ["CREATE", "UPDATE"], "resources": ["jobs"]}],
-            "objectSelector": {"matchExpressions": [{"key": "spillway.io/queue", "operator": "Exists"}]},
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": w.ns}},
-            "failurePolicy": "Ignore", "sideEffects": "None", "timeoutSeconds": 5,
-            "admissionReviewVersions": ["v1"],
-        }, {
-            "name": "inject.spillway.io",
-            "clientConfig": {"url": format!("https://127.0.0.1:{port}/mutate")},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                       "operations": ["CREATE"], "resources": ["pods"]}],
-            "objectSelector": {"matchExpressions": [{"key": "spillway.io/job-uid", "operator": "Exists"}]},
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": w.ns}},
-            "failurePolicy": "Ignore", "sideEffects": "None", "timeoutSeconds": 5,
-            "admissionReviewVersions": ["v1"],
-        }],
-    }))
-    .expect("configuration");
+    let configuration = mutating_configuration(&name, port, &w.ns, &["hold", "inject"]);
     let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     configs
         .create(&PostParams::default(), &configuration)
         .await
         .expect("create the configuration");
-    let webhook = WebhookConfig {
-        addr: ([127, 0, 0, 1], port).into(),
-        namespace: w.ns.clone(),
-        secret: "spillway-webhook-tls".into(),
-        hosts: vec!["127.0.0.1".into()],
-        self_signed: true,
-        lifetime: Duration::from_secs(90 * 86_400),
-        configuration: Some(name.clone()),
-    };
+    let webhook = local_webhook(&w.ns, port, &name);
     let op =
         RunningOperator::start_full(client.clone(), None, test_settings("hold"), Some(webhook))
             .await

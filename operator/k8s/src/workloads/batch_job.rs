@@ -23,10 +23,6 @@ fn pod_spec(w: &DynamicObject) -> Result<PodSpec, String> {
     serde_json::from_value(raw).map_err(|e| format!("spec.template.spec: {e}"))
 }
 
-fn int(w: &DynamicObject, pointer: &str) -> Option<i64> {
-    w.data.pointer(pointer).and_then(Value::as_i64)
-}
-
 impl WorkloadKind for BatchJob {
     fn group(&self) -> &'static str {
         "batch"
@@ -53,11 +49,7 @@ impl WorkloadKind for BatchJob {
                 labels::GPU_RESOURCE
             ));
         }
-        let parallelism = int(w, "/spec/parallelism").unwrap_or(1);
-        let replicas = match int(w, "/spec/completions") {
-            Some(c) => parallelism.min(c),
-            None => parallelism,
-        };
+        let replicas = w.data.get("spec").map_or(1, super::pods_at_once);
         if !(1..=i64::from(spillway_api::job::MAX_REPLICAS)).contains(&replicas) {
             return Err(format!(
                 "spec.parallelism: {replicas} pods at once; Spillway runs gangs of 1 to {}",
@@ -90,28 +82,12 @@ impl WorkloadKind for BatchJob {
             if c.get("status")?.as_str()? != "True" || !matches!(kind, "Complete" | "Failed") {
                 return None;
             }
-            let text = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or_default();
-            Some(Finished {
-                outcome: if kind == "Complete" {
-                    "Succeeded"
-                } else {
-                    "Failed"
-                }
-                .into(),
-                at: Some(text("lastTransitionTime").to_string()).filter(|t| !t.is_empty()),
-                message: match kind {
-                    "Failed" => format!("{}: {}", text("reason"), text("message")),
-                    _ => String::new(),
-                },
-            })
+            Some(Finished::of_condition(c, kind == "Complete"))
         })
     }
 
     fn placed_attempt(&self, w: &DynamicObject, uid: &str) -> Option<u32> {
-        let l = w.data.pointer("/spec/template/metadata/labels")?;
-        (l.get(labels::JOB_UID_LABEL)?.as_str()? == uid)
-            .then(|| l.get(labels::ATTEMPT_LABEL)?.as_str()?.parse().ok())
-            .flatten()
+        super::placed_attempt_in(w.data.pointer("/spec/template/metadata/labels")?, uid)
     }
 
     fn run(&self, w: &DynamicObject, placement: &Placement<'_>) -> Result<Value, String> {

@@ -46,10 +46,6 @@ fn replicated_jobs(w: &DynamicObject) -> Result<Vec<(&Value, u32)>, String> {
         .collect()
 }
 
-fn int(v: &Value, pointer: &str) -> Option<i64> {
-    v.pointer(pointer).and_then(Value::as_i64)
-}
-
 /// The condition `kind` of the JobSet's status, when it has it.
 fn condition<'a>(w: &'a DynamicObject, kind: &str) -> Option<&'a Value> {
     w.data
@@ -98,12 +94,9 @@ impl WorkloadKind for JobSet {
                 Some(_) => {}
                 None => gpus = Some((g, name.to_string())),
             }
-            let parallelism = int(r, "/template/spec/parallelism").unwrap_or(1);
-            let per_job = match int(r, "/template/spec/completions") {
-                Some(c) => parallelism.min(c),
-                None => parallelism,
-            };
-            pods_total += int(r, "/replicas").unwrap_or(1).max(0) * per_job.max(0);
+            let per_job = r.pointer("/template/spec").map_or(1, super::pods_at_once);
+            let jobs = r.get("replicas").and_then(Value::as_i64).unwrap_or(1);
+            pods_total += jobs.max(0) * per_job.max(0);
         }
         let Some((gpus, _)) = gpus else {
             return Err(format!(
@@ -136,29 +129,13 @@ impl WorkloadKind for JobSet {
     fn finished(&self, w: &DynamicObject) -> Option<Finished> {
         ["Completed", "Failed"].into_iter().find_map(|kind| {
             let c = condition(w, kind).filter(|c| is_true(c))?;
-            let text = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or_default();
-            Some(Finished {
-                outcome: if kind == "Completed" {
-                    "Succeeded"
-                } else {
-                    "Failed"
-                }
-                .into(),
-                at: Some(text("lastTransitionTime").to_string()).filter(|t| !t.is_empty()),
-                message: match kind {
-                    "Failed" => format!("{}: {}", text("reason"), text("message")),
-                    _ => String::new(),
-                },
-            })
+            Some(Finished::of_condition(c, kind == "Completed"))
         })
     }
 
     fn placed_attempt(&self, w: &DynamicObject, uid: &str) -> Option<u32> {
         let (r, _) = replicated_jobs(w).ok()?.into_iter().find(|(_, g)| *g > 0)?;
-        let l = r.pointer("/template/spec/template/metadata/labels")?;
-        (l.get(labels::JOB_UID_LABEL)?.as_str()? == uid)
-            .then(|| l.get(labels::ATTEMPT_LABEL)?.as_str()?.parse().ok())
-            .flatten()
+        super::placed_attempt_in(r.pointer("/template/spec/template/metadata/labels")?, uid)
     }
 
     fn run(&self, w: &DynamicObject, placement: &Placement<'_>) -> Result<Value, String> {

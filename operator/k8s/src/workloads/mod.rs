@@ -120,6 +120,36 @@ impl Finished {
     pub fn succeeded(&self) -> bool {
         self.outcome == "Succeeded"
     }
+
+    /// The end a final status condition `c` (`status: True`) says: `Succeeded` when
+    /// `succeeded`, else `Failed` with its reason and message.
+    fn of_condition(c: &Value, succeeded: bool) -> Finished {
+        let text = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or_default();
+        Finished {
+            outcome: if succeeded { "Succeeded" } else { "Failed" }.into(),
+            at: Some(text("lastTransitionTime").to_string()).filter(|t| !t.is_empty()),
+            message: if succeeded {
+                String::new()
+            } else {
+                format!("{}: {}", text("reason"), text("message"))
+            },
+        }
+    }
+}
+
+/// The pods a `batch/v1` Job spec (`spec`, as JSON) runs at once: `parallelism` (default 1)
+/// capped by `completions`.
+fn pods_at_once(spec: &Value) -> i64 {
+    let int = |k: &str| spec.get(k).and_then(Value::as_i64);
+    let parallelism = int("parallelism").unwrap_or(1);
+    int("completions").map_or(parallelism, |c| parallelism.min(c))
+}
+
+/// The attempt of the GpuJob with uid `uid` a pod template's `labels` (JSON) are placed for.
+fn placed_attempt_in(labels: &Value, uid: &str) -> Option<u32> {
+    (labels.get(labels::JOB_UID_LABEL)?.as_str()? == uid)
+        .then(|| labels.get(labels::ATTEMPT_LABEL)?.as_str()?.parse().ok())
+        .flatten()
 }
 
 /// Where Spillway runs a workload: the GpuJob that stands for it, its attempt, and the nodes
