@@ -534,8 +534,14 @@ impl Effects for KubeEffects {
                         ..PatchParams::default()
                     };
                     let r = api.patch(name, &params, &Patch::Merge(patch)).await;
-                    // Gone, or changed since it was read (the next turn reads it again).
-                    self.wrote("pod_pin", r, &[404, 409])
+                    if let Err(kube::Error::Api(e)) = &r
+                        && e.code == 422
+                    {
+                        tracing::warn!(namespace = %namespace, pod = %name, error = %e.message, "the API server refuses to pin this gated pod (its own required node affinity cannot be narrowed to the placement's nodes); it stays gated");
+                    }
+                    // Gone, or changed since it was read (the next turn reads it again); refused
+                    // as invalid (asking again would be refused again).
+                    self.wrote("pod_pin", r, &[404, 409, 422])
                 }
                 Action::Annotate {
                     namespace,

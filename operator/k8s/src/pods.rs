@@ -179,13 +179,17 @@ pub fn pin_to_nodes(spec: &mut PodSpec, nodes: &[String]) {
     let required = node_affinity
         .required_during_scheduling_ignored_during_execution
         .get_or_insert_with(NodeSelector::default);
-    // The template's own terms, without an earlier pin (terms of one earlier pin that differed
-    // only by node are one term again).
+    // The template's own terms, without an earlier pin (`metadata.name In [one node]`; terms
+    // of one earlier pin that differed only by node are one term again).
     let mut own: Vec<NodeSelectorTerm> = Vec::new();
     for term in &required.node_selector_terms {
         let mut t = term.clone();
         if let Some(f) = t.match_fields.as_mut() {
-            f.retain(|f| f.key != "metadata.name");
+            f.retain(|f| {
+                !(f.key == "metadata.name"
+                    && f.operator == "In"
+                    && f.values.as_ref().is_some_and(|v| v.len() == 1))
+            });
             if f.is_empty() {
                 t.match_fields = None;
             }

@@ -179,7 +179,7 @@ impl State {
                 self.hold(w, kind, view);
             }
         }
-        self.pin_gated_pods(built);
+        self.pin_gated_pods(built, inputs);
         let k = &mut self.workloads;
         k.suspended.retain(|u, _| live.contains(u));
         k.made.retain(|u, _| live.contains(u));
@@ -305,10 +305,17 @@ impl State {
     /// Pins the pods of running workload jobs that are still held by the placement gate (made
     /// while the admission webhook was not called: it was down and fails open) to their
     /// placement's nodes, lifting the gate.
-    fn pin_gated_pods(&mut self, built: &world::Built) {
+    fn pin_gated_pods(&mut self, built: &world::Built, inputs: &Inputs) {
         let mut seen: HashSet<String> = HashSet::default();
         for v in built.jobs.values() {
-            if v.job.spec.workload_ref.is_none() {
+            // Only a job running at this attempt (not preempted, requeued or moved this turn),
+            // in a namespace the operator may write in.
+            let ns = v.job.metadata.namespace.as_deref().unwrap_or_default();
+            if v.job.spec.workload_ref.is_none()
+                || self.moved_on(v)
+                || !matches!(v.lifecycle, Lifecycle::Running { .. })
+                || (inputs.job_namespaces.as_ref()).is_some_and(|m| !m.contains(ns))
+            {
                 continue;
             }
             for pod in &v.pods {

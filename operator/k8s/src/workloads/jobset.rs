@@ -121,9 +121,21 @@ impl WorkloadKind for JobSet {
     }
 
     fn ready_to_run(&self, w: &DynamicObject) -> bool {
-        // A JobSet that ran says `Suspended: True` once its controller has suspended its Jobs;
-        // one that never ran has no such condition yet.
-        self.suspended(w) && condition(w, "Suspended").is_none_or(is_true)
+        // Its controller says `Suspended: True` once it has suspended its Jobs (it adds the
+        // condition only then); without it, only a JobSet none of whose Jobs has a pod is
+        // ready (it never ran, or its controller has not made its Jobs yet).
+        self.suspended(w)
+            && match condition(w, "Suspended") {
+                Some(c) => is_true(c),
+                None => w
+                    .data
+                    .pointer("/status/replicatedJobsStatus")
+                    .and_then(Value::as_array)
+                    .is_none_or(|l| {
+                        l.iter()
+                            .all(|r| r.get("active").and_then(Value::as_i64).unwrap_or(0) == 0)
+                    }),
+            }
     }
 
     fn finished(&self, w: &DynamicObject) -> Option<Finished> {

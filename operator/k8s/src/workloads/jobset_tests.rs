@@ -128,6 +128,20 @@ fn running_a_jobset_gates_its_gpu_pods_with_their_nodes_and_leaves_the_launcher(
 fn a_jobset_runs_once_its_controller_has_suspended_it_and_ends_as_it_says() {
     let fresh = jobset(1, json!({}));
     assert!(JobSet.ready_to_run(&fresh), "never ran: no condition yet");
+    // Made running, then held: until its controller has suspended its Jobs (it adds the
+    // condition only as True), a Job with a pod means it is not ready.
+    let running = jobset(
+        1,
+        json!({"status": {"replicatedJobsStatus": [
+        {"name": "launcher", "active": 0}, {"name": "workers", "active": 1}]}}),
+    );
+    assert!(!JobSet.ready_to_run(&running));
+    let idle = jobset(
+        1,
+        json!({"status": {"replicatedJobsStatus": [
+        {"name": "launcher", "active": 0}, {"name": "workers", "active": 0, "suspended": 1}]}}),
+    );
+    assert!(JobSet.ready_to_run(&idle));
     let suspending = jobset(
         1,
         json!({"status": {"conditions": [
