@@ -7,8 +7,6 @@
 //! a Service) and selects only objects labelled for this test, so the other tests of the binary
 //! never meet it.
 
-use std::time::Duration;
-
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -17,8 +15,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 use spillway_api::job::JobPhase;
 use spillway_api::{BurstPolicy, GpuJob};
-use spillway_k8s::webhook::WebhookConfig;
-use spillway_tests::operator::{RunningOperator, eventually, serial, test_settings};
+use spillway_tests::operator::{RunningOperator, eventually, local_webhook, serial, test_settings};
 use spillway_tests::workload::WAIT;
 
 use crate::world::World;
@@ -96,15 +93,7 @@ async fn bad_objects_are_refused_at_apply_and_an_outage_blocks_nothing() {
         .create(&PostParams::default(), &configuration(&name, port, &run))
         .await
         .expect("webhook configuration");
-    let webhook = WebhookConfig {
-        addr: ([127, 0, 0, 1], port).into(),
-        namespace: ns.clone(),
-        secret: "spillway-webhook-tls".into(),
-        hosts: vec!["127.0.0.1".into()],
-        self_signed: true,
-        lifetime: Duration::from_secs(90 * 86_400),
-        configuration: Some(name.clone()),
-    };
+    let webhook = local_webhook(&ns, port, &name);
     let start = || {
         RunningOperator::start_full(
             client.clone(),
