@@ -319,6 +319,12 @@ impl State {
                 continue;
             }
             for pod in &v.pods {
+                // Most pods carry no gate: looked at without a copy.
+                let gated = (pod.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()))
+                    .is_some_and(|g| g.iter().any(|g| g.name == wl::PLACEMENT_GATE));
+                if !gated {
+                    continue;
+                }
                 let mut pinned = (**pod).clone();
                 if !wl::pin_gated_pod(&mut pinned) {
                     continue;
