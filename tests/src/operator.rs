@@ -291,8 +291,9 @@ pub fn local_webhook(
 }
 
 /// The chart's mutating webhooks (`hold` on the batch Jobs and JobSets labelled with a queue,
-/// `inject` on the pods labelled with a GpuJob's uid; those of `which`), calling the operator
-/// on loopback `port`, for namespace `ns` only, failing open.
+/// `hold-pod` on the plain pods labelled with one, `inject` on the pods labelled with a
+/// GpuJob's uid; those of `which`), calling the operator on loopback `port`, for namespace `ns`
+/// only, failing open.
 pub fn mutating_configuration(
     name: &str,
     port: u16,
@@ -322,6 +323,19 @@ pub fn mutating_configuration(
             ]),
             "spillway.io/queue",
         ));
+    }
+    if which.contains(&"hold-pod") {
+        let mut h = hook(
+            "hold-pod.spillway.io",
+            serde_json::json!([{"apiGroups": [""], "apiVersions": ["v1"],
+                                "operations": ["CREATE"], "resources": ["pods"]}]),
+            "spillway.io/queue",
+        );
+        h["objectSelector"]["matchExpressions"]
+            .as_array_mut()
+            .expect("expressions")
+            .push(serde_json::json!({"key": "spillway.io/job-uid", "operator": "DoesNotExist"}));
+        hooks.push(h);
     }
     if which.contains(&"inject") {
         hooks.push(hook(

@@ -67,20 +67,20 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/*
 The integrations the release manages, comma-separated: those of .Values.integrations whose API
-the cluster serves (a batch Job always; a JobSet once its CRD is installed, so the RBAC and
-webhook rules of a kind not installed are not rendered). An unknown name fails the render.
+the cluster serves (a batch Job and plain pods always; a JobSet once its CRD is installed, so the
+RBAC and webhook rules of a kind not installed are not rendered). An unknown name fails the render.
 */}}
 {{- define "spillway.integrations" -}}
 {{- $out := list -}}
 {{- range .Values.integrations -}}
-{{- if eq . "batch/job" -}}
+{{- if or (eq . "batch/job") (eq . "pod") -}}
 {{- $out = append $out . -}}
 {{- else if eq . "jobset.x-k8s.io/jobset" -}}
 {{- if $.Capabilities.APIVersions.Has "jobset.x-k8s.io/v1alpha2/JobSet" -}}
 {{- $out = append $out . -}}
 {{- end -}}
 {{- else -}}
-{{- fail (printf "integrations: unknown kind %q (known: batch/job, jobset.x-k8s.io/jobset)" .) -}}
+{{- fail (printf "integrations: unknown kind %q (known: batch/job, pod, jobset.x-k8s.io/jobset)" .) -}}
 {{- end -}}
 {{- end -}}
 {{- join "," $out -}}

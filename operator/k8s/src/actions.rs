@@ -132,7 +132,10 @@ pub struct WorkloadPatch {
     pub api_version: String,
     pub kind: String,
     pub namespace: String,
+    /// The workload's name (a pod group's: the group's).
     pub name: String,
+    /// The object patched: the workload, or one pod of a pod group.
+    pub object: String,
     /// `run` or `suspend`, for logs.
     pub what: &'static str,
     pub patch: serde_json::Value,
@@ -359,9 +362,10 @@ impl Action {
                     j.metadata.name.as_deref().unwrap_or_default()
                 ),
             ),
-            Action::PatchWorkload(p) => {
-                Key::new("Workload", format!("{}/{}/{}", p.kind, p.namespace, p.name))
-            }
+            Action::PatchWorkload(p) => Key::new(
+                "Workload",
+                format!("{}/{}/{}", p.kind, p.namespace, p.object),
+            ),
         }
     }
 

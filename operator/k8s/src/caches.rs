@@ -47,6 +47,9 @@ pub struct Caches {
     /// The labelled workloads of each kind Spillway manages (`--integrations`): only those
     /// carrying `spillway.io/queue` are listed and watched.
     pub workloads: Vec<Store<DynamicObject>>,
+    /// Whether labelled plain pods are managed (integration `pod`): their groups are read
+    /// from the pods cache.
+    pub pod_groups: bool,
 }
 
 /// A watch on the workloads of `kind` labelled with a queue.
@@ -156,7 +159,8 @@ pub fn strip_pod(p: &mut Pod) {
             .owner_references
             .iter()
             .flatten()
-            .any(|o| o.kind == "GpuJob" && o.api_version.starts_with("spillway.io/"));
+            .any(|o| o.kind == "GpuJob" && o.api_version.starts_with("spillway.io/"))
+        || crate::workloads::pod_group::opted_in(p);
     if ours {
         return;
     }
@@ -313,8 +317,11 @@ impl Caches {
             spend: spend.map(|(ns, name)| one_named(client, ns, name, c, &mut t)),
             indicators: indicators.map(|(ns, name)| one_named(client, ns, name, c, &mut t)),
             workloads: (integrations.iter())
+                .filter(|k| k.integration() != crate::workloads::PodGroup.integration())
                 .map(|k| spawn_workloads(client, *k, c.clone(), &mut t))
                 .collect(),
+            pod_groups: (integrations.iter())
+                .any(|k| k.integration() == crate::workloads::PodGroup.integration()),
         };
         (caches, t)
     }
@@ -360,6 +367,11 @@ impl Caches {
             &mut copies.queues,
             &mut unreadable,
         );
+        let pods = self.pods.state();
+        let mut workloads: Vec<_> = self.workloads.iter().flat_map(|w| w.state()).collect();
+        if self.pod_groups {
+            workloads.extend(crate::workloads::pod_group::groups(&pods));
+        }
         Inputs {
             jobs,
             queues,
@@ -367,12 +379,12 @@ impl Caches {
             datasets: readable(&self.datasets, "Dataset", &mut unreadable),
             policies: readable(&self.policies, "BurstPolicy", &mut unreadable),
             nodes: self.nodes.state(),
-            pods: self.pods.state(),
+            pods,
             namespaces: self.namespaces.state(),
             identity_keys: self.keys.as_ref().and_then(|k| k.state().first().cloned()),
             spend_record: self.spend.as_ref().and_then(|k| k.state().first().cloned()),
             indicator_record: (self.indicators.as_ref()).and_then(|k| k.state().first().cloned()),
-            workloads: self.workloads.iter().flat_map(|w| w.state()).collect(),
+            workloads,
             unreadable,
             ..Inputs::default()
         }

@@ -89,7 +89,11 @@ impl Default for Settings {
             identity: None,
             pod_otlp_endpoint: None,
             job_namespaces: None,
-            integrations: vec!["batch/job".into(), "jobset.x-k8s.io/jobset".into()],
+            integrations: vec![
+                "batch/job".into(),
+                "pod".into(),
+                "jobset.x-k8s.io/jobset".into(),
+            ],
             crash: None,
             spend_record: None,
             indicator_record: None,

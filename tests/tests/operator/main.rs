@@ -6,6 +6,7 @@ mod jobsets;
 mod leadership;
 mod lifecycle;
 mod placement;
+mod pod_groups;
 mod reclaim;
 mod remote;
 mod remote_isolation;

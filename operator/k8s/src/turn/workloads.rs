@@ -44,30 +44,47 @@ fn key(namespace: &str, kind: &str, name: &str) -> String {
 
 fn reference(w: &DynamicObject) -> ObjectReference {
     let t = w.types.clone().unwrap_or_default();
+    let (name, uid) = wl::kind_of(w).map_or_else(
+        || (w.name_any(), w.metadata.uid.clone().unwrap_or_default()),
+        |k| k.regarding(w),
+    );
     ObjectReference {
         api_version: Some(t.api_version),
         kind: Some(t.kind),
-        name: w.metadata.name.clone(),
+        name: Some(name),
         namespace: w.metadata.namespace.clone(),
-        uid: w.metadata.uid.clone(),
+        uid: Some(uid),
         resource_version: None,
         field_path: None,
     }
 }
 
-/// What of a GpuJob its workload decides: its spec and the workload's end.
-type Print = (spillway_api::GpuJobSpec, Option<String>);
+/// What of a GpuJob its workload decides: its spec, the workload's end and its owners' uids.
+type Print = (spillway_api::GpuJobSpec, Option<String>, Vec<String>);
+
+fn owner_uids(job: &spillway_api::GpuJob) -> Vec<String> {
+    let mut uids: Vec<String> = job
+        .owner_references()
+        .iter()
+        .map(|o| o.uid.clone())
+        .collect();
+    uids.sort_unstable();
+    uids
+}
 
 fn fingerprint(job: &spillway_api::GpuJob) -> Print {
     (
         job.spec.clone(),
         job.annotations().get(wl::FINISHED_ANNOTATION).cloned(),
+        owner_uids(job),
     )
 }
 
 /// Whether `job` is what `print` says.
 fn matches(job: &spillway_api::GpuJob, print: &Print) -> bool {
-    job.spec == print.0 && job.annotations().get(wl::FINISHED_ANNOTATION) == print.1.as_ref()
+    job.spec == print.0
+        && job.annotations().get(wl::FINISHED_ANNOTATION) == print.1.as_ref()
+        && owner_uids(job) == print.2
 }
 
 impl State {
@@ -111,8 +128,15 @@ impl State {
             let managed = (inputs.job_namespaces.as_ref()).is_none_or(|m| m.contains(&ns));
             let id = format!("{ns}/{}", wl::gpu_job_name(kind.kind(), &name));
             let view = built.jobs.get(id.as_str()).map(|v| &**v);
+            if view.is_none()
+                && let Some(why) = kind.incomplete(w)
+            {
+                // Queued once it is complete.
+                tracing::debug!(kind = kind.kind(), namespace = %ns, name = %name, why, "a workload not complete yet");
+                continue;
+            }
             if let Some(v) = view
-                && !wl::stands_for(&v.job, w)
+                && !wl::stands_for(kind, &v.job, w)
             {
                 self.warn_workload(
                     w,
@@ -124,7 +148,7 @@ impl State {
                     ),
                 );
                 if managed {
-                    self.hold(w, kind, None);
+                    self.hold(w, kind, None, inputs);
                 }
                 continue;
             }
@@ -145,7 +169,7 @@ impl State {
                         format!("Spillway cannot queue it: {why}. It is held until it is fixed (or the {} label removed).", wl::QUEUE_LABEL),
                     );
                     if managed {
-                        self.hold(w, kind, None);
+                        self.hold(w, kind, None, inputs);
                     }
                     continue;
                 }
@@ -176,7 +200,7 @@ impl State {
                 }
             }
             if managed {
-                self.hold(w, kind, view);
+                self.hold(w, kind, view, inputs);
             }
         }
         self.pin_gated_pods(built, inputs);
@@ -200,7 +224,13 @@ impl State {
     /// Suspends `w` if it runs (unfinished, not suspended) without its job's placement: the
     /// job (`view`) not started, or started at another attempt than the workload's template
     /// says, or moved on this turn.
-    fn hold(&mut self, w: &DynamicObject, kind: &dyn WorkloadKind, view: Option<&JobView>) {
+    fn hold(
+        &mut self,
+        w: &DynamicObject,
+        kind: &dyn WorkloadKind,
+        view: Option<&JobView>,
+        inputs: &Inputs,
+    ) {
         if kind.suspended(w) || kind.finished(w).is_some() {
             return;
         }
@@ -210,25 +240,86 @@ impl State {
                 && (self.assumed.contains_key(&v.id)
                     || matches!(v.lifecycle, Lifecycle::Running { .. }))
         });
-        if placed {
-            return;
-        }
         let uid = w.metadata.uid.clone().unwrap_or_default();
         let version = w.metadata.resource_version.clone().unwrap_or_default();
         if self.workloads.suspended.get(&uid) == Some(&version) {
             return;
         }
+        if placed {
+            // A run that landed in part (some pods of a group) is written again for the rest,
+            // on the nodes the job runs on.
+            let Some((v, pool)) =
+                view.filter(|_| kind.partly_run(w))
+                    .and_then(|v| match &v.lifecycle {
+                        Lifecycle::Running { pool, nodes, .. } if !nodes.is_empty() => {
+                            Some((v, pool.clone()))
+                        }
+                        _ => None,
+                    })
+            else {
+                return;
+            };
+            let Lifecycle::Running { nodes, .. } = &v.lifecycle else {
+                return;
+            };
+            let pool = pool.and_then(|p| {
+                (inputs.pools.iter()).find(|q| q.metadata.name.as_deref() == Some(p.as_str()))
+            });
+            let pool = pool.map(|p| &**p);
+            let placement = wl::Placement {
+                job: &v.job,
+                attempt: v.attempt,
+                pool,
+                nodes,
+            };
+            if let Ok(writes) = kind.run(w, &placement) {
+                self.workloads.suspended.insert(uid, version);
+                tracing::info!(kind = kind.kind(), namespace = ?w.metadata.namespace, name = ?w.metadata.name, "completing a run that landed in part");
+                self.write_workload(w, kind, "run", writes, Some(&v.id));
+            }
+            return;
+        }
         self.workloads.suspended.insert(uid, version);
         tracing::info!(kind = kind.kind(), namespace = ?w.metadata.namespace, name = ?w.metadata.name, "suspending a workload that runs without Spillway's placement");
-        self.emit(Action::PatchWorkload(Box::new(WorkloadPatch {
-            api_version: wl::api_version_of(kind),
-            kind: kind.kind().into(),
-            namespace: w.metadata.namespace.clone().unwrap_or_default(),
-            name: w.name_any(),
-            what: "suspend",
-            patch: kind.suspend(),
-            job: None,
-        })));
+        self.write_workload(w, kind, "suspend", kind.suspend(w), None);
+    }
+
+    /// Emits `writes` of workload `w` (`what` it does, for logs; the job whose start it is).
+    fn write_workload(
+        &mut self,
+        w: &DynamicObject,
+        kind: &dyn WorkloadKind,
+        what: &'static str,
+        writes: Vec<wl::Write>,
+        job: Option<&String>,
+    ) {
+        let namespace = w.metadata.namespace.clone().unwrap_or_default();
+        for write in writes {
+            self.emit(match write {
+                wl::Write::Patch { name, patch } => {
+                    Action::PatchWorkload(Box::new(WorkloadPatch {
+                        api_version: wl::api_version_of(kind),
+                        kind: kind.kind().into(),
+                        namespace: namespace.clone(),
+                        name: w.name_any(),
+                        object: name,
+                        what,
+                        patch,
+                        job: job.cloned(),
+                    }))
+                }
+                wl::Write::Delete {
+                    name,
+                    uid,
+                    grace_seconds,
+                } => Action::EvictPod {
+                    namespace: namespace.clone(),
+                    name,
+                    uid,
+                    grace_seconds,
+                },
+            });
+        }
     }
 
     fn warn_workload(&mut self, w: &DynamicObject, reason: &str, message: String) {
@@ -276,20 +367,12 @@ impl State {
             nodes: &start.nodes,
         };
         match kind.run(&w, &placement) {
-            Ok(patch) => {
+            Ok(writes) => {
                 // A later hold of this version is a new decision, not this one repeated.
                 self.workloads
                     .suspended
                     .remove(w.metadata.uid.as_deref().unwrap_or_default());
-                self.emit(Action::PatchWorkload(Box::new(WorkloadPatch {
-                    api_version: r.api_version.clone(),
-                    kind: r.kind.clone(),
-                    namespace: ns,
-                    name: r.name.clone(),
-                    what: "run",
-                    patch,
-                    job: Some(view.id.clone()),
-                })));
+                self.write_workload(&w, kind, "run", writes, Some(&view.id));
                 true
             }
             Err(why) => {

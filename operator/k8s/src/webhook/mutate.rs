@@ -2,7 +2,8 @@
 //! (a batch Job suspended), as Kueue's webhook does, so none of its pods starts before Spillway
 //! has placed it. One its user created suspended stays theirs: it is marked
 //! [`wl::USER_SUSPENDED_ANNOTATION`] and left alone until the user lifts the suspension, which
-//! the webhook then turns into Spillway's hold (the mark removed), so it is queued.
+//! the webhook then turns into Spillway's hold (the mark removed), so it is queued. A labelled
+//! plain pod is made with the placement gate ([`wl::pod_group`]).
 
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
@@ -44,11 +45,11 @@ pub fn ops(
             };
             (vec![op], "users")
         }
-        Operation::Create => (kind.hold_ops(), "held"),
+        Operation::Create => (kind.hold_ops(object), "held"),
         Operation::Update
             if old.is_some_and(|o| o.pointer(&mark).is_some()) && !suspended(kind, object) =>
         {
-            let mut ops = kind.hold_ops();
+            let mut ops = kind.hold_ops(object);
             if object.pointer(&mark).is_some() {
                 ops.push(json!({"op": "remove", "path": mark}));
             }
@@ -83,7 +84,19 @@ pub fn answer(
         let before = serde_json::to_value(object).map_err(|e| e.to_string())?;
         let pod: k8s_openapi::api::core::v1::Pod =
             serde_json::from_value(before.clone()).map_err(|e| format!("not a Pod: {e}"))?;
-        if let Some(mutated) = super::pods::mutate(&pod, world) {
+        let placed = pod.metadata.labels.as_ref();
+        let placed = placed.is_some_and(|l| l.contains_key(crate::labels::JOB_UID_LABEL));
+        if wl::pod_group::opted_in(&pod) && !placed {
+            // A plain pod opted in: made held by the placement gate.
+            let ops = wl::PodGroup.hold_ops(&before);
+            if !ops.is_empty() {
+                let patch: json_patch::Patch =
+                    serde_json::from_value(Value::Array(ops)).map_err(|e| e.to_string())?;
+                response = response.with_patch(patch).map_err(|e| e.to_string())?;
+                result = "held";
+                tracing::info!(pod = %request.name, namespace = ?request.namespace, "admission: a labelled pod made held");
+            }
+        } else if let Some(mutated) = super::pods::mutate(&pod, world) {
             let after = serde_json::to_value(&mutated).map_err(|e| e.to_string())?;
             let patch = json_patch::diff(&before, &after);
             if !patch.0.is_empty() {

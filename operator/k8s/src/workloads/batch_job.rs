@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::PodSpec;
 use kube::core::DynamicObject;
 use serde_json::{Value, json};
 
-use super::{Finished, Placement, Shape, WorkloadKind};
+use super::{Finished, Placement, Shape, WorkloadKind, Write};
 use crate::{labels, pods};
 
 /// `batch/v1` Job.
@@ -90,28 +90,31 @@ impl WorkloadKind for BatchJob {
         super::placed_attempt_in(w.data.pointer("/spec/template/metadata/labels")?, uid)
     }
 
-    fn run(&self, w: &DynamicObject, placement: &Placement<'_>) -> Result<Value, String> {
+    fn run(&self, w: &DynamicObject, placement: &Placement<'_>) -> Result<Vec<Write>, String> {
         let mut spec = pod_spec(w)?;
         pods::pin_to_nodes(&mut spec, placement.nodes);
         if let Some(pool) = placement.pool {
             pods::tolerate_pool(&mut spec, pool);
         }
-        Ok(json!({
-            "spec": {
-                "suspend": false,
-                "template": {
-                    "metadata": {"labels": placement.pod_labels()},
-                    "spec": {"affinity": spec.affinity, "tolerations": spec.tolerations},
+        Ok(super::patch_self(
+            w,
+            json!({
+                "spec": {
+                    "suspend": false,
+                    "template": {
+                        "metadata": {"labels": placement.pod_labels()},
+                        "spec": {"affinity": spec.affinity, "tolerations": spec.tolerations},
+                    },
                 },
-            },
-        }))
+            }),
+        ))
     }
 
-    fn suspend(&self) -> Value {
-        json!({"spec": {"suspend": true}})
+    fn suspend(&self, w: &DynamicObject) -> Vec<Write> {
+        super::patch_self(w, json!({"spec": {"suspend": true}}))
     }
 
-    fn hold_ops(&self) -> Vec<Value> {
+    fn hold_ops(&self, _object: &Value) -> Vec<Value> {
         vec![json!({"op": "add", "path": "/spec/suspend", "value": true})]
     }
 }

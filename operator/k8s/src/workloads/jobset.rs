@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{PodSpec, Toleration};
 use kube::core::DynamicObject;
 use serde_json::{Map, Value, json};
 
-use super::{Finished, Placement, Shape, WorkloadKind};
+use super::{Finished, Placement, Shape, WorkloadKind, Write};
 use crate::{labels, pods};
 
 /// `jobset.x-k8s.io/v1alpha2` JobSet.
@@ -150,7 +150,7 @@ impl WorkloadKind for JobSet {
         super::placed_attempt_in(r.pointer("/template/spec/template/metadata/labels")?, uid)
     }
 
-    fn run(&self, w: &DynamicObject, placement: &Placement<'_>) -> Result<Value, String> {
+    fn run(&self, w: &DynamicObject, placement: &Placement<'_>) -> Result<Vec<Write>, String> {
         let mut list = Vec::new();
         for (r, gpus) in replicated_jobs(w)? {
             let mut r = r.clone();
@@ -160,17 +160,20 @@ impl WorkloadKind for JobSet {
             list.push(r);
         }
         // A merge patch replaces the list whole: it is written only over the version read.
-        Ok(json!({
-            "metadata": {"resourceVersion": w.metadata.resource_version},
-            "spec": {"suspend": false, "replicatedJobs": list},
-        }))
+        Ok(super::patch_self(
+            w,
+            json!({
+                "metadata": {"resourceVersion": w.metadata.resource_version},
+                "spec": {"suspend": false, "replicatedJobs": list},
+            }),
+        ))
     }
 
-    fn suspend(&self) -> Value {
-        json!({"spec": {"suspend": true}})
+    fn suspend(&self, w: &DynamicObject) -> Vec<Write> {
+        super::patch_self(w, json!({"spec": {"suspend": true}}))
     }
 
-    fn hold_ops(&self) -> Vec<Value> {
+    fn hold_ops(&self, _object: &Value) -> Vec<Value> {
         vec![json!({"op": "add", "path": "/spec/suspend", "value": true})]
     }
 

@@ -1,6 +1,6 @@
 use serde_json::json;
 
-use super::tests::merge;
+use super::tests::{merge, patch_of};
 use super::*;
 
 /// A JobSet with a launcher (no GPUs) and `workers` replicated jobs of 2 pods of 8 GPUs.
@@ -36,7 +36,7 @@ fn a_jobsets_gang_is_its_gpu_pods_and_its_launcher_is_not_counted() {
         (r.api_version.as_str(), r.kind.as_str()),
         ("jobset.x-k8s.io/v1alpha2", "JobSet")
     );
-    assert!(stands_for(&gj, &w));
+    assert!(stands_for(&JobSet, &gj, &w));
     assert_eq!(
         kind_of(&w).map(|k| k.integration()),
         Some("jobset.x-k8s.io/jobset")
@@ -81,7 +81,7 @@ fn running_a_jobset_gates_its_gpu_pods_with_their_nodes_and_leaves_the_launcher(
         pool: Some(&pool),
         nodes: &nodes,
     };
-    let patch = JobSet.run(&w, &placement).unwrap();
+    let patch = patch_of(&w, JobSet.run(&w, &placement).unwrap());
     assert_eq!(patch["metadata"]["resourceVersion"], "42");
     assert_eq!(patch["spec"]["suspend"], json!(false));
     let list = patch["spec"]["replicatedJobs"].as_array().unwrap();
@@ -110,15 +110,14 @@ fn running_a_jobset_gates_its_gpu_pods_with_their_nodes_and_leaves_the_launcher(
     assert_eq!(JobSet.placed_attempt(&placed, "gj-uid"), Some(2));
     assert_eq!(JobSet.placed_attempt(&w, "gj-uid"), None);
     // Placed again (another attempt), the gate is not doubled.
-    let again = JobSet
-        .run(
-            &placed,
-            &Placement {
-                attempt: 3,
-                ..placement
-            },
-        )
-        .unwrap();
+    let again = JobSet.run(
+        &placed,
+        &Placement {
+            attempt: 3,
+            ..placement
+        },
+    );
+    let again = patch_of(&placed, again.unwrap());
     let t = &again["spec"]["replicatedJobs"][1]["template"]["spec"]["template"];
     assert_eq!(t["spec"]["schedulingGates"].as_array().unwrap().len(), 1);
     assert_eq!(t["metadata"]["labels"]["spillway.io/attempt"], "3");
@@ -174,5 +173,8 @@ fn a_jobset_runs_once_its_controller_has_suspended_it_and_ends_as_it_says() {
         !f.succeeded() && f.message.starts_with("FailedJobs:"),
         "{f:?}"
     );
-    assert_eq!(JobSet.suspend(), json!({"spec": {"suspend": true}}));
+    assert_eq!(
+        patch_of(&failed, JobSet.suspend(&failed)),
+        json!({"spec": {"suspend": true}})
+    );
 }

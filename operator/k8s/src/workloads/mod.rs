@@ -15,6 +15,7 @@
 mod annotations;
 mod batch_job;
 mod jobset;
+pub mod pod_group;
 
 use std::collections::BTreeMap;
 
@@ -29,6 +30,7 @@ use crate::labels;
 
 pub use batch_job::BatchJob;
 pub use jobset::{JOBSET_NAME_LABEL, JobSet};
+pub use pod_group::PodGroup;
 
 /// On a workload: the GpuQueue it is submitted to (the label that opts it in).
 pub const QUEUE_LABEL: &str = "spillway.io/queue";
@@ -184,6 +186,29 @@ impl Placement<'_> {
     }
 }
 
+/// One write that runs or holds a workload, on the workload itself or (a pod group) one of its
+/// pods.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Write {
+    /// A merge patch of the object `name` (of the workload's kind).
+    Patch { name: String, patch: Value },
+    /// The deletion of pod `name` (only while it is the one with `uid`), given
+    /// `grace_seconds` to stop: a pod that ran cannot be held again.
+    Delete {
+        name: String,
+        uid: String,
+        grace_seconds: i64,
+    },
+}
+
+/// The one write of a workload patched as a whole: `patch` on `w` itself.
+fn patch_self(w: &DynamicObject, patch: Value) -> Vec<Write> {
+    vec![Write::Patch {
+        name: w.metadata.name.clone().unwrap_or_default(),
+        patch,
+    }]
+}
+
 /// One kind of workload Spillway can hold and run.
 pub trait WorkloadKind: Send + Sync {
     /// Its API group (`""` for the core group), version, kind and plural resource name.
@@ -195,6 +220,11 @@ pub trait WorkloadKind: Send + Sync {
     fn integration(&self) -> &'static str;
     /// Its pods' gang size and GPUs per pod, or why it cannot be run as written.
     fn shape(&self, w: &DynamicObject) -> Result<Shape, String>;
+    /// What it still lacks before it can be queued (a pod group not all made yet): its GpuJob
+    /// is made only once it is complete.
+    fn incomplete(&self, _w: &DynamicObject) -> Option<String> {
+        None
+    }
     /// Whether it is suspended (held).
     fn suspended(&self, w: &DynamicObject) -> bool;
     /// Whether a run may be written now: it is suspended, and its controller has finished
@@ -204,12 +234,36 @@ pub trait WorkloadKind: Send + Sync {
     fn finished(&self, w: &DynamicObject) -> Option<Finished>;
     /// The attempt of the GpuJob with uid `uid` its pod template is placed for, if any.
     fn placed_attempt(&self, w: &DynamicObject, uid: &str) -> Option<u32>;
-    /// The merge patch that runs it with `placement`.
-    fn run(&self, w: &DynamicObject, placement: &Placement<'_>) -> Result<Value, String>;
-    /// The merge patch that suspends it.
-    fn suspend(&self) -> Value;
-    /// The JSON patch operations that hold it as it is admitted (the mutating webhook's).
-    fn hold_ops(&self) -> Vec<Value>;
+    /// Whether a run of it landed only in part (some pods of a pod group patched, the others
+    /// not): [`WorkloadKind::run`] again writes the rest.
+    fn partly_run(&self, _w: &DynamicObject) -> bool {
+        false
+    }
+    /// The writes that run it with `placement`.
+    fn run(&self, w: &DynamicObject, placement: &Placement<'_>) -> Result<Vec<Write>, String>;
+    /// The writes that suspend it.
+    fn suspend(&self, w: &DynamicObject) -> Vec<Write>;
+    /// The JSON patch operations that hold `object` as it is admitted (the mutating webhook's).
+    fn hold_ops(&self, object: &Value) -> Vec<Value>;
+    /// The owners of its GpuJob (deleting them deletes it): by default the workload itself.
+    fn owners(&self, w: &DynamicObject) -> Vec<OwnerReference> {
+        let t = w.types.clone().unwrap_or_default();
+        vec![OwnerReference {
+            api_version: t.api_version,
+            kind: t.kind,
+            name: w.metadata.name.clone().unwrap_or_default(),
+            uid: w.metadata.uid.clone().unwrap_or_default(),
+            controller: Some(true),
+            block_owner_deletion: None,
+        }]
+    }
+    /// The name and uid of the object its Events are about: by default the workload.
+    fn regarding(&self, w: &DynamicObject) -> (String, String) {
+        (
+            w.metadata.name.clone().unwrap_or_default(),
+            w.metadata.uid.clone().unwrap_or_default(),
+        )
+    }
     /// Whether `pod` was made by the controller of the workload named `workload` (of this
     /// kind, in the pod's namespace): by default, the workload controls it.
     fn controls_pod(&self, pod: &k8s_openapi::api::core::v1::Pod, workload: &str) -> bool {
@@ -223,7 +277,7 @@ pub trait WorkloadKind: Send + Sync {
 
 /// Every kind Spillway supports, in the order `--integrations` lists them.
 pub fn kinds() -> &'static [&'static dyn WorkloadKind] {
-    &[&BatchJob, &JobSet]
+    &[&BatchJob, &JobSet, &PodGroup]
 }
 
 /// The kind named `integration` (`batch/job`, ...).
@@ -328,14 +382,7 @@ pub fn gpu_job_for(k: &dyn WorkloadKind, w: &DynamicObject) -> Result<GpuJob, St
     job.metadata = ObjectMeta {
         name: job.metadata.name.take(),
         namespace: w.metadata.namespace.clone(),
-        owner_references: Some(vec![OwnerReference {
-            api_version: api_version_of(k),
-            kind: k.kind().to_string(),
-            name,
-            uid: w.metadata.uid.clone().unwrap_or_default(),
-            controller: Some(true),
-            block_owner_deletion: None,
-        }]),
+        owner_references: Some(k.owners(w)),
         annotations: finished.map(|f| BTreeMap::from([(FINISHED_ANNOTATION.to_string(), f)])),
         ..ObjectMeta::default()
     };
@@ -354,9 +401,10 @@ pub fn finished_of(job: &GpuJob) -> Option<Finished> {
     serde_json::from_str(raw).ok()
 }
 
-/// Whether `job` stands for workload `w`: the workload owns it (by uid) and it names it.
-pub fn stands_for(job: &GpuJob, w: &DynamicObject) -> bool {
-    let uid = w.metadata.uid.as_deref().unwrap_or_default();
+/// Whether `job` stands for workload `w` (of kind `k`): it names it and one of the
+/// workload's owners of it (by uid) owns it.
+pub fn stands_for(k: &dyn WorkloadKind, job: &GpuJob, w: &DynamicObject) -> bool {
+    let owners = k.owners(w);
     let named = job.spec.workload_ref.as_ref().is_some_and(|r| {
         Some(&r.name) == w.metadata.name.as_ref()
             && w.types
@@ -369,7 +417,7 @@ pub fn stands_for(job: &GpuJob, w: &DynamicObject) -> bool {
             .owner_references
             .iter()
             .flatten()
-            .any(|o| o.uid == uid)
+            .any(|o| owners.iter().any(|w| w.uid == o.uid))
 }
 
 /// The kinds named by `integrations` whose API the cluster serves. An unknown name is an error
@@ -436,12 +484,14 @@ pub async fn patch(
         field_manager: Some(labels::FIELD_MANAGER.into()),
         ..Default::default()
     };
-    api.patch(&p.name, &params, &kube::api::Patch::Merge(&p.patch))
+    api.patch(&p.object, &params, &kube::api::Patch::Merge(&p.patch))
         .await
         .map(|_| ())
 }
 
 #[cfg(test)]
 mod jobset_tests;
+#[cfg(test)]
+mod pod_group_tests;
 #[cfg(test)]
 mod tests;

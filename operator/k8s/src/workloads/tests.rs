@@ -20,6 +20,14 @@ fn job(extra: serde_json::Value) -> DynamicObject {
     serde_json::from_value(base).expect("a Job")
 }
 
+/// The one patch `writes` make, of workload `w` itself.
+pub(super) fn patch_of(w: &DynamicObject, writes: Vec<Write>) -> serde_json::Value {
+    match &writes[..] {
+        [Write::Patch { name, patch }] if Some(name) == w.metadata.name.as_ref() => patch.clone(),
+        other => panic!("one patch of the workload itself, not {other:?}"),
+    }
+}
+
 pub(super) fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
     match (a, b) {
         (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
@@ -71,7 +79,7 @@ fn a_labelled_job_stands_as_a_gpu_job_of_its_shape_and_annotations() {
         (r.api_version.as_str(), r.kind.as_str(), r.name.as_str()),
         ("batch/v1", "Job", "train")
     );
-    assert!(stands_for(&gj, &w));
+    assert!(stands_for(&BatchJob, &gj, &w));
 }
 
 #[test]
@@ -151,7 +159,7 @@ fn running_lifts_the_suspension_and_writes_the_placement_into_the_template() {
         pool: Some(&pool),
         nodes: &nodes,
     };
-    let patch = BatchJob.run(&w, &placement).unwrap();
+    let patch = patch_of(&w, BatchJob.run(&w, &placement).unwrap());
     assert_eq!(patch["spec"]["suspend"], json!(false));
     let labels = &patch["spec"]["template"]["metadata"]["labels"];
     assert_eq!(labels["spillway.io/job"], "job-train");
@@ -175,7 +183,10 @@ fn running_lifts_the_suspension_and_writes_the_placement_into_the_template() {
         .unwrap();
     assert_eq!(tolerations.len(), 2, "{tolerations:?}");
     assert_eq!(tolerations[1]["key"], "spillway.io/burst");
-    assert_eq!(BatchJob.suspend(), json!({"spec": {"suspend": true}}));
+    assert_eq!(
+        patch_of(&w, BatchJob.suspend(&w)),
+        json!({"spec": {"suspend": true}})
+    );
 
     // Once the patch is in, the template says which attempt of which job it is placed for.
     let mut placed = json!(w.clone());

@@ -1,6 +1,6 @@
 //! `explain gpujob NAME`: one decision explained from the live cluster. A labelled workload
-//! (`explain job NAME`, `explain jobset/NAME`) is explained through the GpuJob that stands for
-//! it.
+//! (`explain job NAME`, `explain jobset/NAME`, `explain podgroup/NAME`, or `explain pod/NAME`
+//! for a pod of a group) is explained through the GpuJob that stands for it.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -27,7 +27,7 @@ pub fn explain_live(args: &ExplainArgs) -> ExitCode {
     };
     let Some(name) = name else {
         return fail(format!(
-            "cannot explain {:?}: give `gpujob NAME` or `gpujob/NAME`, or a labelled workload's (`job NAME`, `jobset NAME`)",
+            "cannot explain {:?}: give `gpujob NAME` or `gpujob/NAME`, or a labelled workload's (`job NAME`, `jobset NAME`, `podgroup NAME`, `pod NAME`)",
             args.target.join(" ")
         ));
     };
@@ -39,15 +39,31 @@ pub fn explain_live(args: &ExplainArgs) -> ExitCode {
     super::run(|| async move { explain_job(&cluster, namespace, &name).await })
 }
 
+/// What `kind NAME` names: a GpuJob.
+#[derive(Debug, PartialEq)]
+enum Target {
+    /// By its name: a GpuJob's own, or the one that stands for a labelled workload.
+    Job(String),
+    /// The one that stands for the group of pod NAME (read from the cluster).
+    GroupOf(String),
+}
+
 /// The GpuJob `kind NAME` names: a GpuJob's own name, or the one that stands for a labelled
-/// workload of that kind (kubectl's spellings: `job`, `jobs`, `job.batch`, `jobset`, ...).
-fn gpu_job_of(kind: &str, name: &str) -> Option<String> {
+/// workload of that kind (kubectl's spellings: `job`, `jobs`, `job.batch`, `jobset`, ...; a pod
+/// group by `podgroup NAME`, or by one of its pods).
+fn gpu_job_of(kind: &str, name: &str) -> Option<Target> {
     let kind = kind.to_ascii_lowercase();
-    if matches!(
-        kind.as_str(),
-        "gpujob" | "gpujobs" | "gj" | "gpujob.spillway.io" | "gpujobs.spillway.io"
-    ) {
-        return Some(name.to_string());
+    match kind.as_str() {
+        "gpujob" | "gpujobs" | "gj" | "gpujob.spillway.io" | "gpujobs.spillway.io" => {
+            return Some(Target::Job(name.to_string()));
+        }
+        "podgroup" | "podgroups" | "pod-group" => {
+            return Some(Target::Job(spillway_k8s::workloads::gpu_job_name(
+                "Pod", name,
+            )));
+        }
+        "pod" | "pods" | "po" => return Some(Target::GroupOf(name.to_string())),
+        _ => {}
     }
     let w = spillway_k8s::workloads::kinds().iter().find(|k| {
         let singular = k.kind().to_ascii_lowercase();
@@ -55,7 +71,10 @@ fn gpu_job_of(kind: &str, name: &str) -> Option<String> {
             .iter()
             .any(|s| kind == *s || kind == format!("{s}.{}", k.group()))
     })?;
-    Some(spillway_k8s::workloads::gpu_job_name(w.kind(), name))
+    Some(Target::Job(spillway_k8s::workloads::gpu_job_name(
+        w.kind(),
+        name,
+    )))
 }
 
 async fn list_all<K>(client: &Client) -> Result<Vec<Arc<K>>, Failure>
@@ -74,10 +93,32 @@ where
 async fn explain_job(
     cluster: &ClusterArgs,
     namespace: Option<String>,
-    name: &str,
+    target: &Target,
 ) -> Result<(), Failure> {
     let client = client(cluster).await?;
     let ns = namespace.unwrap_or_else(|| client.default_namespace().to_string());
+    let name = match target {
+        Target::Job(name) => name.clone(),
+        Target::GroupOf(pod) => {
+            let p = Api::<Pod>::namespaced(client.clone(), &ns)
+                .get_opt(pod)
+                .await?
+                .ok_or_else(|| {
+                    Failure::Cluster(anyhow::anyhow!("pod {pod:?} not found in namespace {ns:?}"))
+                })?;
+            let labels = p.metadata.labels.unwrap_or_default();
+            if !labels.contains_key(spillway_k8s::workloads::QUEUE_LABEL) {
+                return Err(Failure::Cluster(anyhow::anyhow!(
+                    "pod {pod:?} is not labelled {}: Spillway does not queue it",
+                    spillway_k8s::workloads::QUEUE_LABEL
+                )));
+            }
+            let group = (labels.get(spillway_k8s::workloads::pod_group::GROUP_LABEL))
+                .map_or(pod.as_str(), String::as_str);
+            spillway_k8s::workloads::gpu_job_name("Pod", group)
+        }
+    };
+    let name = name.as_str();
     let job = Api::<GpuJob>::namespaced(client.clone(), &ns)
         .get_opt(name)
         .await?
@@ -202,27 +243,29 @@ async fn explain_job(
 
 #[cfg(test)]
 mod tests {
-    use super::gpu_job_of;
+    use super::{Target, gpu_job_of};
+
+    fn job(name: &str) -> Option<Target> {
+        Some(Target::Job(name.into()))
+    }
 
     #[test]
     fn a_workload_is_explained_through_the_gpu_job_that_stands_for_it() {
-        assert_eq!(gpu_job_of("gpujob", "train").as_deref(), Some("train"));
-        assert_eq!(gpu_job_of("GJ", "train").as_deref(), Some("train"));
+        assert_eq!(gpu_job_of("gpujob", "train"), job("train"));
+        assert_eq!(gpu_job_of("GJ", "train"), job("train"));
         for kind in ["job", "jobs", "job.batch", "Job"] {
-            assert_eq!(
-                gpu_job_of(kind, "train").as_deref(),
-                Some("job-train"),
-                "{kind}"
-            );
+            assert_eq!(gpu_job_of(kind, "train"), job("job-train"), "{kind}");
         }
         for kind in ["jobset", "jobsets", "jobset.jobset.x-k8s.io"] {
-            assert_eq!(
-                gpu_job_of(kind, "train").as_deref(),
-                Some("jobset-train"),
-                "{kind}"
-            );
+            assert_eq!(gpu_job_of(kind, "train"), job("jobset-train"), "{kind}");
         }
-        assert_eq!(gpu_job_of("pod", "train"), None);
+        assert_eq!(gpu_job_of("podgroup", "train"), job("pod-train"));
+        // A pod: its group, read from the cluster.
+        assert_eq!(
+            gpu_job_of("pod", "train-0"),
+            Some(Target::GroupOf("train-0".into()))
+        );
+        assert_eq!(gpu_job_of("pod.v1", "train"), None);
         assert_eq!(gpu_job_of("job.apps", "train"), None);
     }
 }

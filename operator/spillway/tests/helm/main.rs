@@ -355,7 +355,7 @@ fn the_default_render_is_hardened_and_least_privilege() {
             ["CREATE", "UPDATE"]
         );
         assert_eq!(hook["clientConfig"]["service"]["name"], "spillway-webhook");
-        // The mutating one (integrations): labelled batch Jobs only, at /mutate.
+        // The mutating one (integrations): labelled batch Jobs (no JobSet CRD here), at /mutate.
         let hold = &one(&objects, "MutatingWebhookConfiguration", "spillway")["webhooks"][0];
         assert_eq!(hold["clientConfig"]["service"]["path"], "/mutate");
         assert_eq!(strings(&hold["rules"][0]["apiGroups"]), ["batch"]);
@@ -365,7 +365,16 @@ fn the_default_render_is_hardened_and_least_privilege() {
             json!({"key": "spillway.io/queue", "operator": "Exists"})
         );
         assert_eq!(hold["failurePolicy"], "Ignore");
-        let inject = &one(&objects, "MutatingWebhookConfiguration", "spillway")["webhooks"][1];
+        // Labelled plain pods: held by a webhook of their own, which fails closed.
+        let pods = &one(&objects, "MutatingWebhookConfiguration", "spillway")["webhooks"][1];
+        assert_eq!(pods["name"], "hold-pod.spillway.io");
+        assert_eq!(pods["failurePolicy"], "Fail");
+        assert_eq!(
+            pods["objectSelector"]["matchExpressions"],
+            json!([{"key": "spillway.io/queue", "operator": "Exists"},
+                   {"key": "spillway.io/job-uid", "operator": "DoesNotExist"}])
+        );
+        let inject = &one(&objects, "MutatingWebhookConfiguration", "spillway")["webhooks"][2];
         assert_eq!(strings(&inject["rules"][0]["resources"]), ["pods"]);
         assert_eq!(strings(&inject["rules"][0]["operations"]), ["CREATE"]);
         assert_eq!(
@@ -491,7 +500,11 @@ fn every_setting_renders_where_it_should() {
                 })
                 .unwrap_or_else(|| panic!("no jobs Role in {ns}"));
             assert_eq!(strings(&role["rules"][0]["resources"]), ["pods"]);
-            assert_eq!(strings(&role["rules"][0]["verbs"]), ["create", "delete"]);
+            // Patch: pod groups (a default integration) are run by patching their pods.
+            assert_eq!(
+                strings(&role["rules"][0]["verbs"]),
+                ["create", "delete", "patch"]
+            );
         }
         let args = strings(
             &one(&objects, "Deployment", "gpu-scheduler")["spec"]["template"]["spec"]["containers"]
@@ -546,6 +559,22 @@ fn every_setting_renders_where_it_should() {
         );
         assert_eq!(config["webhooks"][0]["failurePolicy"], "Fail");
         assert_eq!(config["webhooks"][0]["timeoutSeconds"], 10);
+        let mutating = one(&objects, "MutatingWebhookConfiguration", "gpu-scheduler");
+        let policies: Vec<(&str, &str)> = (mutating["webhooks"].as_array().into_iter())
+            .flatten()
+            .map(|w| {
+                let text = |k: &str| w[k].as_str().unwrap_or_default();
+                (text("name"), text("failurePolicy"))
+            })
+            .collect();
+        assert_eq!(
+            policies,
+            [
+                ("hold.spillway.io", "Fail"),
+                ("hold-pod.spillway.io", "Ignore"),
+                ("inject.spillway.io", "Fail")
+            ]
+        );
         assert!(
             !rules(&objects)
                 .iter()

@@ -230,22 +230,6 @@ fn verbs_on<'a>(objects: &'a [serde_json::Value], resource: &str) -> Vec<(String
 fn the_jobset_integration_renders_only_where_the_cluster_serves_jobsets() {
     let jobset_api = ["--api-versions", "jobset.x-k8s.io/v1alpha2/JobSet"];
     for helm in Helm::all() {
-        // No JobSet CRD: no grant on JobSets, no webhook rule for them, nor the pod patch.
-        let plain = render(&helm, &[]);
-        assert!(
-            verbs_on(&plain, "jobsets").is_empty(),
-            "Helm {}",
-            helm.major
-        );
-        assert!(
-            verbs_on(&plain, "pods")
-                .iter()
-                .all(|(_, v)| !v.contains(&"patch")),
-            "{:?}",
-            verbs_on(&plain, "pods")
-        );
-        let hold = &one(&plain, "MutatingWebhookConfiguration", "spillway")["webhooks"][0];
-        assert_eq!(hold["rules"].as_array().map(Vec::len), Some(1));
         let args = |objects: &[serde_json::Value]| -> Vec<String> {
             one(objects, "Deployment", "spillway")["spec"]["template"]["spec"]["containers"][0]
                 ["args"]
@@ -257,10 +241,66 @@ fn the_jobset_integration_renders_only_where_the_cluster_serves_jobsets() {
                 .map(str::to_string)
                 .collect()
         };
-        assert_eq!(args(&plain), ["--integrations=batch/job"]);
+        let webhooks = |objects: &[serde_json::Value]| -> Vec<String> {
+            (one(objects, "MutatingWebhookConfiguration", "spillway")["webhooks"].as_array())
+                .into_iter()
+                .flatten()
+                .map(|w| w["name"].as_str().unwrap_or_default().to_string())
+                .collect()
+        };
+        // No JobSet CRD: no grant on JobSets, no webhook rule for them. Plain pods (on by
+        // default) are held by a webhook of their own that fails closed, and patched to run.
+        let plain = render(&helm, &[]);
+        assert!(
+            verbs_on(&plain, "jobsets").is_empty(),
+            "Helm {}",
+            helm.major
+        );
+        let hold = &one(&plain, "MutatingWebhookConfiguration", "spillway")["webhooks"][0];
+        assert_eq!(hold["rules"].as_array().map(Vec::len), Some(1));
+        assert_eq!(args(&plain), ["--integrations=batch/job,pod"]);
+        assert_eq!(
+            webhooks(&plain),
+            [
+                "hold.spillway.io",
+                "hold-pod.spillway.io",
+                "inject.spillway.io"
+            ]
+        );
+        let pod_hold = &one(&plain, "MutatingWebhookConfiguration", "spillway")["webhooks"][1];
+        assert_eq!(pod_hold["failurePolicy"], "Fail");
+        assert_eq!(strings(&pod_hold["rules"][0]["resources"]), ["pods"]);
+        assert!(
+            verbs_on(&plain, "pods")
+                .iter()
+                .any(|(_, v)| v.contains(&"patch")),
+            "{:?}",
+            verbs_on(&plain, "pods")
+        );
+        // Batch Jobs only: no pod patch, no pod webhook.
+        let jobs_only = render(&helm, &["--set", "integrations={batch/job}"]);
+        assert!(
+            verbs_on(&jobs_only, "pods")
+                .iter()
+                .all(|(_, v)| !v.contains(&"patch")),
+            "{:?}",
+            verbs_on(&jobs_only, "pods")
+        );
+        assert_eq!(
+            webhooks(&jobs_only),
+            ["hold.spillway.io", "inject.spillway.io"]
+        );
+        // Plain pods only: no webhook for Jobs.
+        let pods_only = render(&helm, &["--set", "integrations={pod}"]);
+        assert_eq!(
+            webhooks(&pods_only),
+            ["hold-pod.spillway.io", "inject.spillway.io"]
+        );
 
         // Served: JobSets seen, held and run everywhere; pods patched (pinning a gated pod).
-        let served = render(&helm, &jobset_api);
+        let mut jobsets_only = jobset_api.to_vec();
+        jobsets_only.extend(["--set", "integrations={batch/job,jobset.x-k8s.io/jobset}"]);
+        let served = render(&helm, &jobsets_only);
         assert_eq!(
             verbs_on(&served, "jobsets"),
             [("cluster".to_string(), vec!["get", "list", "watch", "patch"])]

@@ -10,6 +10,7 @@ mod indicators;
 mod jobs;
 mod kept;
 mod objects;
+mod pod_groups;
 mod reclaim;
 mod remote;
 mod repatriate;
