@@ -24,7 +24,7 @@ use crate::process::{Server, free_port};
 
 /// The JobSet release `scripts/jobset.sh` builds.
 pub const VERSION: &str = "v0.11.1";
-/// A namespace's label that lets the JobSet webhooks see it.
+/// A namespace's label that lets the JobSet webhooks (and the Kubeflow Trainer's) see it.
 pub const NAMESPACE_LABEL: &str = "spillway.test/jobset";
 
 /// The running JobSet controller.
@@ -96,7 +96,8 @@ impl JobSetController {
                 certs.display()
             ),
         )?;
-        install_webhooks(&client, &dir, port, &m.ca_pem).await?;
+        let manifests = std::fs::read_to_string(dir.join("webhook.yaml"))?;
+        install_webhooks(&client, &manifests, "jobset", port, &m.ca_pem).await?;
         let server = Server::start(
             cluster.dir(),
             "jobset",
@@ -127,19 +128,22 @@ impl JobSetController {
     }
 }
 
-/// JobSet's own webhook configurations, pointed at `port` on loopback and limited to
-/// namespaces labelled [`NAMESPACE_LABEL`].
-async fn install_webhooks(
+/// A peer controller's own webhook configurations (`manifests`, its kubebuilder
+/// `manifests.yaml`), named `spillway-test-<peer>-<kind>`, pointed at `port` on loopback and
+/// limited to namespaces labelled [`NAMESPACE_LABEL`].
+pub(crate) async fn install_webhooks(
     client: &Client,
-    dir: &std::path::Path,
+    manifests: &str,
+    peer: &str,
     port: u16,
     ca_pem: &str,
 ) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(dir.join("webhook.yaml"))?;
+    let text = manifests;
     let ca = ByteString(ca_pem.as_bytes().to_vec());
     let params = PatchParams::apply("spillway-tests").force();
     for doc in text.split("\n---").filter(|d| d.contains("kind:")) {
-        let mut v: Value = serde_saphyr::from_str(doc).context("JobSet's webhook manifests")?;
+        let mut v: Value =
+            serde_saphyr::from_str(doc).with_context(|| format!("{peer}'s webhook manifests"))?;
         for hook in v["webhooks"].as_array_mut().into_iter().flatten() {
             let path = hook["clientConfig"]["service"]["path"]
                 .as_str()
@@ -150,7 +154,7 @@ async fn install_webhooks(
             hook["namespaceSelector"] = json!({"matchLabels": {NAMESPACE_LABEL: "true"}});
         }
         let name = format!(
-            "spillway-test-jobset-{}",
+            "spillway-test-{peer}-{}",
             v["kind"].as_str().unwrap_or_default().to_ascii_lowercase()
         );
         v["metadata"] = json!({"name": name});
@@ -167,13 +171,13 @@ async fn install_webhooks(
                     .patch(&name, &params, &Patch::Apply(&c))
                     .await?;
             }
-            other => bail!("unexpected {other:?} in JobSet's webhook manifests"),
+            other => bail!("unexpected {other:?} in {peer}'s webhook manifests"),
         }
     }
     Ok(())
 }
 
-/// Lets the JobSet webhooks see namespace `ns`.
+/// Lets the JobSet webhooks (and the Kubeflow Trainer's) see namespace `ns`.
 pub async fn enable_namespace(client: &Client, ns: &str) -> anyhow::Result<()> {
     Api::<Namespace>::all(client.clone())
         .patch(

@@ -41,6 +41,7 @@ pub mod otlp;
 pub mod partition;
 mod process;
 pub mod prometheus;
+pub mod trainer;
 pub use process::free_port;
 pub mod workload;
 

@@ -67,7 +67,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/*
 The integrations the release manages, comma-separated: those of .Values.integrations whose API
-the cluster serves (a batch Job and plain pods always; a JobSet once its CRD is installed, so the
+the cluster serves (a batch Job and plain pods always; a JobSet or a TrainJob once its CRD is installed, so the
 RBAC and webhook rules of a kind not installed are not rendered). An unknown name fails the render.
 */}}
 {{- define "spillway.integrations" -}}
@@ -79,8 +79,12 @@ RBAC and webhook rules of a kind not installed are not rendered). An unknown nam
 {{- if $.Capabilities.APIVersions.Has "jobset.x-k8s.io/v1alpha2/JobSet" -}}
 {{- $out = append $out . -}}
 {{- end -}}
+{{- else if eq . "trainer.kubeflow.org/trainjob" -}}
+{{- if $.Capabilities.APIVersions.Has "trainer.kubeflow.org/v1alpha1/TrainJob" -}}
+{{- $out = append $out . -}}
+{{- end -}}
 {{- else -}}
-{{- fail (printf "integrations: unknown kind %q (known: batch/job, pod, jobset.x-k8s.io/jobset)" .) -}}
+{{- fail (printf "integrations: unknown kind %q (known: batch/job, pod, jobset.x-k8s.io/jobset, trainer.kubeflow.org/trainjob)" .) -}}
 {{- end -}}
 {{- end -}}
 {{- join "," $out -}}

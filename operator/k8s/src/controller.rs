@@ -93,6 +93,7 @@ impl Default for Settings {
                 "batch/job".into(),
                 "pod".into(),
                 "jobset.x-k8s.io/jobset".into(),
+                "trainer.kubeflow.org/trainjob".into(),
             ],
             crash: None,
             spend_record: None,

@@ -94,13 +94,13 @@ pub struct OperatorArgs {
     #[arg(long, value_name = "NS,...", value_delimiter = ',')]
     pub job_namespaces: Vec<String>,
     /// The kinds of workload queued and run when labelled `spillway.io/queue: <GpuQueue>`
-    /// (comma-separated, Kueue's names: `batch/job`, `pod`, `jobset.x-k8s.io/jobset`; empty:
-    /// only GpuJobs). A kind the cluster does not serve is skipped with a log line (docs/workloads.md).
+    /// (comma-separated, Kueue's names: `batch/job`, `pod`, `jobset.x-k8s.io/jobset`,
+    /// `trainer.kubeflow.org/trainjob`; empty: only GpuJobs). A kind the cluster does not serve is skipped with a log line (docs/workloads.md).
     #[arg(
         long,
         value_name = "KIND,...",
         value_delimiter = ',',
-        default_value = "batch/job,pod,jobset.x-k8s.io/jobset"
+        default_value = "batch/job,pod,jobset.x-k8s.io/jobset,trainer.kubeflow.org/trainjob"
     )]
     pub integrations: Vec<String>,
     /// Issue workload identity tokens to every GpuJob's pods and serve the issuer.

@@ -73,7 +73,7 @@ fn pinned_to(p: &Pod) -> BTreeSet<String> {
 }
 
 /// Waits for the JobSet's gang to run, pinned to its GpuJob's nodes and ungated; returns them.
-async fn gang_runs_where_placed(w: &World, job: &str, pods: usize) -> Vec<Pod> {
+pub(crate) async fn gang_runs_where_placed(w: &World, job: &str, pods: usize) -> Vec<Pod> {
     let gj = w.wait_phase(job, JobPhase::Running).await;
     let running = w.wait_pods_running(job, pods).await;
     let gj = w.jobs().get(job).await.unwrap_or(gj);

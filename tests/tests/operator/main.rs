@@ -11,6 +11,7 @@ mod reclaim;
 mod remote;
 mod remote_isolation;
 mod telemetry;
+mod trainjobs;
 mod validity;
 mod workloads;
 mod world;

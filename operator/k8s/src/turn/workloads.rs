@@ -223,7 +223,7 @@ impl State {
 
     /// Suspends `w` if it runs (unfinished, not suspended) without its job's placement: the
     /// job (`view`) not started, or started at another attempt than the workload's template
-    /// says, or moved on this turn.
+    /// says, or moved on this turn. Completes a run of its job that landed in part.
     fn hold(
         &mut self,
         w: &DynamicObject,
@@ -231,7 +231,7 @@ impl State {
         view: Option<&JobView>,
         inputs: &Inputs,
     ) {
-        if kind.suspended(w) || kind.finished(w).is_some() {
+        if kind.finished(w).is_some() {
             return;
         }
         let placed = view.filter(|v| !self.moved_on(v)).is_some_and(|v| {
@@ -240,36 +240,34 @@ impl State {
                 && (self.assumed.contains_key(&v.id)
                     || matches!(v.lifecycle, Lifecycle::Running { .. }))
         });
+        // A run that landed in part (some pods of a group; a TrainJob's placement written but
+        // its suspension not lifted yet) is written again for the rest, on the job's nodes.
+        let partly = placed && kind.partly_run(w);
+        if !partly && (placed || kind.suspended(w)) {
+            return;
+        }
         let uid = w.metadata.uid.clone().unwrap_or_default();
         let version = w.metadata.resource_version.clone().unwrap_or_default();
         if self.workloads.suspended.get(&uid) == Some(&version) {
             return;
         }
-        if placed {
-            // A run that landed in part (some pods of a group) is written again for the rest,
-            // on the nodes the job runs on.
-            let Some((v, pool)) =
-                view.filter(|_| kind.partly_run(w))
-                    .and_then(|v| match &v.lifecycle {
-                        Lifecycle::Running { pool, nodes, .. } if !nodes.is_empty() => {
-                            Some((v, pool.clone()))
-                        }
-                        _ => None,
-                    })
-            else {
+        if partly {
+            let running = view.and_then(|v| match &v.lifecycle {
+                Lifecycle::Running { pool, nodes, .. } if !nodes.is_empty() => {
+                    Some((v, pool, nodes))
+                }
+                _ => None,
+            });
+            let Some((v, pool, nodes)) = running else {
                 return;
             };
-            let Lifecycle::Running { nodes, .. } = &v.lifecycle else {
-                return;
-            };
-            let pool = pool.and_then(|p| {
+            let pool = (pool.as_ref()).and_then(|p| {
                 (inputs.pools.iter()).find(|q| q.metadata.name.as_deref() == Some(p.as_str()))
             });
-            let pool = pool.map(|p| &**p);
             let placement = wl::Placement {
                 job: &v.job,
                 attempt: v.attempt,
-                pool,
+                pool: pool.map(|p| &**p),
                 nodes,
             };
             if let Ok(writes) = kind.run(w, &placement) {

@@ -47,7 +47,7 @@ fn replicated_jobs(w: &DynamicObject) -> Result<Vec<(&Value, u32)>, String> {
 }
 
 /// The condition `kind` of the JobSet's status, when it has it.
-fn condition<'a>(w: &'a DynamicObject, kind: &str) -> Option<&'a Value> {
+pub(super) fn condition<'a>(w: &'a DynamicObject, kind: &str) -> Option<&'a Value> {
     w.data
         .pointer("/status/conditions")?
         .as_array()?
@@ -55,7 +55,7 @@ fn condition<'a>(w: &'a DynamicObject, kind: &str) -> Option<&'a Value> {
         .find(|c| c.get("type").and_then(Value::as_str) == Some(kind))
 }
 
-fn is_true(c: &Value) -> bool {
+pub(super) fn is_true(c: &Value) -> bool {
     c.get("status").and_then(Value::as_str) == Some("True")
 }
 
@@ -198,7 +198,7 @@ impl WorkloadKind for JobSet {
 /// Writes `placement` into replicated job `r`'s pod template: the job's labels, the chosen
 /// nodes and the gate that holds each pod until it is pinned to them, and the pool's
 /// tolerations.
-fn place_template(r: &mut Value, placement: &Placement<'_>) -> Result<(), String> {
+pub(super) fn place_template(r: &mut Value, placement: &Placement<'_>) -> Result<(), String> {
     let template = r
         .pointer_mut("/template/spec/template")
         .and_then(Value::as_object_mut)

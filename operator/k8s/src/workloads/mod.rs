@@ -16,6 +16,7 @@ mod annotations;
 mod batch_job;
 mod jobset;
 pub mod pod_group;
+mod train_job;
 
 use std::collections::BTreeMap;
 
@@ -31,6 +32,7 @@ use crate::labels;
 pub use batch_job::BatchJob;
 pub use jobset::{JOBSET_NAME_LABEL, JobSet};
 pub use pod_group::PodGroup;
+pub use train_job::TrainJob;
 
 /// On a workload: the GpuQueue it is submitted to (the label that opts it in).
 pub const QUEUE_LABEL: &str = "spillway.io/queue";
@@ -277,7 +279,7 @@ pub trait WorkloadKind: Send + Sync {
 
 /// Every kind Spillway supports, in the order `--integrations` lists them.
 pub fn kinds() -> &'static [&'static dyn WorkloadKind] {
-    &[&BatchJob, &JobSet, &PodGroup]
+    &[&BatchJob, &PodGroup, &JobSet, &TrainJob]
 }
 
 /// The kind named `integration` (`batch/job`, ...).
@@ -495,3 +497,5 @@ mod jobset_tests;
 mod pod_group_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod train_job_tests;

@@ -1,6 +1,7 @@
 //! `explain gpujob NAME`: one decision explained from the live cluster. A labelled workload
-//! (`explain job NAME`, `explain jobset/NAME`, `explain podgroup/NAME`, or `explain pod/NAME`
-//! for a pod of a group) is explained through the GpuJob that stands for it.
+//! (`explain job NAME`, `explain jobset/NAME`, `explain trainjob/NAME`,
+//! `explain podgroup/NAME`, or `explain pod/NAME` for a pod of a group) is explained through
+//! the GpuJob that stands for it.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -27,7 +28,7 @@ pub fn explain_live(args: &ExplainArgs) -> ExitCode {
     };
     let Some(name) = name else {
         return fail(format!(
-            "cannot explain {:?}: give `gpujob NAME` or `gpujob/NAME`, or a labelled workload's (`job NAME`, `jobset NAME`, `podgroup NAME`, `pod NAME`)",
+            "cannot explain {:?}: give `gpujob NAME` or `gpujob/NAME`, or a labelled workload's (`job NAME`, `jobset NAME`, `trainjob NAME`, `podgroup NAME`, `pod NAME`)",
             args.target.join(" ")
         ));
     };
@@ -260,6 +261,10 @@ mod tests {
             assert_eq!(gpu_job_of(kind, "train"), job("jobset-train"), "{kind}");
         }
         assert_eq!(gpu_job_of("podgroup", "train"), job("pod-train"));
+        assert_eq!(
+            gpu_job_of("trainjob.trainer.kubeflow.org", "tune"),
+            job("trainjob-tune")
+        );
         // A pod: its group, read from the cluster.
         assert_eq!(
             gpu_job_of("pod", "train-0"),

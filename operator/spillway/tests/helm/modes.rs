@@ -227,6 +227,51 @@ fn verbs_on<'a>(objects: &'a [serde_json::Value], resource: &str) -> Vec<(String
 }
 
 #[test]
+fn the_train_job_integration_renders_only_where_the_cluster_serves_train_jobs() {
+    for helm in Helm::all() {
+        // No Trainer CRD: no grant on TrainJobs, no webhook rule for them.
+        let plain = render(&helm, &[]);
+        assert!(
+            verbs_on(&plain, "trainjobs").is_empty(),
+            "Helm {}",
+            helm.major
+        );
+        // Served: TrainJobs seen, held and run everywhere; their pods patched (pinned).
+        let served = render(
+            &helm,
+            &[
+                "--api-versions",
+                "trainer.kubeflow.org/v1alpha1/TrainJob",
+                "--set",
+                "integrations={trainer.kubeflow.org/trainjob}",
+            ],
+        );
+        assert_eq!(
+            verbs_on(&served, "trainjobs"),
+            [("cluster".to_string(), vec!["get", "list", "watch", "patch"])]
+        );
+        assert!(
+            (verbs_on(&served, "pods").iter()).any(|(_, v)| v.contains(&"patch")),
+            "{:?}",
+            verbs_on(&served, "pods")
+        );
+        let hold = &one(&served, "MutatingWebhookConfiguration", "spillway")["webhooks"][0];
+        assert_eq!(hold["name"], "hold.spillway.io");
+        assert_eq!(
+            strings(&hold["rules"][0]["apiGroups"]),
+            ["trainer.kubeflow.org"]
+        );
+        assert_eq!(strings(&hold["rules"][0]["resources"]), ["trainjobs"]);
+        let deployment = one(&served, "Deployment", "spillway");
+        let args = strings(&deployment["spec"]["template"]["spec"]["containers"][0]["args"]);
+        assert!(
+            args.contains(&"--integrations=trainer.kubeflow.org/trainjob"),
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
 fn the_jobset_integration_renders_only_where_the_cluster_serves_jobsets() {
     let jobset_api = ["--api-versions", "jobset.x-k8s.io/v1alpha2/JobSet"];
     for helm in Helm::all() {

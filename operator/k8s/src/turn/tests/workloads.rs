@@ -391,3 +391,53 @@ fn a_jobsets_pod_made_gated_without_the_webhook_is_pinned_once_per_version() {
     let t = l.turn(&i, None, noon() + minutes(4));
     assert_eq!(pins(&t).len(), 1);
 }
+
+#[test]
+fn a_train_job_is_placed_then_resumed_in_the_next_turn() {
+    let mut i = cluster();
+    i.nodes = vec![node("a", "onprem", 8)];
+    let mut w = json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "tune", "namespace": NS, "uid": "w-tune", "resourceVersion": "1",
+                     "labels": {"spillway.io/queue": "q"}},
+        "spec": {"suspend": true, "runtimeRef": {"name": "torch-distributed"},
+                 "trainer": {"numNodes": 1, "resourcesPerNode": {"limits": {"nvidia.com/gpu": 4}}}},
+    });
+    i.workloads = vec![dynamic(&w)];
+    let mut l = Loop::new();
+    let t = l.turn(&i, None, noon());
+    i.jobs = vec![stored(applied(&t).remove(0))];
+    assert_eq!(i.jobs[0].metadata.name.as_deref(), Some("trainjob-tune"));
+
+    // Its placement is written first, the TrainJob still suspended (the Trainer lets its
+    // runtime patches change only then).
+    let t = l.turn(&i, None, noon() + minutes(1));
+    let p = patches(&t);
+    assert_eq!(p.len(), 1, "{:?}", kinds(&t));
+    assert_eq!(p[0].patch["spec"]["suspend"], json!(true));
+    assert!(p[0].patch["spec"]["runtimePatches"].is_array());
+    let st = status_of(&t, StatusKind::GpuJob, "trainjob-tune").expect("status");
+    assert_eq!(st["phase"], "Running");
+
+    // Once the cache shows it, the suspension is lifted (once).
+    merge(&mut w, &p[0].patch);
+    w["metadata"]["resourceVersion"] = json!("2");
+    i.workloads = vec![dynamic(&w)];
+    let t = l.turn(&i, None, noon() + minutes(2));
+    let p = patches(&t);
+    assert_eq!(p.len(), 1, "{:?}", kinds(&t));
+    assert_eq!(
+        (p[0].what, &p[0].patch),
+        ("run", &json!({"spec": {"suspend": false}}))
+    );
+    assert_eq!(p[0].job.as_deref(), Some("team/trainjob-tune"));
+    let t = l.turn(&i, None, noon() + minutes(2));
+    assert!(patches(&t).is_empty());
+
+    // Resumed: nothing more is written.
+    merge(&mut w, &p[0].patch);
+    w["metadata"]["resourceVersion"] = json!("3");
+    i.workloads = vec![dynamic(&w)];
+    let t = l.turn(&i, None, noon() + minutes(3));
+    assert!(patches(&t).is_empty(), "{:?}", patches(&t));
+}
