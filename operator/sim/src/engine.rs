@@ -414,6 +414,9 @@ impl<'a> Engine<'a> {
         job.replicas = tj.replicas.max(1);
         job.priority = tj.priority;
         job.restartable = tj.restartable;
+        if let Some(kind) = &tj.kind {
+            job.kind = kind.clone();
+        }
         if tj.restartable {
             job.checkpoint_interval = self.world.checkpoint_interval;
         }

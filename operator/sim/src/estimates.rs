@@ -103,6 +103,7 @@ mod tests {
             datasets: Vec::new(),
             requirements: Default::default(),
             censored: false,
+            kind: None,
         }
     }
 

@@ -5,7 +5,9 @@
 //! `estimated_runtime_s`, `gpu_model` (alternatives separated by `|`), `queue`, `priority`,
 //! `restartable` (`true`/`false`/`1`/`0`), `datasets` (separated by `|`), `replicas`, and the
 //! job's requirements (`GpuJob spec.requirements`): `min_driver_version`, `min_cuda_version`,
-//! `gpu_products` (globs separated by `|`) and `min_gpu_memory_gib`.
+//! `gpu_products` (globs separated by `|`) and `min_gpu_memory_gib`, and `kind`: what the job
+//! runs as (`GpuJob`, the default, or a labelled workload's kind: `Job`, `JobSet`, `TrainJob`,
+//! `Pod`), which policies read as `job.kind`.
 //!
 //! openb (`openb_pod_list_*.csv`): tasks asking for no GPU are skipped; a fractional GPU
 //! (`gpu_milli < 1000`) counts as one whole GPU; arrival is `creation_time` and runtime
@@ -42,7 +44,12 @@ pub struct TraceJob {
     pub requirements: spillway_core::Requirements,
     /// Still running when the trace was cut: `runtime_s` is a lower bound.
     pub censored: bool,
+    /// What it runs as (`job.kind`), when the trace says; `GpuJob` otherwise.
+    pub kind: Option<String>,
 }
+
+/// The kinds a trace's `kind` column may name.
+pub const KINDS: [&str; 5] = ["GpuJob", "Job", "JobSet", "TrainJob", "Pod"];
 
 /// Makes each job restartable with probability `fraction` (and the others not), by a draw
 /// that depends only on `seed` and the job's position: `--restartable P`.
@@ -264,6 +271,7 @@ fn parse_openb(text: &str) -> Result<Vec<TraceJob>, InputError> {
             restartable: false,
             datasets: Vec::new(),
             requirements: Default::default(),
+            kind: None,
             censored: false,
         });
         ends.push(end);
@@ -293,6 +301,7 @@ fn parse_spillway(text: &str) -> Result<Vec<TraceJob>, InputError> {
     let min_cuda = h.col("min_cuda_version");
     let products = h.col("gpu_products");
     let min_memory = h.col("min_gpu_memory_gib");
+    let kind = h.col("kind");
     let mut jobs = Vec::new();
     let list = |f: &[&str], c: Option<usize>| -> Vec<String> {
         c.and_then(|c| f.get(c))
@@ -387,6 +396,16 @@ fn parse_spillway(text: &str) -> Result<Vec<TraceJob>, InputError> {
             datasets: list(&f, datasets),
             requirements,
             censored: false,
+            kind: match kind.and_then(|c| f.get(c)).copied().unwrap_or("") {
+                "" => None,
+                k if KINDS.contains(&k) => Some(k.to_string()),
+                other => {
+                    return Err(InputError {
+                        line,
+                        message: format!("kind {other:?} is not one of {}", KINDS.join(", ")),
+                    });
+                }
+            },
         });
     }
     Ok(jobs)
@@ -507,6 +526,24 @@ mod tests {
         assert!(jobs[0].restartable);
         assert_eq!(jobs[1].queue, None);
         assert_eq!(detect_format(text), Some(TraceFormat::Spillway));
+    }
+
+    #[test]
+    fn a_trace_may_say_what_kind_each_job_runs_as() {
+        let text = "job_id,arrival_s,runtime_s,num_gpus,kind\na,0,60,1,Job\nb,0,60,1,\n";
+        let jobs = parse(text, TraceFormat::Spillway).unwrap();
+        assert_eq!(jobs[0].kind.as_deref(), Some("Job"));
+        assert_eq!(jobs[1].kind, None);
+        let e = parse(
+            "job_id,arrival_s,runtime_s,num_gpus,kind\nc,0,60,1,CronJob\n",
+            TraceFormat::Spillway,
+        )
+        .unwrap_err();
+        assert_eq!(e.line, 2);
+        assert!(
+            e.message.contains("\"CronJob\" is not one of GpuJob, Job"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -61,6 +61,7 @@ fn trace(seed: u64, jobs: usize) -> Vec<TraceJob> {
                 },
                 requirements: Default::default(),
                 censored: false,
+                kind: None,
             }
         })
         .collect()

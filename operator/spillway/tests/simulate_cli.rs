@@ -186,6 +186,22 @@ fn burst_policies_in_the_config_change_decisions() {
     std::fs::write(dir.join("policy.yaml"), policy).unwrap();
     assert_eq!(run(&dir), 0, "the rule keeps it private");
 
+    // Rules see what a job of the trace runs as (`kind`).
+    let kind_rule = policy.replace("job.totalGpus >= 8", "job.kind == 'Job'");
+    std::fs::write(dir.join("policy.yaml"), &kind_rule).unwrap();
+    for (kinds, bursts) in [(("GpuJob", "Job"), 0), (("Job", "GpuJob"), 1)] {
+        std::fs::write(
+            &trace,
+            format!(
+                "job_id,arrival_s,runtime_s,num_gpus,kind\na,0,3600,8,{}\nb,0,3600,8,{}\n",
+                kinds.0, kinds.1
+            ),
+        )
+        .unwrap();
+        assert_eq!(run(&dir), bursts, "{kinds:?}");
+    }
+    std::fs::write(dir.join("policy.yaml"), policy).unwrap();
+
     std::fs::write(
         dir.join("policy.yaml"),
         policy.replace("job.totalGpus >= 8", "job.totalGpus >="),
