@@ -331,9 +331,20 @@ async fn operator_binary_and_kubectl_plugin() {
         "{}",
         text(&out)
     );
-    let out = run(&plugin, &["explain", "pod/x", "--kubeconfig", &kubeconfig]);
+    let out = run(
+        &plugin,
+        &["explain", "deployment/x", "--kubeconfig", &kubeconfig],
+    );
     assert!(!out.status.success());
     assert!(text(&out).contains("cannot explain"), "{}", text(&out));
+    // A pod is explained through its group's GpuJob: one that is not there says so.
+    let out = run(&plugin, &["explain", "pod/x", "--kubeconfig", &kubeconfig]);
+    assert_eq!(out.status.code(), Some(1), "not found: exit 1");
+    assert!(
+        text(&out).contains("pod \"x\" not found in namespace \"default\""),
+        "{}",
+        text(&out)
+    );
 
     // queues, pools, cost; -o json|yaml|wide; empty answers; exit codes.
     let kc = ["--kubeconfig", kubeconfig.as_str()];
