@@ -2,7 +2,7 @@
 # Runs every Spillway test on a fresh machine: installs and caches what the tests need (real
 # Kubernetes control planes built from Go modules, the newest release and the oldest supported,
 # moto's EC2 server, promtool, Helm 3 and 4, Debian's Chromium for the report's browser test,
-# the JobSet and Kubeflow Trainer controllers), then runs the workspace's tests against them: the whole suite on the newest release, the
+# the JobSet, Kubeflow Trainer and KubeRay controllers), then runs the workspace's tests against them: the whole suite on the newest release, the
 # smoke set on the oldest. Heavy builds are cached under ~/.cache/spillway.
 #
 #   scripts/test.sh                    # everything
@@ -42,7 +42,9 @@ SPILLWAY_JOBSET="$(scripts/jobset.sh)"
 export SPILLWAY_JOBSET
 SPILLWAY_TRAINER="$(scripts/trainer.sh)"
 export SPILLWAY_TRAINER
-echo "test.sh: Kubernetes binaries in $KUBEBUILDER_ASSETS (oldest supported: $oldest_assets); moto at $SPILLWAY_MOTO_SERVER; promtool at $SPILLWAY_PROMTOOL; Helm 3 in $SPILLWAY_HELM3, Helm 4 in $SPILLWAY_HELM4; Chromium $SPILLWAY_CHROMIUM; JobSet in $SPILLWAY_JOBSET; Kubeflow Trainer in $SPILLWAY_TRAINER" >&2
+SPILLWAY_KUBERAY="$(scripts/kuberay.sh)"
+export SPILLWAY_KUBERAY
+echo "test.sh: Kubernetes binaries in $KUBEBUILDER_ASSETS (oldest supported: $oldest_assets); moto at $SPILLWAY_MOTO_SERVER; promtool at $SPILLWAY_PROMTOOL; Helm 3 in $SPILLWAY_HELM3, Helm 4 in $SPILLWAY_HELM4; Chromium $SPILLWAY_CHROMIUM; JobSet in $SPILLWAY_JOBSET; Kubeflow Trainer in $SPILLWAY_TRAINER; KubeRay in $SPILLWAY_KUBERAY" >&2
 
 if (($#)); then
   exec cargo test --workspace --locked --no-fail-fast "$@"

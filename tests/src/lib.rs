@@ -34,6 +34,7 @@ pub mod faults;
 pub mod helm;
 pub mod jobset;
 pub mod kubelet;
+pub mod kuberay;
 pub mod machines;
 pub mod moto;
 pub mod operator;

@@ -67,7 +67,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/*
 The integrations the release manages, comma-separated: those of .Values.integrations whose API
-the cluster serves (a batch Job and plain pods always; a JobSet or a TrainJob once its CRD is installed, so the
+the cluster serves (a batch Job and plain pods always; a JobSet, TrainJob or RayJob once its CRD is installed, so the
 RBAC and webhook rules of a kind not installed are not rendered). An unknown name fails the render.
 */}}
 {{- define "spillway.integrations" -}}
@@ -83,8 +83,12 @@ RBAC and webhook rules of a kind not installed are not rendered). An unknown nam
 {{- if $.Capabilities.APIVersions.Has "trainer.kubeflow.org/v1alpha1/TrainJob" -}}
 {{- $out = append $out . -}}
 {{- end -}}
+{{- else if eq . "ray.io/rayjob" -}}
+{{- if $.Capabilities.APIVersions.Has "ray.io/v1/RayJob" -}}
+{{- $out = append $out . -}}
+{{- end -}}
 {{- else -}}
-{{- fail (printf "integrations: unknown kind %q (known: batch/job, pod, jobset.x-k8s.io/jobset, trainer.kubeflow.org/trainjob)" .) -}}
+{{- fail (printf "integrations: unknown kind %q (known: batch/job, pod, jobset.x-k8s.io/jobset, trainer.kubeflow.org/trainjob, ray.io/rayjob)" .) -}}
 {{- end -}}
 {{- end -}}
 {{- join "," $out -}}

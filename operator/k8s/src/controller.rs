@@ -94,6 +94,7 @@ impl Default for Settings {
                 "pod".into(),
                 "jobset.x-k8s.io/jobset".into(),
                 "trainer.kubeflow.org/trainjob".into(),
+                "ray.io/rayjob".into(),
             ],
             crash: None,
             spend_record: None,

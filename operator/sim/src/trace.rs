@@ -7,7 +7,7 @@
 //! job's requirements (`GpuJob spec.requirements`): `min_driver_version`, `min_cuda_version`,
 //! `gpu_products` (globs separated by `|`) and `min_gpu_memory_gib`, and `kind`: what the job
 //! runs as (`GpuJob`, the default, or a labelled workload's kind: `Job`, `JobSet`, `TrainJob`,
-//! `Pod`), which policies read as `job.kind`.
+//! `RayJob`, `Pod`), which policies read as `job.kind`.
 //!
 //! openb (`openb_pod_list_*.csv`): tasks asking for no GPU are skipped; a fractional GPU
 //! (`gpu_milli < 1000`) counts as one whole GPU; arrival is `creation_time` and runtime
@@ -49,7 +49,7 @@ pub struct TraceJob {
 }
 
 /// The kinds a trace's `kind` column may name.
-pub const KINDS: [&str; 5] = ["GpuJob", "Job", "JobSet", "TrainJob", "Pod"];
+pub const KINDS: [&str; 6] = ["GpuJob", "Job", "JobSet", "TrainJob", "RayJob", "Pod"];
 
 /// Makes each job restartable with probability `fraction` (and the others not), by a draw
 /// that depends only on `seed` and the job's position: `--restartable P`.

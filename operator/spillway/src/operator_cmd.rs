@@ -95,12 +95,12 @@ pub struct OperatorArgs {
     pub job_namespaces: Vec<String>,
     /// The kinds of workload queued and run when labelled `spillway.io/queue: <GpuQueue>`
     /// (comma-separated, Kueue's names: `batch/job`, `pod`, `jobset.x-k8s.io/jobset`,
-    /// `trainer.kubeflow.org/trainjob`; empty: only GpuJobs). A kind the cluster does not serve is skipped with a log line (docs/workloads.md).
+    /// `trainer.kubeflow.org/trainjob`, `ray.io/rayjob`; empty: only GpuJobs). A kind the cluster does not serve is skipped with a log line (docs/workloads.md).
     #[arg(
         long,
         value_name = "KIND,...",
         value_delimiter = ',',
-        default_value = "batch/job,pod,jobset.x-k8s.io/jobset,trainer.kubeflow.org/trainjob"
+        default_value = "batch/job,pod,jobset.x-k8s.io/jobset,trainer.kubeflow.org/trainjob,ray.io/rayjob"
     )]
     pub integrations: Vec<String>,
     /// Issue workload identity tokens to every GpuJob's pods and serve the issuer.

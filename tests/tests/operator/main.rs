@@ -7,6 +7,7 @@ mod leadership;
 mod lifecycle;
 mod placement;
 mod pod_groups;
+mod rayjobs;
 mod reclaim;
 mod remote;
 mod remote_isolation;

@@ -16,6 +16,7 @@ mod annotations;
 mod batch_job;
 mod jobset;
 pub mod pod_group;
+mod ray_job;
 mod train_job;
 
 use std::collections::BTreeMap;
@@ -32,6 +33,7 @@ use crate::labels;
 pub use batch_job::BatchJob;
 pub use jobset::{JOBSET_NAME_LABEL, JobSet};
 pub use pod_group::PodGroup;
+pub use ray_job::RayJob;
 pub use train_job::TrainJob;
 
 /// On a workload: the GpuQueue it is submitted to (the label that opts it in).
@@ -279,7 +281,7 @@ pub trait WorkloadKind: Send + Sync {
 
 /// Every kind Spillway supports, in the order `--integrations` lists them.
 pub fn kinds() -> &'static [&'static dyn WorkloadKind] {
-    &[&BatchJob, &PodGroup, &JobSet, &TrainJob]
+    &[&BatchJob, &PodGroup, &JobSet, &TrainJob, &RayJob]
 }
 
 /// The kind named `integration` (`batch/job`, ...).
@@ -495,6 +497,8 @@ pub async fn patch(
 mod jobset_tests;
 #[cfg(test)]
 mod pod_group_tests;
+#[cfg(test)]
+mod ray_job_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -227,47 +227,41 @@ fn verbs_on<'a>(objects: &'a [serde_json::Value], resource: &str) -> Vec<(String
 }
 
 #[test]
-fn the_train_job_integration_renders_only_where_the_cluster_serves_train_jobs() {
+fn train_and_ray_jobs_render_only_where_the_cluster_serves_them() {
+    let kinds = [
+        (
+            "trainer.kubeflow.org/v1alpha1/TrainJob",
+            "trainer.kubeflow.org/trainjob",
+            "trainer.kubeflow.org",
+            "trainjobs",
+        ),
+        ("ray.io/v1/RayJob", "ray.io/rayjob", "ray.io", "rayjobs"),
+    ];
     for helm in Helm::all() {
-        // No Trainer CRD: no grant on TrainJobs, no webhook rule for them.
-        let plain = render(&helm, &[]);
-        assert!(
-            verbs_on(&plain, "trainjobs").is_empty(),
-            "Helm {}",
-            helm.major
-        );
-        // Served: TrainJobs seen, held and run everywhere; their pods patched (pinned).
-        let served = render(
-            &helm,
-            &[
-                "--api-versions",
-                "trainer.kubeflow.org/v1alpha1/TrainJob",
-                "--set",
-                "integrations={trainer.kubeflow.org/trainjob}",
-            ],
-        );
-        assert_eq!(
-            verbs_on(&served, "trainjobs"),
-            [("cluster".to_string(), vec!["get", "list", "watch", "patch"])]
-        );
-        assert!(
-            (verbs_on(&served, "pods").iter()).any(|(_, v)| v.contains(&"patch")),
-            "{:?}",
-            verbs_on(&served, "pods")
-        );
-        let hold = &one(&served, "MutatingWebhookConfiguration", "spillway")["webhooks"][0];
-        assert_eq!(hold["name"], "hold.spillway.io");
-        assert_eq!(
-            strings(&hold["rules"][0]["apiGroups"]),
-            ["trainer.kubeflow.org"]
-        );
-        assert_eq!(strings(&hold["rules"][0]["resources"]), ["trainjobs"]);
-        let deployment = one(&served, "Deployment", "spillway");
-        let args = strings(&deployment["spec"]["template"]["spec"]["containers"][0]["args"]);
-        assert!(
-            args.contains(&"--integrations=trainer.kubeflow.org/trainjob"),
-            "{args:?}"
-        );
+        for (api, integration, group, resource) in kinds {
+            // Not served: no grant on them, no webhook rule for them.
+            let plain = render(&helm, &[]);
+            assert!(verbs_on(&plain, resource).is_empty(), "Helm {}", helm.major);
+            // Served: seen, held and run everywhere.
+            let only = format!("integrations={{{integration}}}");
+            let served = render(&helm, &["--api-versions", api, "--set", &only]);
+            assert_eq!(
+                verbs_on(&served, resource),
+                [("cluster".to_string(), vec!["get", "list", "watch", "patch"])]
+            );
+            let hold = &one(&served, "MutatingWebhookConfiguration", "spillway")["webhooks"][0];
+            assert_eq!(hold["name"], "hold.spillway.io");
+            assert_eq!(strings(&hold["rules"][0]["apiGroups"]), [group]);
+            assert_eq!(strings(&hold["rules"][0]["resources"]), [resource]);
+            let deployment = one(&served, "Deployment", "spillway");
+            let args = strings(&deployment["spec"]["template"]["spec"]["containers"][0]["args"]);
+            let flag = format!("--integrations={integration}");
+            assert!(args.contains(&flag.as_str()), "{args:?}");
+            // A TrainJob's pods may need pinning (gated like a JobSet's); a RayJob's are
+            // placed by their template alone.
+            let pod_patch = (verbs_on(&served, "pods").iter()).any(|(_, v)| v.contains(&"patch"));
+            assert_eq!(pod_patch, resource == "trainjobs", "{resource}");
+        }
     }
 }
 
