@@ -48,6 +48,11 @@ fn build_dir() -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
+/// JobSet's CRD, as its build keeps it.
+pub fn crds() -> anyhow::Result<Vec<CustomResourceDefinition>> {
+    crate::read_crds(&build_dir()?.join("crd"))
+}
+
 impl JobSetController {
     /// The JobSet controller of this test process, on the shared control plane, started on
     /// first use.
@@ -62,10 +67,7 @@ impl JobSetController {
         let cluster = TestCluster::shared().await;
         let client = cluster.client().await?;
         let dir = build_dir()?;
-        let crd_text = std::fs::read_to_string(dir.join("crd/jobset.x-k8s.io_jobsets.yaml"))?;
-        let crd: CustomResourceDefinition =
-            serde_saphyr::from_str(&crd_text).context("JobSet's CRD")?;
-        cluster.install_crds(&client, &[crd]).await?;
+        cluster.install_crds(&client, &crds()?).await?;
 
         // Its webhooks are served on loopback with a certificate of a CA made here.
         let port = free_port()?;

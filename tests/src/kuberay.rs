@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::core::{ApiResource, GroupVersionKind};
 use tokio::sync::OnceCell;
@@ -42,6 +42,11 @@ pub fn ray_jobs() -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("ray.io", "v1", "RayJob"), "rayjobs")
 }
 
+/// KubeRay's RayCluster and RayJob CRDs, as its build keeps them.
+pub fn crds() -> anyhow::Result<Vec<CustomResourceDefinition>> {
+    crate::read_crds(&build_dir()?.join("crd"))
+}
+
 impl KubeRayOperator {
     /// The KubeRay operator of this test process, on the shared control plane, started on
     /// first use.
@@ -56,14 +61,7 @@ impl KubeRayOperator {
         let cluster = TestCluster::shared().await;
         let client = cluster.client().await?;
         let dir = build_dir()?;
-        let mut crds = Vec::new();
-        for entry in std::fs::read_dir(dir.join("crd"))? {
-            let text = std::fs::read_to_string(entry?.path())?;
-            let crd: CustomResourceDefinition =
-                serde_saphyr::from_str(&text).context("a KubeRay CRD")?;
-            crds.push(crd);
-        }
-        cluster.install_crds(&client, &crds).await?;
+        cluster.install_crds(&client, &crds()?).await?;
         let kubeconfig = cluster.kubeconfig.display().to_string();
         let server = Server::start(
             cluster.dir(),

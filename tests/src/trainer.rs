@@ -54,6 +54,11 @@ pub fn train_jobs() -> ApiResource {
     )
 }
 
+/// The Trainer's CRDs, as its build keeps them.
+pub fn crds() -> anyhow::Result<Vec<CustomResourceDefinition>> {
+    crate::read_crds(&build_dir()?.join("crd"))
+}
+
 impl TrainerController {
     /// The Trainer controller of this test process (and the JobSet controller it needs), on
     /// the shared control plane, started on first use.
@@ -69,14 +74,7 @@ impl TrainerController {
         let cluster = TestCluster::shared().await;
         let client = cluster.client().await?;
         let dir = build_dir()?;
-        let mut crds = Vec::new();
-        for entry in std::fs::read_dir(dir.join("crd"))? {
-            let text = std::fs::read_to_string(entry?.path())?;
-            let crd: CustomResourceDefinition =
-                serde_saphyr::from_str(&text).context("a Trainer CRD")?;
-            crds.push(crd);
-        }
-        cluster.install_crds(&client, &crds).await?;
+        cluster.install_crds(&client, &crds()?).await?;
 
         // Its webhooks are served on loopback with a certificate of a CA made here, from
         // controller-runtime's default directory under the process's TMPDIR.

@@ -268,6 +268,17 @@ async fn lifecycle(helm: Helm) {
     let _turn = serial().await;
     let cluster = TestCluster::shared().await;
     let client = cluster.client().await.expect("client");
+    // The peers' CRDs (JobSet, Kubeflow Trainer, KubeRay), so the chart grants what their
+    // integrations need, and only that.
+    let peers = [
+        spillway_tests::jobset::crds(),
+        spillway_tests::trainer::crds(),
+        spillway_tests::kuberay::crds(),
+    ];
+    for crds in peers {
+        let crds = crds.expect("a peer's CRDs (scripts/test.sh builds them)");
+        cluster.install_crds(&client, &crds).await.expect("install");
+    }
     let kubeconfig = cluster.kubeconfig.display().to_string();
     let ns = cluster
         .namespace(&client, &format!("helm{}-system", helm.major))
@@ -391,6 +402,8 @@ async fn lifecycle(helm: Helm) {
         cluster, &client, &sa, &ns, helm.major,
     )
     .await;
+    super::privilege::workloads_granted_only_what_their_integration_needs(&sa, &ns, helm.major)
+        .await;
     let op = LocalOperator::start(&client, &ns, &fullname, &sa_kubeconfig, &dir).await;
 
     // A world of its own: one private GPU, a queue that bursts after 2 s to an AWS pool in moto.

@@ -2,7 +2,9 @@
 //! API server: read, change or delete a Secret it did not make (in a job namespace, another
 //! and kube-system), plant a Secret in kube-system other than an expiring bootstrap token of
 //! Spillway's group, create or delete a Job, or (installed with `rbac.jobNamespaces`) create a
-//! pod or patch a Job outside them.
+//! pod or patch a Job outside them; and, asked of the API server's authorizer
+//! (`SelfSubjectAccessReview`, kubectl's `auth can-i`), what it may do to each integration's
+//! kind.
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -205,4 +207,72 @@ pub async fn assert_refused_everything(sa: &Client, ns: &str, name: &str) {
         "delete",
         api.delete(name, &DeleteParams::default()).await.map(|_| ()),
     );
+}
+
+/// Whether the token of `sa` may `verb` `resource` of `group` in `ns` (cluster-wide when
+/// `None`), as `kubectl auth can-i` asks.
+async fn can_i(sa: &Client, verb: &str, group: &str, resource: &str, ns: Option<&str>) -> bool {
+    use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
+    let review: SelfSubjectAccessReview = serde_json::from_value(json!({
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {"verb": verb, "group": group, "resource": resource,
+                                        "namespace": ns}},
+    }))
+    .expect("a review");
+    let made = Api::<SelfSubjectAccessReview>::all(sa.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("SelfSubjectAccessReview");
+    made.status.is_some_and(|s| s.allowed)
+}
+
+/// Each integration's kind (their CRDs installed before the chart): seen everywhere, patched
+/// (held, run) in the job namespace and, installed with `rbac.jobNamespaces` (Helm 4 here),
+/// nowhere else, never created or deleted; pods patched (pod groups run, gated pods pinned).
+pub async fn workloads_granted_only_what_their_integration_needs(
+    sa: &Client,
+    ns: &str,
+    helm_major: u8,
+) {
+    let other = format!("{ns}-other");
+    let kinds = [
+        ("batch", "jobs"),
+        ("jobset.x-k8s.io", "jobsets"),
+        ("trainer.kubeflow.org", "trainjobs"),
+        ("ray.io", "rayjobs"),
+    ];
+    for (group, resource) in kinds {
+        for verb in ["list", "watch"] {
+            assert!(
+                can_i(sa, verb, group, resource, None).await,
+                "{verb} {resource}"
+            );
+        }
+        assert!(
+            can_i(sa, "patch", group, resource, Some(ns)).await,
+            "patch {resource} in {ns}"
+        );
+        assert_eq!(
+            can_i(sa, "patch", group, resource, Some(&other)).await,
+            helm_major < 4,
+            "patch {resource} in {other}"
+        );
+        for verb in ["create", "delete", "update"] {
+            assert!(
+                !can_i(sa, verb, group, resource, Some(ns)).await,
+                "{verb} {resource} must be refused"
+            );
+        }
+    }
+    // Their child objects are the peers' controllers' to make: never Spillway's.
+    for (group, resource) in [
+        ("ray.io", "rayclusters"),
+        ("trainer.kubeflow.org", "clustertrainingruntimes"),
+    ] {
+        assert!(
+            !can_i(sa, "get", group, resource, Some(ns)).await,
+            "get {resource} must be refused"
+        );
+    }
+    assert!(can_i(sa, "patch", "", "pods", Some(ns)).await);
 }
