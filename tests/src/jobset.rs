@@ -5,21 +5,16 @@
 //! tests of the process never wait on it.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
-use k8s_openapi::ByteString;
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::OnceCell;
 
 use crate::cluster::TestCluster;
+use crate::peers;
 use crate::process::{Server, free_port};
 
 /// The JobSet release `scripts/jobset.sh` builds.
@@ -36,21 +31,18 @@ static SHARED: OnceCell<JobSetController> = OnceCell::const_new();
 
 /// Where `scripts/jobset.sh` put the build: `SPILLWAY_JOBSET`, else the harness cache.
 fn build_dir() -> anyhow::Result<PathBuf> {
-    let dir = std::env::var_os("SPILLWAY_JOBSET")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| crate::cache_dir().join(format!("jobset-{VERSION}")));
-    if !dir.join("bin/jobset-manager").is_file() {
-        bail!(
-            "no JobSet controller in {}: run scripts/jobset.sh (or scripts/test.sh) first",
-            dir.display()
-        );
-    }
-    Ok(dir)
+    let cached = format!("jobset-{VERSION}");
+    peers::build_dir(
+        "SPILLWAY_JOBSET",
+        &cached,
+        "jobset-manager",
+        "scripts/jobset.sh",
+    )
 }
 
 /// JobSet's CRD, as its build keeps it.
 pub fn crds() -> anyhow::Result<Vec<CustomResourceDefinition>> {
-    crate::read_crds(&build_dir()?.join("crd"))
+    peers::read_crds(&build_dir()?.join("crd"))
 }
 
 impl JobSetController {
@@ -72,19 +64,7 @@ impl JobSetController {
         // Its webhooks are served on loopback with a certificate of a CA made here.
         let port = free_port()?;
         let certs = cluster.dir().join("jobset-certs");
-        std::fs::create_dir_all(&certs)?;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .as_secs() as i64;
-        let m = spillway_k8s::webhook::certs::renewed(
-            None,
-            &["127.0.0.1".to_string()],
-            30 * 86_400,
-            now,
-        )?
-        .context("new certificates")?;
-        std::fs::write(certs.join("tls.crt"), &m.cert_pem)?;
-        std::fs::write(certs.join("tls.key"), &m.key_pem)?;
+        let ca = peers::loopback_certs(&certs)?;
         let config = cluster.dir().join("jobset-config.yaml");
         std::fs::write(
             &config,
@@ -99,7 +79,7 @@ impl JobSetController {
             ),
         )?;
         let manifests = std::fs::read_to_string(dir.join("webhook.yaml"))?;
-        install_webhooks(&client, &manifests, "jobset", port, &m.ca_pem).await?;
+        peers::install_webhooks(&client, &manifests, "jobset", port, &ca).await?;
         let server = Server::start(
             cluster.dir(),
             "jobset",
@@ -113,70 +93,9 @@ impl JobSetController {
             &[],
         )?;
         // Up once its webhook answers.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-        {
-            if Instant::now() > deadline {
-                bail!(
-                    "the JobSet controller's webhook did not listen within 60 s:\n{}",
-                    server.log_tail(4000)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        peers::wait_listening(port, &server, "the JobSet controller's webhook").await?;
         Ok(JobSetController { _server: server })
     }
-}
-
-/// A peer controller's own webhook configurations (`manifests`, its kubebuilder
-/// `manifests.yaml`), named `spillway-test-<peer>-<kind>`, pointed at `port` on loopback and
-/// limited to namespaces labelled [`NAMESPACE_LABEL`].
-pub(crate) async fn install_webhooks(
-    client: &Client,
-    manifests: &str,
-    peer: &str,
-    port: u16,
-    ca_pem: &str,
-) -> anyhow::Result<()> {
-    let text = manifests;
-    let ca = ByteString(ca_pem.as_bytes().to_vec());
-    let params = PatchParams::apply("spillway-tests").force();
-    for doc in text.split("\n---").filter(|d| d.contains("kind:")) {
-        let mut v: Value =
-            serde_saphyr::from_str(doc).with_context(|| format!("{peer}'s webhook manifests"))?;
-        for hook in v["webhooks"].as_array_mut().into_iter().flatten() {
-            let path = hook["clientConfig"]["service"]["path"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            hook["clientConfig"] = json!({"url": format!("https://127.0.0.1:{port}{path}"),
-                                          "caBundle": ca});
-            hook["namespaceSelector"] = json!({"matchLabels": {NAMESPACE_LABEL: "true"}});
-        }
-        let name = format!(
-            "spillway-test-{peer}-{}",
-            v["kind"].as_str().unwrap_or_default().to_ascii_lowercase()
-        );
-        v["metadata"] = json!({"name": name});
-        match v["kind"].as_str() {
-            Some("MutatingWebhookConfiguration") => {
-                let c: MutatingWebhookConfiguration = serde_json::from_value(v)?;
-                Api::<MutatingWebhookConfiguration>::all(client.clone())
-                    .patch(&name, &params, &Patch::Apply(&c))
-                    .await?;
-            }
-            Some("ValidatingWebhookConfiguration") => {
-                let c: ValidatingWebhookConfiguration = serde_json::from_value(v)?;
-                Api::<ValidatingWebhookConfiguration>::all(client.clone())
-                    .patch(&name, &params, &Patch::Apply(&c))
-                    .await?;
-            }
-            other => bail!("unexpected {other:?} in {peer}'s webhook manifests"),
-        }
-    }
-    Ok(())
 }
 
 /// Lets the JobSet webhooks (and the Kubeflow Trainer's) see namespace `ns`.

@@ -5,12 +5,12 @@
 
 use std::path::PathBuf;
 
-use anyhow::bail;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::core::{ApiResource, GroupVersionKind};
 use tokio::sync::OnceCell;
 
 use crate::cluster::TestCluster;
+use crate::peers;
 use crate::process::Server;
 
 /// The KubeRay release `scripts/kuberay.sh` builds.
@@ -25,16 +25,13 @@ static SHARED: OnceCell<KubeRayOperator> = OnceCell::const_new();
 
 /// Where `scripts/kuberay.sh` put the build: `SPILLWAY_KUBERAY`, else the harness cache.
 fn build_dir() -> anyhow::Result<PathBuf> {
-    let dir = std::env::var_os("SPILLWAY_KUBERAY")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| crate::cache_dir().join(format!("kuberay-{VERSION}")));
-    if !dir.join("bin/ray-operator").is_file() {
-        bail!(
-            "no KubeRay operator in {}: run scripts/kuberay.sh (or scripts/test.sh) first",
-            dir.display()
-        );
-    }
-    Ok(dir)
+    let cached = format!("kuberay-{VERSION}");
+    peers::build_dir(
+        "SPILLWAY_KUBERAY",
+        &cached,
+        "ray-operator",
+        "scripts/kuberay.sh",
+    )
 }
 
 /// The API resource of the RayJob kind, for dynamic calls.
@@ -44,7 +41,7 @@ pub fn ray_jobs() -> ApiResource {
 
 /// KubeRay's RayCluster and RayJob CRDs, as its build keeps them.
 pub fn crds() -> anyhow::Result<Vec<CustomResourceDefinition>> {
-    crate::read_crds(&build_dir()?.join("crd"))
+    peers::read_crds(&build_dir()?.join("crd"))
 }
 
 impl KubeRayOperator {

@@ -40,6 +40,7 @@ pub mod moto;
 pub mod operator;
 pub mod otlp;
 pub mod partition;
+mod peers;
 mod process;
 pub mod prometheus;
 pub mod trainer;
@@ -61,33 +62,4 @@ pub fn cache_dir() -> std::path::PathBuf {
     }
     let home = std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into());
     std::path::PathBuf::from(home).join(".cache/spillway")
-}
-
-/// The CustomResourceDefinitions of the YAML files in `dir` (a peer controller's build), by
-/// file name.
-pub fn read_crds(
-    dir: &std::path::Path,
-) -> anyhow::Result<Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>>
-{
-    use anyhow::Context;
-    let mut paths: Vec<_> = std::fs::read_dir(dir)?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<Result<_, _>>()?;
-    paths.sort();
-    // Some (KubeRay's) nest deep enough that reading them needs more stack than a test
-    // thread's: read on a thread of their own.
-    std::thread::Builder::new()
-        .stack_size(64 << 20)
-        .spawn(move || {
-            paths
-                .iter()
-                .map(|p| {
-                    let text = std::fs::read_to_string(p)?;
-                    serde_saphyr::from_str(&text)
-                        .with_context(|| format!("a CRD in {}", p.display()))
-                })
-                .collect()
-        })?
-        .join()
-        .map_err(|_| anyhow::anyhow!("reading the CRDs in {} panicked", dir.display()))?
 }

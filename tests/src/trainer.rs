@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -18,6 +18,7 @@ use tokio::sync::OnceCell;
 
 use crate::cluster::TestCluster;
 use crate::jobset::JobSetController;
+use crate::peers;
 use crate::process::{Server, free_port};
 
 /// The Trainer release `scripts/trainer.sh` builds.
@@ -34,16 +35,13 @@ static SHARED: OnceCell<TrainerController> = OnceCell::const_new();
 
 /// Where `scripts/trainer.sh` put the build: `SPILLWAY_TRAINER`, else the harness cache.
 fn build_dir() -> anyhow::Result<PathBuf> {
-    let dir = std::env::var_os("SPILLWAY_TRAINER")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| crate::cache_dir().join(format!("trainer-{VERSION}")));
-    if !dir.join("bin/trainer-manager").is_file() {
-        bail!(
-            "no Kubeflow Trainer controller in {}: run scripts/trainer.sh (or scripts/test.sh) first",
-            dir.display()
-        );
-    }
-    Ok(dir)
+    let cached = format!("trainer-{VERSION}");
+    peers::build_dir(
+        "SPILLWAY_TRAINER",
+        &cached,
+        "trainer-manager",
+        "scripts/trainer.sh",
+    )
 }
 
 /// The API resource of the TrainJob kind, for dynamic calls.
@@ -56,7 +54,7 @@ pub fn train_jobs() -> ApiResource {
 
 /// The Trainer's CRDs, as its build keeps them.
 pub fn crds() -> anyhow::Result<Vec<CustomResourceDefinition>> {
-    crate::read_crds(&build_dir()?.join("crd"))
+    peers::read_crds(&build_dir()?.join("crd"))
 }
 
 impl TrainerController {
@@ -80,20 +78,7 @@ impl TrainerController {
         // controller-runtime's default directory under the process's TMPDIR.
         let port = free_port()?;
         let tmp = cluster.dir().join("trainer-tmp");
-        let certs = tmp.join("k8s-webhook-server/serving-certs");
-        std::fs::create_dir_all(&certs)?;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .as_secs() as i64;
-        let m = spillway_k8s::webhook::certs::renewed(
-            None,
-            &["127.0.0.1".to_string()],
-            30 * 86_400,
-            now,
-        )?
-        .context("new certificates")?;
-        std::fs::write(certs.join("tls.crt"), &m.cert_pem)?;
-        std::fs::write(certs.join("tls.key"), &m.key_pem)?;
+        let ca = peers::loopback_certs(&tmp.join("k8s-webhook-server/serving-certs"))?;
         let config = cluster.dir().join("trainer-config.yaml");
         std::fs::write(
             &config,
@@ -107,7 +92,7 @@ impl TrainerController {
             ),
         )?;
         let manifests = std::fs::read_to_string(dir.join("webhook.yaml"))?;
-        crate::jobset::install_webhooks(&client, &manifests, "trainer", port, &m.ca_pem).await?;
+        peers::install_webhooks(&client, &manifests, "trainer", port, &ca).await?;
         let tmp_dir = tmp.display().to_string();
         let server = Server::start(
             cluster.dir(),
@@ -120,19 +105,7 @@ impl TrainerController {
             &[("TMPDIR", tmp_dir.as_str())],
         )?;
         // Up once its webhook answers.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-        {
-            if Instant::now() > deadline {
-                bail!(
-                    "the Trainer's webhook did not listen within 60 s:\n{}",
-                    server.log_tail(4000)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        peers::wait_listening(port, &server, "the Trainer's webhook").await?;
         install_runtime(&client).await?;
         Ok(TrainerController { _server: server })
     }

@@ -15,7 +15,7 @@ use kube::core::DynamicObject;
 use serde_json::{Map, Value, json};
 
 use super::{Finished, Placement, Shape, WorkloadKind, Write};
-use crate::{labels, pods};
+use crate::pods;
 
 /// `jobset.x-k8s.io/v1alpha2` JobSet.
 pub struct JobSet;
@@ -77,43 +77,16 @@ impl WorkloadKind for JobSet {
     }
 
     fn shape(&self, w: &DynamicObject) -> Result<Shape, String> {
-        let mut pods_total: i64 = 0;
-        let mut gpus: Option<(u32, String)> = None;
-        for (i, (r, g)) in replicated_jobs(w)?.into_iter().enumerate() {
-            if g == 0 {
-                continue;
-            }
-            let name = r.get("name").and_then(Value::as_str).unwrap_or_default();
-            match &gpus {
-                Some((other, first)) if *other != g => {
-                    return Err(format!(
-                        "spec.replicatedJobs[{i}] ({name}): its pods ask for {g} {} and those of {first} for {other}; Spillway runs gangs of pods of one size",
-                        labels::GPU_RESOURCE
-                    ));
-                }
-                Some(_) => {}
-                None => gpus = Some((g, name.to_string())),
-            }
-            let per_job = r.pointer("/template/spec").map_or(1, super::pods_at_once);
-            let jobs = r.get("replicas").and_then(Value::as_i64).unwrap_or(1);
-            pods_total += jobs.max(0) * per_job.max(0);
-        }
-        let Some((gpus, _)) = gpus else {
-            return Err(format!(
-                "spec.replicatedJobs: no replicated job's pods ask for {} (set it in resources.limits); Spillway queues GPU workloads only",
-                labels::GPU_RESOURCE
-            ));
-        };
-        if !(1..=i64::from(spillway_api::job::MAX_REPLICAS)).contains(&pods_total) {
-            return Err(format!(
-                "spec.replicatedJobs: {pods_total} GPU pods at once; Spillway runs gangs of 1 to {}",
-                spillway_api::job::MAX_REPLICAS
-            ));
-        }
-        Ok(Shape {
-            replicas: pods_total as i32,
-            gpus_per_replica: gpus.min(i32::MAX as u32) as i32,
-        })
+        let groups: Vec<(String, i64, u32)> = (replicated_jobs(w)?.into_iter().enumerate())
+            .map(|(i, (r, gpus))| {
+                let name = r.get("name").and_then(Value::as_str).unwrap_or_default();
+                let per_job = r.pointer("/template/spec").map_or(1, super::pods_at_once);
+                let jobs = r.get("replicas").and_then(Value::as_i64).unwrap_or(1);
+                let at = format!("spec.replicatedJobs[{i}] ({name})");
+                (at, jobs.max(0) * per_job.max(0), gpus)
+            })
+            .collect();
+        super::gang_of(&groups, "spec.replicatedJobs")
     }
 
     fn suspended(&self, w: &DynamicObject) -> bool {

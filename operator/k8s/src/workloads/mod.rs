@@ -151,6 +151,43 @@ fn pods_at_once(spec: &Value) -> i64 {
     int("completions").map_or(parallelism, |c| parallelism.min(c))
 }
 
+/// The gang of a workload's pod groups (each: where it is, how many pods, GPUs per pod): the
+/// pods of the groups that ask for GPUs, which must all ask for the same; `what` names the
+/// field the groups are in. Why it is no gang Spillway runs, when it is not.
+fn gang_of(groups: &[(String, i64, u32)], what: &str) -> Result<Shape, String> {
+    let mut total = 0;
+    let mut size: Option<(u32, &str)> = None;
+    for (at, pods, gpus) in groups.iter().filter(|(_, n, g)| *g > 0 && *n > 0) {
+        match size {
+            Some((g, first)) if g != *gpus => {
+                return Err(format!(
+                    "{at}: its pods ask for {gpus} {} and those of {first} for {g}; Spillway runs gangs of pods of one size",
+                    labels::GPU_RESOURCE
+                ));
+            }
+            Some(_) => {}
+            None => size = Some((*gpus, at)),
+        }
+        total += pods;
+    }
+    let Some((gpus, _)) = size else {
+        return Err(format!(
+            "{what}: no pods ask for {} (set it in resources.limits); Spillway queues GPU workloads only",
+            labels::GPU_RESOURCE
+        ));
+    };
+    if !(1..=i64::from(spillway_api::job::MAX_REPLICAS)).contains(&total) {
+        return Err(format!(
+            "{what}: {total} GPU pods at once; Spillway runs gangs of 1 to {}",
+            spillway_api::job::MAX_REPLICAS
+        ));
+    }
+    Ok(Shape {
+        replicas: total as i32,
+        gpus_per_replica: gpus.min(i32::MAX as u32) as i32,
+    })
+}
+
 /// The attempt of the GpuJob with uid `uid` a pod template's `labels` (JSON) are placed for.
 fn placed_attempt_in(labels: &Value, uid: &str) -> Option<u32> {
     (labels.get(labels::JOB_UID_LABEL)?.as_str()? == uid)

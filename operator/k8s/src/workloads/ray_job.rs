@@ -17,7 +17,7 @@ use kube::core::DynamicObject;
 use serde_json::{Value, json};
 
 use super::{Finished, Placement, Shape, WorkloadKind, Write};
-use crate::{labels, pods};
+use crate::pods;
 
 /// `ray.io/v1` RayJob.
 pub struct RayJob;
@@ -103,40 +103,10 @@ impl WorkloadKind for RayJob {
         if flag("/rayClusterSpec/enableInTreeAutoscaling") == Some(true) {
             return Err("spec.rayClusterSpec.enableInTreeAutoscaling: an autoscaling cluster is no gang of fixed size; Spillway queues RayJobs without it".into());
         }
-        let mut total = 0;
-        let mut size: Option<(u32, String)> = None;
-        for (_, count, gpus, name) in groups(w)? {
-            if gpus == 0 || count == 0 {
-                continue;
-            }
-            match &size {
-                Some((g, first)) if *g != gpus => {
-                    return Err(format!(
-                        "the {name} group's pods ask for {gpus} {} and the {first} group's for {g}; Spillway runs gangs of pods of one size",
-                        labels::GPU_RESOURCE
-                    ));
-                }
-                Some(_) => {}
-                None => size = Some((gpus, name)),
-            }
-            total += count;
-        }
-        let Some((gpus, _)) = size else {
-            return Err(format!(
-                "spec.rayClusterSpec: no group's pods ask for {} (set it in resources.limits); Spillway queues GPU workloads only",
-                labels::GPU_RESOURCE
-            ));
-        };
-        if !(1..=i64::from(spillway_api::job::MAX_REPLICAS)).contains(&total) {
-            return Err(format!(
-                "spec.rayClusterSpec: {total} GPU pods; Spillway runs gangs of 1 to {}",
-                spillway_api::job::MAX_REPLICAS
-            ));
-        }
-        Ok(Shape {
-            replicas: total as i32,
-            gpus_per_replica: gpus.min(i32::MAX as u32) as i32,
-        })
+        let groups: Vec<(String, i64, u32)> = (groups(w)?.into_iter())
+            .map(|(_, pods, gpus, name)| (format!("the {name} group"), pods, gpus))
+            .collect();
+        super::gang_of(&groups, "spec.rayClusterSpec")
     }
 
     fn suspended(&self, w: &DynamicObject) -> bool {
