@@ -55,6 +55,10 @@ pub fn queue(q: &GpuQueue) -> Result<core::Queue, FieldErrors> {
             .preemption
             .as_ref()
             .is_some_and(|p| p.allow_non_restartable),
+        min_runtime: (spec.preemption.as_ref())
+            .and_then(|p| p.min_runtime.as_deref())
+            .and_then(|d| core::Duration::parse(d).ok())
+            .unwrap_or(core::Duration::ZERO),
     })
 }
 

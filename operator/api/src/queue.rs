@@ -109,6 +109,12 @@ pub struct QueuePreemption {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "optional_duration_schema")]
     pub max_grace_period: Option<String>,
+    /// How long a job of this queue runs, such as `10m`, before quota reclaim or repatriation
+    /// may choose it as a victim (its start-up is not wasted). Deadlines and budgets still
+    /// stop it. Without it (or `0s`) any running job may be chosen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "optional_duration_schema")]
+    pub min_runtime: Option<String>,
 }
 
 /// Telemetry settings of a queue.

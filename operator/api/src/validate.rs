@@ -304,6 +304,7 @@ pub fn gpu_queue(spec: &GpuQueueSpec) -> Result<(), FieldErrors> {
             "spec.preemption.maxGracePeriod",
             p.max_grace_period.as_deref(),
         );
+        errs.duration("spec.preemption.minRuntime", p.min_runtime.as_deref());
     }
     if let Some(b) = &spec.budget {
         errs.non_negative("spec.budget.monthlyUSD", b.monthly_usd);

@@ -64,3 +64,25 @@ fn a_bad_checkpoint_interval_or_grace_period_names_its_field() {
     .expect("queue JSON");
     assert!(convert::queue(&q).expect("valid").preempt_non_restartable);
 }
+
+#[test]
+fn a_queues_minimum_runtime_is_read_and_a_bad_one_names_its_field() {
+    let queue = |p: serde_json::Value| -> GpuQueue {
+        serde_json::from_value(json!({"metadata": {"name": "q"}, "spec": {"preemption": p}}))
+            .expect("queue JSON")
+    };
+    let q = queue(json!({"minRuntime": "10m"}));
+    assert_eq!(
+        convert::queue(&q).expect("valid").min_runtime,
+        spillway_core::Duration::from_secs(600)
+    );
+    let q = queue(json!({}));
+    assert_eq!(
+        convert::queue(&q).expect("valid").min_runtime,
+        spillway_core::Duration::ZERO
+    );
+    let err = validate::gpu_queue(&queue(json!({"minRuntime": "a while"})).spec)
+        .expect_err("invalid")
+        .to_string();
+    assert!(err.contains("spec.preemption.minRuntime"), "{err}");
+}

@@ -94,6 +94,9 @@ pub struct Queue {
     /// GPUs that another queue reclaims (they lose their work). Off by default: restartable
     /// jobs only.
     pub preempt_non_restartable: bool,
+    /// A running job of this queue is not chosen as a victim (quota reclaim, repatriation)
+    /// before it has run this long.
+    pub min_runtime: Duration,
 }
 
 impl Queue {
@@ -110,6 +113,7 @@ impl Queue {
             budget_counts_private: false,
             spent_this_month_usd: 0.0,
             preempt_non_restartable: false,
+            min_runtime: Duration::ZERO,
         }
     }
 }

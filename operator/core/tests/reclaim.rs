@@ -318,3 +318,22 @@ fn no_queue_within_its_quota_is_ever_preempted() {
         "too few rounds exercised preemption: {with_preemptions}"
     );
 }
+
+#[test]
+fn a_job_is_no_victim_before_it_has_run_its_queues_minimum_runtime() {
+    let mut s = two_queues(8);
+    s.nodes = vec![private_node("n1", 8, 0, "A100")];
+    s.jobs = vec![
+        restartable(running(job("borrower", 8, 0), &["n1"], 5, None)),
+        team_job("mine", 8, 10),
+    ];
+    // The borrower's queue protects its jobs' first 15 minutes: at minute 12 it has run 7.
+    s.queues[0].min_runtime = mins(15);
+    let plan = run(&s, 12);
+    assert!(plan.preemptions.is_empty(), "{:?}", preempted(&plan));
+    assert_ne!(plan.decision("ml/mine").unwrap().reason, Reason::Reclaiming);
+    // Decided again when the protection ends, and then it is reclaimed.
+    assert_eq!(plan.next_wake, Some(at_min(20)));
+    let plan = run(&s, 20);
+    assert_eq!(preempted(&plan), ["ml/borrower"]);
+}

@@ -164,3 +164,13 @@ fn a_suspended_job_holds_its_nodes_and_starts_there_once_ready() {
         Reason::Repatriated
     );
 }
+
+#[test]
+fn a_cloud_job_moves_home_only_once_it_has_run_its_queues_minimum_runtime() {
+    let mut s = world();
+    s.queues[0].min_runtime = mins(45);
+    let plan = run(&s, 30);
+    assert!(plan.moves.is_empty(), "{:#?}", plan.moves);
+    assert!(plan.next_wake.is_some_and(|t| t <= at_min(45)));
+    assert_eq!(run(&s, 45).moves.len(), 1);
+}

@@ -5,8 +5,9 @@
 //! the victims are running private jobs of queues using more than their own quota, taken in
 //! order (lowest priority, then most recently started, then least work lost) until the gang
 //! fits, and then pruned back to the fewest that still make it fit. A queue is never taken
-//! below its own quota, and a job that is not restartable is preempted only when its queue
-//! allows it (`Queue::preempt_non_restartable`).
+//! below its own quota, a job that is not restartable is preempted only when its queue
+//! allows it (`Queue::preempt_non_restartable`), and a job that has run for less than its
+//! queue's `Queue::min_runtime` is not chosen (the cycle asks to decide again when it has).
 
 use super::*;
 use crate::plan::Preemption;
@@ -46,7 +47,10 @@ impl<'a> Cycle<'a> {
         let fits = |room: &[u32]| room.iter().map(|r| r / g).sum::<u32>() >= job.replicas;
         let mut chosen: Vec<Candidate> = Vec::new();
         if !fits(&room) {
-            let mut candidates = self.reclaim_candidates(job, &usable);
+            let (mut candidates, protected_until) = self.reclaim_candidates(job, &usable);
+            if let Some(t) = protected_until {
+                self.wake(t);
+            }
             candidates.sort_by(|a, b| {
                 (a.priority, std::cmp::Reverse(a.started_at))
                     .cmp(&(b.priority, std::cmp::Reverse(b.started_at)))
@@ -161,9 +165,11 @@ impl<'a> Cycle<'a> {
     }
 
     /// Running private jobs of other queues that use more than their quota, on nodes `job`
-    /// could use, that may be preempted.
-    fn reclaim_candidates(&self, job: &Job, usable: &[bool]) -> Vec<Candidate> {
+    /// could use, that may be preempted; and the first time one that may not yet (it has not
+    /// run its queue's minimum runtime) may.
+    fn reclaim_candidates(&self, job: &Job, usable: &[bool]) -> (Vec<Candidate>, Option<Time>) {
         let mut out = Vec::new();
+        let mut protected_until: Option<Time> = None;
         for (i, v) in self.snap.jobs.iter().enumerate() {
             let JobState::Running {
                 nodes,
@@ -189,6 +195,11 @@ impl<'a> Cycle<'a> {
             if !useful || !self.may_take(v, 0) {
                 continue;
             }
+            let until = *started_at + queue.min_runtime;
+            if until > self.now {
+                protected_until = Some(protected_until.map_or(until, |t| t.min(until)));
+                continue;
+            }
             out.push(Candidate {
                 job: i,
                 priority: v.priority,
@@ -197,7 +208,7 @@ impl<'a> Cycle<'a> {
                     * f64::from(v.total_gpus()),
             });
         }
-        out
+        (out, protected_until)
     }
 
     /// Whether preempting `v` leaves its queue at or above its quota, with `more` GPUs of the

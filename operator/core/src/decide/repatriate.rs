@@ -115,7 +115,10 @@ impl<'a> Cycle<'a> {
     /// Step 4, continued.
     pub(super) fn repatriate(&mut self) {
         let snap = self.snap;
-        let mut candidates = self.repatriation_candidates();
+        let (mut candidates, protected_until) = self.repatriation_candidates();
+        if let Some(t) = protected_until {
+            self.wake(t);
+        }
         if candidates.is_empty() {
             return;
         }
@@ -193,8 +196,9 @@ impl<'a> Cycle<'a> {
         }
     }
 
-    /// Restartable jobs running in the cloud with a runtime estimate and time left.
-    fn repatriation_candidates(&self) -> Vec<Candidate<'a>> {
+    /// Restartable jobs running in the cloud with a runtime estimate and time left; and the
+    /// first time one that has not run its queue's minimum runtime yet may be moved.
+    fn repatriation_candidates(&self) -> (Vec<Candidate<'a>>, Option<Time>) {
         let snap = self.snap;
         let movable = |j: &Job| {
             j.restartable
@@ -208,7 +212,7 @@ impl<'a> Cycle<'a> {
                 )
         };
         if !self.movable_in_cloud {
-            return Vec::new();
+            return (Vec::new(), None);
         }
         let by_node: FastMap<&str, &Instance> = snap
             .instances
@@ -231,6 +235,7 @@ impl<'a> Cycle<'a> {
             }
         }
         let mut out = Vec::new();
+        let mut protected_until: Option<Time> = None;
         for job in snap.jobs.iter().filter(|j| movable(j)) {
             let JobState::Running {
                 nodes, started_at, ..
@@ -238,6 +243,14 @@ impl<'a> Cycle<'a> {
             else {
                 continue;
             };
+            let min = self
+                .queue(&job.queue)
+                .map_or(Duration::ZERO, |q| q.min_runtime);
+            let until = *started_at + min;
+            if until > self.now {
+                protected_until = Some(protected_until.map_or(until, |t| t.min(until)));
+                continue;
+            }
             let Some(runtime) = job.planning_runtime() else {
                 continue;
             };
@@ -286,6 +299,6 @@ impl<'a> Cycle<'a> {
                 from_pool,
             });
         }
-        out
+        (out, protected_until)
     }
 }
