@@ -19,8 +19,7 @@ use crate::process::{Server, free_port};
 
 /// The JobSet release `scripts/jobset.sh` builds.
 pub const VERSION: &str = "v0.11.1";
-/// A namespace's label that lets the JobSet webhooks (and the Kubeflow Trainer's) see it.
-pub const NAMESPACE_LABEL: &str = "spillway.test/jobset";
+pub use crate::peers::NAMESPACE_LABEL;
 
 /// The running JobSet controller.
 pub struct JobSetController {

@@ -16,8 +16,10 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use crate::jobset::NAMESPACE_LABEL;
 use crate::process::Server;
+
+/// A namespace's label that lets the peers' webhooks (JobSet's, the Kubeflow Trainer's) see it.
+pub const NAMESPACE_LABEL: &str = "spillway.test/jobset";
 
 /// Where `script` put a peer's build: the directory `var` names, else `cached` in the harness
 /// cache; it must hold `bin/<binary>`.

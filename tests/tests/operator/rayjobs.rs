@@ -80,8 +80,9 @@ async fn a_labelled_ray_job_runs_its_gpu_workers_where_spillway_placed_them() {
             .unwrap_or_default();
         assert!(cluster.starts_with("sweep-"), "{cluster}");
     }
-    let tj = api.get("sweep").await.expect("the RayJob");
-    assert_eq!(tj.data["spec"]["suspend"], json!(false));
+    // Resumed (KubeRay writes the RayJob back without a false `suspend`).
+    let rj = api.get("sweep").await.expect("the RayJob");
+    assert_ne!(rj.data["spec"]["suspend"], json!(true));
 
     // Deleting the RayJob deletes its GpuJob, and its cluster's pods go.
     api.delete("sweep", &DeleteParams::foreground())

@@ -57,6 +57,25 @@ async fn a_labelled_train_job_runs_its_trainer_nodes_where_spillway_placed_them(
     let r = gj.spec.workload_ref.clone().expect("workloadRef");
     assert_eq!((r.kind.as_str(), r.name.as_str()), ("TrainJob", "tune"));
     assert_eq!((gj.spec.replicas, gj.spec.gpus_per_replica), (2, 8));
+    // Resumed once Spillway's runtime patch is in (said on failure: where the run stands).
+    eventually(
+        WAIT,
+        "the TrainJob resumed with Spillway's runtime patch",
+        || async {
+            let tj = api.get("tune").await.map_err(|e| e.to_string())?;
+            let spec = &tj.data["spec"];
+            let ours = spec["runtimePatches"]
+                .to_string()
+                .contains("spillway.io/manager");
+            (ours && spec["suspend"] != json!(true))
+                .then_some(())
+                .ok_or(format!(
+                    "suspend {}, patches {}, status {}",
+                    spec["suspend"], spec["runtimePatches"], tj.data["status"]
+                ))
+        },
+    )
+    .await;
     gang_runs_where_placed(&w, "trainjob-tune", 2).await;
 
     // Both runtime patches are there: the test's and Spillway's.
