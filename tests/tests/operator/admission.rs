@@ -116,10 +116,15 @@ async fn bad_objects_are_refused_at_apply_and_an_outage_blocks_nothing() {
             .ok_or("no caBundle yet".to_string())
     })
     .await;
-    let secret = secrets
-        .get("spillway-webhook-tls")
-        .await
-        .expect("the certificate's Secret");
+    // The CA is trusted before it serves: the Secret is written right after the caBundle.
+    let secret = eventually(WAIT, "the certificate's Secret", || async {
+        (secrets
+            .get_opt("spillway-webhook-tls")
+            .await
+            .map_err(|e| e.to_string())?)
+        .ok_or("not written yet".to_string())
+    })
+    .await;
     assert_eq!(secret.data.as_ref().unwrap()["ca.crt"], bundle);
 
     let labels = json!({LABEL: run});
