@@ -370,7 +370,8 @@ impl Caches {
         let pods = self.pods.state();
         let mut workloads: Vec<_> = self.workloads.iter().flat_map(|w| w.state()).collect();
         if self.pod_groups {
-            workloads.extend(crate::workloads::pod_group::groups(&pods));
+            let groups = crate::workloads::pod_group::groups_kept(&pods, &mut copies.groups);
+            workloads.extend(groups);
         }
         Inputs {
             jobs,
@@ -391,11 +392,14 @@ impl Caches {
     }
 }
 
-/// The readable copies of the last turn's GpuJobs and GpuQueues, by uid and resourceVersion.
+/// The readable copies of the last turn's GpuJobs and GpuQueues, by uid and resourceVersion, and
+/// its pod groups.
 #[derive(Debug, Default)]
 pub struct Copies {
     jobs: HashMap<(String, String), Arc<GpuJob>>,
     queues: HashMap<(String, String), Arc<GpuQueue>>,
+    /// Pod groups by uid ([`crate::workloads::pod_group::groups_kept`]).
+    groups: crate::hashing::HashMap<String, Arc<DynamicObject>>,
 }
 
 fn unreadable_of<K>(kind: &'static str, g: &DeserializeGuard<K>) -> Option<Unreadable> {

@@ -5,7 +5,6 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, PostParams};
@@ -14,9 +13,7 @@ use serde_json::json;
 use spillway_api::job::JobPhase;
 use spillway_tests::jobset::{JobSetController, enable_namespace};
 use spillway_tests::kubelet::RUN_SECONDS;
-use spillway_tests::operator::{
-    RunningOperator, eventually, local_webhook, mutating_configuration, serial, test_settings,
-};
+use spillway_tests::operator::{RunningOperator, eventually, serial};
 use spillway_tests::workload::WAIT;
 
 use crate::world::World;
@@ -100,22 +97,9 @@ async fn a_labelled_jobset_runs_its_gang_on_the_nodes_spillway_chose_and_ends_as
     enable_namespace(&w.client, &w.ns).await.expect("label");
     w.nodes(2, 8, Some("H100")).await;
     // The chart's pod webhook, calling this test's operator, for this namespace only.
-    let port = spillway_tests::free_port().expect("port");
-    let name = format!("spillway-{}", w.ns);
-    let configuration = mutating_configuration(&name, port, &w.ns, &["inject"]);
-    Api::<MutatingWebhookConfiguration>::all(w.client.clone())
-        .create(&PostParams::default(), &configuration)
-        .await
-        .expect("create the configuration");
-    let webhook = local_webhook(&w.ns, port, &name);
-    let op = RunningOperator::start_full(
-        w.client.clone(),
-        None,
-        test_settings("jobset"),
-        Some(webhook),
-    )
-    .await
-    .expect("operator");
+    let (op, _) = w
+        .operator_with_mutating_webhooks(&["inject"], "jobset")
+        .await;
     // The API server calls the webhook once it trusts the CA the operator wrote into the
     // configuration: probe with dry-run pods until a review of one reaches the operator.
     let pods: Api<Pod> = Api::namespaced(w.client.clone(), &w.ns);

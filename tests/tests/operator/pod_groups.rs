@@ -11,9 +11,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use spillway_api::job::JobPhase;
 use spillway_tests::kubelet::RUN_SECONDS;
-use spillway_tests::operator::{
-    RunningOperator, eventually, local_webhook, mutating_configuration, serial, test_settings,
-};
+use spillway_tests::operator::{eventually, serial};
 use spillway_tests::workload::WAIT;
 
 use crate::world::World;
@@ -45,19 +43,10 @@ async fn a_pod_group_starts_together_once_complete_and_its_gpu_job_goes_with_its
     let w = World::new("op-pod-group").await;
     let nodes = w.nodes(2, 8, Some("A100-80GB")).await;
     let client = w.client.clone();
-    let port = spillway_tests::free_port().expect("port");
-    let name = format!("spillway-{}", w.ns);
-    let configuration = mutating_configuration(&name, port, &w.ns, &["hold-pod", "inject"]);
+    let (op, name) = w
+        .operator_with_mutating_webhooks(&["hold-pod", "inject"], "pods")
+        .await;
     let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    configs
-        .create(&PostParams::default(), &configuration)
-        .await
-        .expect("create the configuration");
-    let webhook = local_webhook(&w.ns, port, &name);
-    let op =
-        RunningOperator::start_full(client.clone(), None, test_settings("pods"), Some(webhook))
-            .await
-            .expect("operator");
     let pods: Api<Pod> = Api::namespaced(client.clone(), &w.ns);
 
     // The first pod of a group is stored gated (until the webhook is trusted, the API server

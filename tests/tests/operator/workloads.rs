@@ -10,9 +10,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use spillway_api::job::JobPhase;
 use spillway_tests::kubelet::RUN_SECONDS;
-use spillway_tests::operator::{
-    RunningOperator, eventually, local_webhook, mutating_configuration, serial, test_settings,
-};
+use spillway_tests::operator::{RunningOperator, eventually, serial};
 use spillway_tests::workload::WAIT;
 
 use crate::world::World;
@@ -165,20 +163,11 @@ async fn the_webhook_holds_labelled_jobs_as_they_are_made_and_leaves_a_users_sus
     let w = World::new("op-workload-hook").await;
     w.nodes(1, 8, Some("A100-80GB")).await;
     let client = w.client.clone();
-    let port = spillway_tests::free_port().expect("port");
-    let name = format!("spillway-{}", w.ns);
     // The chart's configuration, calling this test's operator, for this namespace only.
-    let configuration = mutating_configuration(&name, port, &w.ns, &["hold", "inject"]);
+    let (op, name) = w
+        .operator_with_mutating_webhooks(&["hold", "inject"], "hold")
+        .await;
     let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    configs
-        .create(&PostParams::default(), &configuration)
-        .await
-        .expect("create the configuration");
-    let webhook = local_webhook(&w.ns, port, &name);
-    let op =
-        RunningOperator::start_full(client.clone(), None, test_settings("hold"), Some(webhook))
-            .await
-            .expect("operator");
     // The operator keeps the mutating configuration's caBundle too.
     eventually(WAIT, "the caBundle", || async {
         let c = configs.get(&name).await.map_err(|e| e.to_string())?;

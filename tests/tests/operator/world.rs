@@ -1,5 +1,6 @@
 //! Each test's world: a namespace, a queue, a private pool and a fake kubelet.
 
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
@@ -8,7 +9,9 @@ use spillway_api::job::JobPhase;
 use spillway_api::{ComputePool, GpuJob, GpuQueue};
 use spillway_tests::cluster::TestCluster;
 use spillway_tests::kubelet::{FakeKubelet, FakeNode};
-use spillway_tests::operator::eventually;
+use spillway_tests::operator::{
+    RunningOperator, eventually, local_webhook, mutating_configuration, test_settings,
+};
 use spillway_tests::workload::{self, WAIT};
 
 pub async fn setup() -> (&'static TestCluster, Client) {
@@ -26,6 +29,33 @@ pub struct World {
 }
 
 impl World {
+    /// The chart's mutating webhooks of `which` (`hold`, `hold-pod`, `inject`), calling an
+    /// operator started here (instance `instance`) on loopback, for this namespace only.
+    /// Returns the operator and the configuration's name (the test deletes it when done).
+    pub async fn operator_with_mutating_webhooks(
+        &self,
+        which: &[&str],
+        instance: &str,
+    ) -> (RunningOperator, String) {
+        let port = spillway_tests::free_port().expect("port");
+        let name = format!("spillway-{}", self.ns);
+        let configuration = mutating_configuration(&name, port, &self.ns, which);
+        Api::<MutatingWebhookConfiguration>::all(self.client.clone())
+            .create(&PostParams::default(), &configuration)
+            .await
+            .expect("create the configuration");
+        let webhook = local_webhook(&self.ns, port, &name);
+        let op = RunningOperator::start_full(
+            self.client.clone(),
+            None,
+            test_settings(instance),
+            Some(webhook),
+        )
+        .await
+        .expect("operator");
+        (op, name)
+    }
+
     pub async fn new(prefix: &str) -> World {
         let (cluster, client) = setup().await;
         // Private GPUs are shared by every queue: earlier tests' nodes (whose fake kubelets

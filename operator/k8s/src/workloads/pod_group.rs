@@ -16,6 +16,8 @@
 //! per group carrying its members (`data.members`, the pods as JSON) and its size.
 
 use std::collections::BTreeMap;
+
+use crate::hashing::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, PodSchedulingGate, PodSpec};
@@ -62,48 +64,77 @@ fn group_of(pod: &Pod) -> String {
 /// `data.members` its pods (by name), `data.size` what their label says. Its uid stands for
 /// the group (`pod-group/<namespace>/<name>`), its version for its members' versions.
 pub fn groups(pods: &[Arc<Pod>]) -> Vec<Arc<DynamicObject>> {
+    groups_kept(pods, &mut HashMap::default())
+}
+
+/// As [`groups`], handing out the object `kept` holds (by uid) for a group whose version did
+/// not change, so a turn copies no unchanged group's pods; `kept` then holds this call's.
+pub fn groups_kept(
+    pods: &[Arc<Pod>],
+    kept: &mut HashMap<String, Arc<DynamicObject>>,
+) -> Vec<Arc<DynamicObject>> {
     let mut by_group: BTreeMap<(String, String), Vec<&Pod>> = BTreeMap::new();
     for p in pods.iter().filter(|p| managed(p)) {
         let ns = p.namespace().unwrap_or_default();
         by_group.entry((ns, group_of(p))).or_default().push(p);
     }
-    by_group
-        .into_iter()
-        .map(|((ns, name), mut members)| {
-            members.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-            let first = members[0];
-            // FNV-1a over the members' names and versions: stable across turns.
-            let version = (members.iter())
-                .flat_map(|p| {
-                    let name = p.metadata.name.as_deref().unwrap_or_default();
-                    let rv = p.metadata.resource_version.as_deref().unwrap_or_default();
-                    name.bytes().chain([0]).chain(rv.bytes()).chain([0])
-                })
-                .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-                    (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-                });
-            let size = first.labels().get(GROUP_SIZE_LABEL).cloned();
-            let members: Vec<Value> = (members.iter())
-                .map(|p| serde_json::to_value(p).unwrap_or_default())
-                .collect();
-            Arc::new(DynamicObject {
-                types: Some(TypeMeta {
-                    api_version: "v1".into(),
-                    kind: "Pod".into(),
-                }),
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    namespace: Some(ns.clone()),
-                    uid: Some(format!("pod-group/{ns}/{name}")),
-                    resource_version: Some(format!("{version:016x}")),
-                    labels: first.metadata.labels.clone(),
-                    annotations: first.metadata.annotations.clone(),
-                    ..ObjectMeta::default()
-                },
-                data: json!({"size": size, "members": members}),
+    let mut out = Vec::with_capacity(by_group.len());
+    let mut now: HashMap<String, Arc<DynamicObject>> = HashMap::default();
+    for ((ns, name), mut members) in by_group {
+        members.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        // FNV-1a over the members' names and versions: stable across turns.
+        let version = (members.iter())
+            .flat_map(|p| {
+                let name = p.metadata.name.as_deref().unwrap_or_default();
+                let rv = p.metadata.resource_version.as_deref().unwrap_or_default();
+                name.bytes().chain([0]).chain(rv.bytes()).chain([0])
             })
-        })
-        .collect()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            });
+        let (uid, version) = (format!("pod-group/{ns}/{name}"), format!("{version:016x}"));
+        let unchanged = (kept.get(&uid))
+            .filter(|k| k.metadata.resource_version.as_deref() == Some(version.as_str()));
+        let group = match unchanged {
+            Some(k) => k.clone(),
+            None => Arc::new(group_object(&ns, &name, &uid, version, &members)),
+        };
+        now.insert(uid, group.clone());
+        out.push(group);
+    }
+    *kept = now;
+    out
+}
+
+/// Group `name` of namespace `ns` (uid `uid`, version `version`) of `members` (by name).
+fn group_object(
+    ns: &str,
+    name: &str,
+    uid: &str,
+    version: String,
+    members: &[&Pod],
+) -> DynamicObject {
+    let first = members[0];
+    let size = first.labels().get(GROUP_SIZE_LABEL).cloned();
+    let members: Vec<Value> = (members.iter())
+        .map(|p| serde_json::to_value(p).unwrap_or_default())
+        .collect();
+    DynamicObject {
+        types: Some(TypeMeta {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+        }),
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(ns.to_string()),
+            uid: Some(uid.to_string()),
+            resource_version: Some(version),
+            labels: first.metadata.labels.clone(),
+            annotations: first.metadata.annotations.clone(),
+            ..ObjectMeta::default()
+        },
+        data: json!({"size": size, "members": members}),
+    }
 }
 
 /// A group's members, as pods.

@@ -164,3 +164,19 @@ fn a_failed_member_fails_the_group_and_all_succeeded_completes_it() {
         "{writes:?}"
     );
 }
+
+#[test]
+fn an_unchanged_group_is_handed_out_as_the_same_copy() {
+    let mut kept = crate::hashing::HashMap::default();
+    let (a, b) = (in_group("g-0", "2"), in_group("g-1", "2"));
+    let first = super::pod_group::groups_kept(&[a.clone(), b.clone()], &mut kept);
+    let again = super::pod_group::groups_kept(&[a.clone(), b.clone()], &mut kept);
+    assert!(Arc::ptr_eq(&first[0], &again[0]));
+    // A member's new version makes a new copy, and a group gone is forgotten.
+    let mut b2 = (*b).clone();
+    b2.metadata.resource_version = Some("2".into());
+    let changed = super::pod_group::groups_kept(&[a.clone(), Arc::new(b2)], &mut kept);
+    assert!(!Arc::ptr_eq(&first[0], &changed[0]));
+    super::pod_group::groups_kept(&[], &mut kept);
+    assert!(kept.is_empty());
+}

@@ -275,4 +275,9 @@ pub async fn workloads_granted_only_what_their_integration_needs(
         );
     }
     assert!(can_i(sa, "patch", "", "pods", Some(ns)).await);
+    assert_eq!(
+        can_i(sa, "patch", "", "pods", Some(&other)).await,
+        helm_major < 4,
+        "patch pods in {other}"
+    );
 }
