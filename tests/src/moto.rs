@@ -141,6 +141,11 @@ except iam.exceptions.EntityAlreadyExistsException:\n    pass\n";
     pub async fn ec2_client(&self) -> aws_sdk_ec2::Client {
         aws_sdk_ec2::Client::new(&self.sdk_config(None).await)
     }
+
+    /// An SQS client for this server.
+    pub async fn sqs_client(&self) -> aws_sdk_sqs::Client {
+        aws_sdk_sqs::Client::new(&self.sdk_config(None).await)
+    }
 }
 
 /// A minimal HTTP/1.1 request on loopback; returns the status code and the body.
@@ -291,4 +296,27 @@ pub async fn tagged_image(
         .send()
         .await?;
     Ok(image)
+}
+
+/// An "EC2 Spot Instance Interruption Warning" for `instance` at `time` (RFC 3339), exactly as
+/// EventBridge puts it in an SQS queue.
+pub fn spot_warning(instance: &str, time: &str) -> String {
+    ec2_event(
+        "EC2 Spot Instance Interruption Warning",
+        instance,
+        time,
+        r#","instance-action":"terminate""#,
+    )
+}
+
+/// An "EC2 Instance Rebalance Recommendation" for `instance` at `time`, as EventBridge sends it.
+pub fn rebalance_recommendation(instance: &str, time: &str) -> String {
+    ec2_event("EC2 Instance Rebalance Recommendation", instance, time, "")
+}
+
+fn ec2_event(detail_type: &str, instance: &str, time: &str, more: &str) -> String {
+    format!(
+        r#"{{"version":"0","id":"{id}","detail-type":"{detail_type}","source":"aws.ec2","account":"123456789012","time":"{time}","region":"us-east-1","resources":["arn:aws:ec2:us-east-1a:instance/{instance}"],"detail":{{"instance-id":"{instance}"{more}}}}}"#,
+        id = crate::unique_name("event"),
+    )
 }

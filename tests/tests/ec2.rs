@@ -1,4 +1,5 @@
-//! The AWS SDK against moto's EC2 server: launch with tags, find by tag, terminate.
+//! The AWS SDK against moto: launch with tags, find by tag, terminate (EC2); the interruption
+//! queue's messages (SQS).
 
 use aws_sdk_ec2::types::{
     Filter, InstanceStateName, InstanceType, ResourceType, Tag, TagSpecification,
@@ -256,5 +257,82 @@ async fn an_images_tags_through_the_provider() {
         provider.image("ami-0123456789abcdef0").await.ok(),
         Some(None),
         "an unknown image is none, not an error"
+    );
+}
+
+/// The interruption queue through [`spillway_aws::SqsQueue`] on moto's SQS: EventBridge's
+/// events are read into notices, garbage is an error of its message (not of the receive), a
+/// message not deleted comes back once its visibility timeout passes, and a deleted one does
+/// not.
+#[tokio::test]
+async fn interruption_notices_through_the_queue() {
+    use spillway_cloud::notices::{NoticeKind, NoticeQueue};
+    use std::time::Duration;
+    let moto = MotoServer::shared().await;
+    let sqs = moto.sqs_client().await;
+    let name = spillway_tests::unique_name("notices");
+    let url = sqs
+        .create_queue()
+        .queue_name(&name)
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
+            "1",
+        )
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("CreateQueue: {e:?}\n{}", moto.log_tail()))
+        .queue_url()
+        .expect("a queue URL")
+        .to_string();
+    let warning = spillway_tests::moto::spot_warning("i-0123456789abcdef0", "2026-12-06T13:00:00Z");
+    for body in [warning.as_str(), "not an event"] {
+        sqs.send_message()
+            .queue_url(&url)
+            .message_body(body)
+            .send()
+            .await
+            .unwrap();
+    }
+    let queue = spillway_aws::SqsQueue::new(sqs.clone(), Default::default());
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        got.extend(queue.receive(&url, Duration::from_secs(1)).await.unwrap());
+        if got.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(got.len(), 2, "{got:?}");
+    let (good, bad): (Vec<_>, Vec<_>) = got.into_iter().partition(|m| m.notices.is_ok());
+    let notice = &good[0].notices.as_ref().unwrap()[0];
+    assert_eq!(notice.kind, NoticeKind::SpotInterruptionWarning);
+    assert_eq!(notice.instance, "i-0123456789abcdef0");
+    assert!(
+        bad[0]
+            .notices
+            .as_ref()
+            .unwrap_err()
+            .starts_with("not an EventBridge event")
+    );
+
+    queue.delete(&url, &good[0].receipt).await.unwrap();
+    // Deleting again with the old receipt is done, not an error.
+    queue.delete(&url, &good[0].receipt).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut again = Vec::new();
+    for _ in 0..5 {
+        again.extend(queue.receive(&url, Duration::from_secs(1)).await.unwrap());
+        if !again.is_empty() {
+            break;
+        }
+    }
+    let ids: Vec<&str> = again.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [bad[0].id.as_str()],
+        "only the message not deleted comes back"
+    );
+    assert_ne!(
+        again[0].receipt, bad[0].receipt,
+        "a redelivery has a new receipt"
     );
 }

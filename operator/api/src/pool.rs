@@ -247,6 +247,52 @@ pub struct AwsPool {
     /// bootstrap script and pools with `launchTemplate` keep the template's own user data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_data: Option<String>,
+    /// URL of an SQS queue receiving EventBridge's EC2 events for this pool's region (spot
+    /// interruption warnings, rebalance recommendations, instance state changes, AWS Health
+    /// scheduled changes). The operator long-polls it and acts on notices for its own
+    /// instances ahead of the loss: see docs/aws.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^https?://\S+$"))]
+    pub interruption_queue: Option<String>,
+    /// The interruption queue is Spillway's alone: messages that concern no instance of this
+    /// cluster (or that are not EC2 events) are deleted. Otherwise they are left for whoever
+    /// else reads the queue. Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub owns_interruption_queue: bool,
+    /// What a rebalance recommendation or an AWS Health scheduled change of an instance does:
+    /// `Ignore`, `Cordon` (the default: no new work on the node; its jobs run on), or
+    /// `Replace` (cordoned too; its restartable jobs move at their next checkpoint
+    /// announcement, or at `rebalanceDeadline`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebalance: Option<Rebalance>,
+    /// With `rebalance: Replace`, how long a restartable job may run on a node recommended for
+    /// rebalancing before it moves without a new checkpoint, such as `10m` (the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebalance_deadline: Option<String>,
+}
+
+/// What a rebalance recommendation does to an instance's node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Rebalance {
+    /// Nothing (the notice is counted and consumed).
+    Ignore,
+    /// The node is cordoned and tainted `spillway.io/interrupted`: it takes no new work, its
+    /// jobs run on and it is scaled down once idle.
+    #[default]
+    Cordon,
+    /// Cordoned too, and its restartable jobs move at their next checkpoint announcement (the
+    /// `spillway.io/checkpoint-time` annotation) or at the pool's `rebalanceDeadline`.
+    Replace,
+}
+
+impl Rebalance {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rebalance::Ignore => "Ignore",
+            Rebalance::Cordon => "Cordon",
+            Rebalance::Replace => "Replace",
+        }
+    }
 }
 
 /// A reference to an EC2 launch template, by id or by name.

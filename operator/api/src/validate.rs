@@ -446,6 +446,20 @@ pub fn compute_pool(spec: &ComputePoolSpec) -> Result<(), FieldErrors> {
         errs.unique("spec.aws.instanceTypes", &aws.instance_types);
         errs.unique("spec.aws.availabilityZones", &aws.availability_zones);
         unique_capacity(&mut errs, "spec.aws.capacityTypes", &aws.capacity_types);
+        if let Some(q) = &aws.interruption_queue
+            && !(q.starts_with("https://") || q.starts_with("http://"))
+        {
+            errs.push(
+                "spec.aws.interruptionQueue",
+                format!(
+                    "{q:?} is not an SQS queue URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME)"
+                ),
+            );
+        }
+        errs.duration(
+            "spec.aws.rebalanceDeadline",
+            aws.rebalance_deadline.as_deref(),
+        );
     }
     if let Some(l) = &spec.limits {
         for (path, v) in [

@@ -346,6 +346,25 @@ fn pool_rules() {
         "spec.aws.capacityTypes[1]",
         "duplicate",
     );
+    assert_one(
+        validate::compute_pool(&pool(aws(json!({"interruptionQueue": "spillway-notices"})))),
+        "spec.aws.interruptionQueue",
+        "not an SQS queue URL",
+    );
+    assert_one(
+        validate::compute_pool(&pool(aws(
+            json!({"rebalance": "Replace", "rebalanceDeadline": "soon"}),
+        ))),
+        "spec.aws.rebalanceDeadline",
+        "soon",
+    );
+    assert!(
+        errors(validate::compute_pool(&pool(aws(json!({
+            "interruptionQueue": "https://sqs.us-east-1.amazonaws.com/123456789012/spillway",
+            "ownsInterruptionQueue": true, "rebalance": "Replace", "rebalanceDeadline": "10m"
+        })))))
+        .is_empty()
+    );
     let mut limits = aws(json!({}));
     limits["limits"] = json!({"maxNodes": -1});
     assert_one(

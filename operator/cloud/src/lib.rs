@@ -22,6 +22,7 @@ use std::time::Duration;
 use spillway_core::{CapacityType, ErrorCategory, Time};
 
 pub mod facts;
+pub mod notices;
 
 /// A boxed, sendable future (the same type as `futures::future::BoxFuture`).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
