@@ -200,6 +200,17 @@ pub enum Action {
     Launch(Box<LaunchOrder>),
     /// Marks a node unschedulable (first step of retiring it).
     Cordon { node: String },
+    /// Cordons a node warned of by the interruption queue and taints it
+    /// `spillway.io/interrupted=<value>:NoSchedule`, with `annotations` (when it will be lost,
+    /// or since when it is to be rebalanced): read afresh and written over its version.
+    MarkNode {
+        node: String,
+        value: String,
+        annotations: std::collections::BTreeMap<String, String>,
+    },
+    /// Deletes message `message` of an interruption queue (by the receipt of its latest
+    /// delivery), once acted on or found not to concern this cluster in a queue it owns.
+    DeleteNotice { message: String },
     /// Terminates an instance, then deletes its Node if it has one.
     Terminate {
         instance: String,
@@ -263,6 +274,8 @@ impl Action {
             Action::Publish(_) => ActionKind::Publish,
             Action::Launch(_) => ActionKind::Launch,
             Action::Cordon { .. } => ActionKind::Cordon,
+            Action::MarkNode { .. } => ActionKind::MarkNode,
+            Action::DeleteNotice { .. } => ActionKind::DeleteNotice,
             Action::Terminate { .. } => ActionKind::Terminate,
             Action::DeleteNode { .. } => ActionKind::DeleteNode,
             Action::PatchFinalizer { .. } => ActionKind::PatchFinalizer,
@@ -331,9 +344,10 @@ impl Action {
                 ),
             ),
             Action::Launch(l) => Key::new("Need", l.launch.need.clone()),
-            Action::Cordon { node } | Action::DeleteNode { node, .. } => {
-                Key::new("Node", node.clone())
-            }
+            Action::Cordon { node }
+            | Action::DeleteNode { node, .. }
+            | Action::MarkNode { node, .. } => Key::new("Node", node.clone()),
+            Action::DeleteNotice { message } => Key::new("Notice", message.clone()),
             Action::Terminate { instance, node, .. } => match node {
                 Some(n) => Key::new("Node", n.clone()),
                 None => Key::new("Instance", instance.clone()),

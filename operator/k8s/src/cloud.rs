@@ -7,6 +7,7 @@
 //! Nothing here decides: the core plans launches and scale-down; this module carries them out
 //! and keeps the facts the next snapshot needs.
 
+pub mod notices;
 mod offerings;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -46,6 +47,8 @@ pub struct CloudConfig {
     pub capacity_cooldown: Duration,
     /// Where joining machines find the API server; `None` launches without user data.
     pub join: Option<crate::bootstrap::JoinConfig>,
+    /// Makes the readers of the pools' interruption queues; `None` reads none.
+    pub notices: Option<notices::NoticeFactory>,
 }
 
 impl std::fmt::Debug for CloudConfig {
@@ -118,6 +121,7 @@ struct State {
     facts: HashMap<String, Facts>,
     spot: SpotHistory,
     health: HashMap<String, LaunchHealth>,
+    notices: notices::NoticeState,
 }
 
 /// How long an instance a launch returned is kept in the view while listings do not show it.
@@ -157,6 +161,8 @@ pub struct LaunchHealth {
 pub struct Cloud {
     pub config: CloudConfig,
     providers: Mutex<HashMap<String, Arc<dyn CloudProvider>>>,
+    /// The interruption queues' readers, by region.
+    queues: Mutex<HashMap<String, Arc<dyn spillway_cloud::notices::NoticeQueue>>>,
     state: Mutex<State>,
 }
 
@@ -180,6 +186,8 @@ pub struct CloudView {
     pub regions: HashMap<String, String>,
     /// Recent launch outcomes per pool.
     pub health: HashMap<String, LaunchHealth>,
+    /// Messages of the interruption queues received and not deleted yet, by id.
+    pub notices: Vec<notices::PendingMessage>,
 }
 
 impl Cloud {
@@ -187,6 +195,7 @@ impl Cloud {
         Arc::new(Cloud {
             config,
             providers: Mutex::default(),
+            queues: Mutex::default(),
             state: Mutex::default(),
         })
     }
@@ -281,6 +290,13 @@ impl Cloud {
                         .collect();
                     for i in &lost {
                         tracing::warn!(instance = %i.id, pool = %i.pool, instance_type = %i.instance_type, zone = %i.zone, "spot instance interrupted");
+                    }
+                    // A warned instance was counted when the warning came.
+                    let lost: Vec<CloudInstance> = lost
+                        .into_iter()
+                        .filter(|i| !st.notices.warned.contains(&i.id))
+                        .collect();
+                    for i in &lost {
                         st.spot.record(&i.pool, &i.instance_type, &i.zone, now);
                     }
                     st.spot.forget(now);
@@ -445,6 +461,7 @@ impl Cloud {
                 .map(|(id, (r, _))| (id.clone(), r.clone()))
                 .collect(),
             health: st.health.clone(),
+            notices: st.notices.pending.values().cloned().collect(),
         }
     }
 

@@ -384,6 +384,41 @@ impl KubeEffects {
         self.wrote("node-cordon", r, &[404])
     }
 
+    /// Cordons and taints a node warned of by the interruption queue, with its annotations:
+    /// read afresh, written over its version (a conflict is read and written again).
+    async fn mark_node(
+        &self,
+        node: &str,
+        value: &str,
+        annotations: &std::collections::BTreeMap<String, String>,
+        fence: &Fence,
+    ) -> Result<(), Error> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let mut last = None;
+        for _ in 0..3 {
+            fence.check()?;
+            let Some(n) = nodes.get_opt(node).await? else {
+                return Ok(());
+            };
+            let patch = crate::interruptions::mark_patch(&n, value, annotations);
+            let Some(patch) = patch else {
+                return Ok(());
+            };
+            fence.check()?;
+            match nodes
+                .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Err(kube::Error::Api(e)) if e.code == 409 => last = Some(kube::Error::Api(e)),
+                r => return self.wrote("node-mark", r, &[404]),
+            }
+        }
+        match last {
+            Some(e) => self.wrote("node-mark", Err::<(), _>(e), &[]),
+            None => Ok(()),
+        }
+    }
+
     async fn delete_node(&self, node: &str, fence: &Fence) -> Result<(), Error> {
         let nodes: Api<Node> = Api::all(self.client.clone());
         fence.check()?;
@@ -484,6 +519,20 @@ impl Effects for KubeEffects {
                 Action::Publish(n) => self.publish(n, fence).await,
                 Action::Launch(order) => self.launch(order, fence).await,
                 Action::Cordon { node } => self.cordon(node, fence).await,
+                Action::MarkNode {
+                    node,
+                    value,
+                    annotations,
+                } => self.mark_node(node, value, annotations, fence).await,
+                Action::DeleteNotice { message } => {
+                    let Some(cloud) = &self.cloud else {
+                        return Ok(());
+                    };
+                    fence.check()?;
+                    let r = cloud.delete_message(message).await;
+                    self.metrics.cloud_call("delete_notice", r.is_ok());
+                    Ok(r?)
+                }
                 Action::Terminate {
                     instance,
                     node,

@@ -70,6 +70,17 @@ pub fn environment_failures(job: &GpuJob) -> u32 {
         .unwrap_or(0)
 }
 
+/// The taint (`NoSchedule`) of a node the interruption queue warned of; its value is the
+/// notice's kind (`spot-interruption-warning`, `rebalance-recommendation`, `scheduled-change`).
+pub const INTERRUPTED_TAINT: &str = "spillway.io/interrupted";
+/// On a node warned of a spot interruption: when its instance is lost (RFC 3339). Its jobs
+/// are moved off at once; the instance is terminated once its GPU pods are gone, or then.
+pub const INTERRUPTION_DEADLINE_ANNOTATION: &str = "spillway.io/interruption-deadline";
+/// On a node recommended for rebalancing in a pool with `rebalance: Replace`: since when
+/// (RFC 3339). Its restartable jobs move at their next checkpoint announcement after that, or
+/// at the pool's `rebalanceDeadline`.
+pub const REBALANCE_AT_ANNOTATION: &str = "spillway.io/rebalance-at";
+
 /// On GpuJobs with cloud instances: released (terminated) before the job is deleted.
 pub const CLOUD_FINALIZER: &str = "spillway.io/cloud-resources";
 

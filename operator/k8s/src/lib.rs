@@ -26,6 +26,7 @@ pub mod hashing;
 pub mod http;
 pub mod identity;
 pub mod indicators;
+pub mod interruptions;
 pub mod labels;
 pub mod leader;
 pub mod metrics;

@@ -138,6 +138,7 @@ struct Inner {
     decide_cycles: BTreeMap<Labels, u64>,
     job_views: BTreeMap<Labels, u64>,
     spot_interruptions: BTreeMap<Labels, u64>,
+    interruption_notices: BTreeMap<Labels, u64>,
     environment_mismatches: BTreeMap<Labels, u64>,
     environment_drift: BTreeMap<Labels, f64>,
     spend: BTreeMap<Labels, f64>,
@@ -242,6 +243,17 @@ impl Metrics {
                     ("capacity_type", capacity_type.into()),
                 ])
                 .or_default() += usd;
+        });
+    }
+
+    /// A notice of the interruption queue about an instance of `pool`, of `kind`
+    /// (`spot-interruption-warning`, `rebalance-recommendation`, `state-change`,
+    /// `scheduled-change`).
+    pub fn interruption_notice(&self, pool: &str, kind: &str) {
+        self.with(|m| {
+            *m.interruption_notices
+                .entry(vec![("pool", pool.into()), ("kind", kind.into())])
+                .or_default() += 1
         });
     }
 

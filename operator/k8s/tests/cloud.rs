@@ -141,6 +141,7 @@ fn cloud(fake: Arc<Fake>) -> Arc<Cloud> {
         gc_grace: Duration::from_secs(60),
         capacity_cooldown: Duration::from_secs(300),
         join: None,
+        notices: None,
     })
 }
 

@@ -242,6 +242,12 @@ pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
             gc_grace: Duration::from_secs(args.gc_grace.max(1)),
             capacity_cooldown: Duration::from_secs(args.capacity_cooldown),
             join,
+            notices: Some(Arc::new(|region: String| {
+                Box::pin(async move {
+                    let q = spillway_aws::SqsQueue::from_env(&region, Default::default()).await;
+                    Arc::new(q) as Arc<dyn spillway_cloud::notices::NoticeQueue>
+                })
+            })),
         };
         let namespace = args
             .leader_election_namespace

@@ -147,6 +147,14 @@ impl World {
                 api_server: self.api_server.clone(),
                 ca_pem: self.ca_pem.clone(),
             }),
+            notices: Some(Arc::new(|_region: String| {
+                Box::pin(async move {
+                    let moto = MotoServer::shared().await;
+                    let sqs = moto.sqs_client().await;
+                    Arc::new(spillway_aws::SqsQueue::new(sqs, CallPolicy::default()))
+                        as Arc<dyn spillway_cloud::notices::NoticeQueue>
+                })
+            })),
         }
     }
 

@@ -166,8 +166,14 @@ pub(super) fn table(m: &Inner) -> Vec<Family> {
         Family(
             "spillway_spot_interruptions_total",
             Kind::Counter,
-            "Spot instances that went away without Spillway terminating them, by pool and instance type.",
+            "Spot instances reclaimed (warned of, or gone without Spillway terminating them), by pool and instance type.",
             points(&m.spot_interruptions),
+        ),
+        Family(
+            "spillway_interruption_notices_total",
+            Kind::Counter,
+            "Notices of the interruption queues about this cluster's instances, by pool and kind: spot-interruption-warning, rebalance-recommendation, state-change, scheduled-change.",
+            points(&m.interruption_notices),
         ),
         Family(
             "spillway_environment_mismatches_total",

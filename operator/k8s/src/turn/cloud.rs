@@ -95,13 +95,21 @@ impl State {
             });
         }
         let cloud_pools: HashSet<String> = aws_pools.iter().map(|p| p.name_any()).collect();
+        let warned: HashSet<&str> = view
+            .notices
+            .iter()
+            .filter_map(|m| m.notices.as_ref().ok())
+            .flatten()
+            .filter(|n| n.kind == spillway_cloud::notices::NoticeKind::SpotInterruptionWarning)
+            .map(|n| n.instance.as_str())
+            .collect();
         let mut idle = HashSet::new();
         for n in &mut built.snapshot.nodes {
-            // A node whose instance is being terminated takes no new work (it is cordoned
-            // too, but the watch may not have said so yet).
+            // A node whose instance is being terminated, or warned of a spot interruption,
+            // takes no new work (it is cordoned too, but the watch may not have said so yet).
             if n.instance_id
                 .as_ref()
-                .is_some_and(|id| view.terminating.contains(id))
+                .is_some_and(|id| view.terminating.contains(id) || warned.contains(id.as_str()))
             {
                 n.schedulable = false;
             }

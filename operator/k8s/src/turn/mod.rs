@@ -10,8 +10,9 @@
 //!    accrued ([`crate::spend`]);
 //! 3. `decide`;
 //! 4. preemptions carried out (the job requeued, its pods evicted: `turn/reclaim.rs`), moves
-//!    home begun (the job suspended, its cloud pods evicted: `turn/repatriate.rs`); starts
-//!    assumed at once (their GPUs are taken for the next turn) and their pods created;
+//!    home begun (the job suspended, its cloud pods evicted: `turn/repatriate.rs`), the
+//!    interruption queues' notices acted on (`turn/interruptions.rs`); starts assumed at once
+//!    (their GPUs are taken for the next turn) and their pods created;
 //! 5. launches, scale-down, release of deleted jobs' instances, garbage collection;
 //! 6. each job's status and Events; the pods of finished, failed or broken gangs deleted;
 //! 7. the status of every GpuQueue, ComputePool, Dataset and BurstPolicy, with its `Ready`
@@ -26,6 +27,7 @@ mod cloud;
 mod environment;
 mod identity;
 mod indicators;
+mod interruptions;
 mod jobs;
 mod objects;
 pub(crate) mod policies;
@@ -173,6 +175,8 @@ pub struct State {
     translations: crate::remote::view::Translations,
     /// This turn's view of the other clusters (connections, capacity, garbage).
     remote: crate::remote::view::Overlay,
+    /// The interruption queues' messages being acted on.
+    notices: interruptions::Keeping,
     /// This turn's actions.
     out: Vec<Action>,
 }
@@ -209,6 +213,7 @@ impl State {
             engine_seen: None,
             translations: Default::default(),
             remote: Default::default(),
+            notices: Default::default(),
             out: Vec::new(),
         }
     }
@@ -336,6 +341,16 @@ impl State {
 
         self.preemptions(&plan, &built, &queues, now);
         self.moves(&plan, &built, &queues, now);
+        let notice_wake = cloud.and_then(|c| {
+            let around = interruptions::Around {
+                built: &built,
+                inputs: &inputs,
+                pools: &pools,
+                queues: &queues,
+                now,
+            };
+            self.interruptions(&around, c, metrics)
+        });
         self.starts(&plan, &mut built, &pools, &queues, metrics, now);
         self.workloads(&built, &inputs);
         let identity_wake = self.tokens(&built, ring.as_ref(), &queues, &pools, now);
@@ -347,7 +362,7 @@ impl State {
         }
         self.collect_remote_garbage();
         let wake = self.jobs(&plan, &built, &inputs, &pools, metrics, now);
-        let wake = [wake, identity_wake, facts_wake, unseen_wake]
+        let wake = [wake, identity_wake, facts_wake, unseen_wake, notice_wake]
             .into_iter()
             .flatten()
             .min();
@@ -496,6 +511,10 @@ impl State {
             Action::RecordSpend(_) => {
                 tracing::warn!(error = %f.error, "writing the spend ledger failed; writing it again at the next turn");
                 self.spend_written = None;
+                Vec::new()
+            }
+            Action::MarkNode { .. } | Action::DeleteNotice { .. } => {
+                self.notice_failed(&f.action);
                 Vec::new()
             }
             Action::Cordon { node } | Action::DeleteNode { node, .. } => {

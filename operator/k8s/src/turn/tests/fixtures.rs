@@ -215,6 +215,7 @@ pub fn cloud() -> Cloudy {
         gc_grace: Duration::from_secs(120),
         capacity_cooldown: Duration::from_secs(300),
         join: None,
+        notices: None,
     };
     Cloudy {
         config,

@@ -7,6 +7,7 @@ mod cloud;
 mod environment;
 mod identity;
 mod indicators;
+mod interruptions;
 mod jobs;
 mod kept;
 mod objects;
