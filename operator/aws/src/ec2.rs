@@ -214,6 +214,27 @@ impl CloudProvider for Ec2Provider {
         Box::pin(self.describe(vec![tag_filter(tags::CLUSTER, cluster), live_states()]))
     }
 
+    fn owned<'a>(
+        &'a self,
+        cluster: &'a str,
+        ids: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<String>, CloudError>> {
+        Box::pin(async move {
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            // A filter, not InstanceIds: an id EC2 does not know is no error, just not ours.
+            let by_id = Filter::builder()
+                .name("instance-id")
+                .set_values(Some(ids.to_vec()))
+                .build();
+            let found = self
+                .describe(vec![tag_filter(tags::CLUSTER, cluster), by_id])
+                .await?;
+            Ok(found.into_iter().map(|i| i.id).collect())
+        })
+    }
+
     fn instances_for_need<'a>(
         &'a self,
         cluster: &'a str,

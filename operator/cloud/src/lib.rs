@@ -312,6 +312,19 @@ pub trait CloudProvider: Send + Sync {
         let _ = id;
         Box::pin(async { Ok(None) })
     }
+
+    /// Those of `ids` that carry the cluster tag `cluster`, in any state (terminated ones
+    /// included, for as long as the provider still describes them): whether a notice about an
+    /// instance no listing shows any more concerns this cluster. A provider with no notices
+    /// (the simulator) keeps this default: none.
+    fn owned<'a>(
+        &'a self,
+        cluster: &'a str,
+        ids: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<String>, CloudError>> {
+        let _ = (cluster, ids);
+        Box::pin(async { Ok(Vec::new()) })
+    }
 }
 
 /// How each cloud call is bounded. There is one retry layer per call, beneath this trait: the

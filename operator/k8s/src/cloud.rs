@@ -188,6 +188,8 @@ pub struct CloudView {
     pub health: HashMap<String, LaunchHealth>,
     /// Messages of the interruption queues received and not deleted yet, by id.
     pub notices: Vec<notices::PendingMessage>,
+    /// Instances of this cluster the notices name that no listing shows any more.
+    pub gone: HashSet<String>,
 }
 
 impl Cloud {
@@ -462,6 +464,7 @@ impl Cloud {
                 .collect(),
             health: st.health.clone(),
             notices: st.notices.pending.values().cloned().collect(),
+            gone: st.notices.gone.clone(),
         }
     }
 

@@ -206,6 +206,15 @@ impl Controller {
                 changed.clone(),
             )))
         });
+        let _notices = self.cloud.clone().map(|cloud| {
+            let caches = self.caches.clone();
+            AbortOnDrop(tokio::spawn(crate::cloud::notices::poll(
+                cloud,
+                move || caches.pools(),
+                self.metrics.clone(),
+                changed.clone(),
+            )))
+        });
         let mut next_wake: Option<Time> = None;
         loop {
             if !fence.leading() {

@@ -4,6 +4,7 @@
 mod bursting;
 mod environment;
 mod identity;
+mod interruptions;
 mod lifecycle;
 mod locality;
 mod repatriation;

@@ -172,6 +172,16 @@ impl World {
     /// The spend ledger ConfigMap of this test's operators, in the test's namespace.
     pub const SPEND_LEDGER: &str = "spillway-spend";
 
+    /// An operator that dies at `crash` ([`spillway_k8s::executor::Crash`]).
+    pub async fn operator_crashing(&self, crash: spillway_k8s::executor::Crash) -> RunningOperator {
+        let mut settings = test_settings("aws-test");
+        settings.cloud = Some(self.cloud());
+        settings.crash = Some(crash);
+        RunningOperator::start_with(self.client.clone(), None, settings)
+            .await
+            .expect("operator")
+    }
+
     /// An operator with this cloud configuration (its spend ledger in the test's namespace).
     pub async fn operator_with(&self, cloud: CloudConfig) -> RunningOperator {
         let mut settings = test_settings("aws-test");

@@ -60,6 +60,9 @@ pub(super) struct NoticeState {
     pub(super) pending: BTreeMap<String, PendingMessage>,
     /// Spot instances warned of, already counted as interrupted.
     pub(super) warned: HashSet<String>,
+    /// Instances of this cluster that notices name and no listing shows any more (asked of the
+    /// provider by tag): the notices are ours, with nothing left to do.
+    pub(super) gone: HashSet<String>,
 }
 
 /// The queues of `pools`, each once (owned when any pool naming it says so).
@@ -95,6 +98,39 @@ impl Cloud {
                 .or_insert(q)
                 .clone(),
         )
+    }
+
+    /// The instances `messages` name that no listing showed and the provider was not asked
+    /// about yet.
+    fn unknown(&self, messages: &[QueueMessage]) -> Vec<String> {
+        let st = self.state();
+        let mut out: Vec<String> = messages
+            .iter()
+            .filter_map(|m| m.notices.as_ref().ok())
+            .flatten()
+            .map(|n| n.instance.clone())
+            .filter(|i| !st.instances.contains_key(i) && !st.notices.gone.contains(i))
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// Asks the provider which of the instances `messages` name that no listing shows are
+    /// this cluster's (gone since), so their notices are deleted as done rather than left as
+    /// another cluster's.
+    async fn ask_owner(&self, region: &str, messages: &[QueueMessage]) {
+        let unknown = self.unknown(messages);
+        if unknown.is_empty() {
+            return;
+        }
+        let provider = self.provider(region).await;
+        match provider.owned(&self.config.cluster, &unknown).await {
+            Ok(ids) => self.state().notices.gone.extend(ids),
+            Err(e) => {
+                tracing::warn!(region, error = %e, "cannot tell whose instances the notices name; asking again at their next delivery")
+            }
+        }
     }
 
     /// Takes in messages just received from `queue`: a redelivery replaces the receipt; a spot
@@ -143,6 +179,15 @@ impl Cloud {
         st.notices
             .pending
             .retain(|_, m| now.since(m.received_at) < FORGET_AFTER);
+        let named: HashSet<String> = st
+            .notices
+            .pending
+            .values()
+            .filter_map(|m| m.notices.as_ref().ok())
+            .flatten()
+            .map(|n| n.instance.clone())
+            .collect();
+        st.notices.gone.retain(|i| named.contains(i));
         let live: HashSet<&String> = st.instances.keys().collect();
         let kept: HashSet<String> = st
             .notices
@@ -205,9 +250,11 @@ pub async fn poll(
             let cloud = cloud.clone();
             async move {
                 let Some(reader) = cloud.notice_queue(&q.region).await else {
-                    return Ok(Vec::new());
+                    return Ok::<_, CloudError>(Vec::new());
                 };
-                reader.receive(&q.url, LONG_POLL).await
+                let messages = reader.receive(&q.url, LONG_POLL).await?;
+                cloud.ask_owner(&q.region, &messages).await;
+                Ok(messages)
             }
         }))
         .await;

@@ -57,7 +57,8 @@ pub(super) struct Keeping {
     deleting: HashSet<String>,
     /// Nodes being marked.
     marking: HashSet<String>,
-    /// Notices counted in the metric (`message/instance`).
+    /// Notices counted in the metric (`event/instance`: a duplicate message of one event is
+    /// counted once).
     counted: HashSet<String>,
 }
 
@@ -88,9 +89,16 @@ impl State {
         self.notices
             .deleting
             .retain(|id| pending.contains(id.as_str()));
+        let events: HashSet<&str> = view
+            .notices
+            .iter()
+            .filter_map(|m| m.notices.as_ref().ok())
+            .flatten()
+            .map(|n| n.id.as_str())
+            .collect();
         self.notices
             .counted
-            .retain(|k| k.split_once('/').is_some_and(|(m, _)| pending.contains(m)));
+            .retain(|k| k.split_once('/').is_some_and(|(e, _)| events.contains(e)));
         let nodes: HashMap<&str, &Arc<Node>> = inputs
             .nodes
             .iter()
@@ -113,7 +121,10 @@ impl State {
                 let ours: Vec<&Notice> = match &m.notices {
                     Ok(ns) => ns
                         .iter()
-                        .filter(|n| view.regions.contains_key(&n.instance))
+                        .filter(|n| {
+                            view.regions.contains_key(&n.instance)
+                                || view.gone.contains(&n.instance)
+                        })
                         .collect(),
                     Err(_) => Vec::new(),
                 };
@@ -130,7 +141,7 @@ impl State {
                     if self
                         .notices
                         .counted
-                        .insert(format!("{}/{}", m.id, n.instance))
+                        .insert(format!("{}/{}", n.id, n.instance))
                     {
                         metrics.interruption_notice(&i.pool, n.kind.as_str());
                     }

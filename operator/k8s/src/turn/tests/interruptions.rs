@@ -293,6 +293,12 @@ fn a_notice_about_another_clusters_instance_is_left_unless_the_queue_is_owned() 
     let t = Loop::new().turn(&i, Some(&c), noon());
     assert!(deleted(&t).is_empty(), "{:?}", kinds(&t));
     assert!(evictions(&t).is_empty() && terminated(&t).is_empty());
+    // One the provider says is this cluster's, gone since: done, and deleted.
+    c.view.gone.insert("i-foreign".into());
+    let t = Loop::new().turn(&i, Some(&c), noon());
+    assert_eq!(deleted(&t), ["m1"]);
+    assert!(evictions(&t).is_empty() && terminated(&t).is_empty());
+    c.view.gone.clear();
     c.view.notices[0].queue.owned = true;
     let t = Loop::new().turn(&i, Some(&c), noon());
     assert_eq!(deleted(&t), ["m1"]);
