@@ -29,6 +29,9 @@ pub struct CloudModel {
     pub boot_delay: Duration,
     pub capacity_error_rate: f64,
     pub spot_interruptions_per_hour: f64,
+    /// How long before a spot interruption the cloud warns of it (EC2: two minutes); zero
+    /// sends no warning.
+    pub interruption_warning: Duration,
     pub seed: u64,
 }
 
@@ -49,6 +52,8 @@ impl Rng {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Change {
     Booted(usize),
+    /// The warning of a reclaim to come.
+    Warned(usize),
     Reclaimed(usize),
 }
 
@@ -63,6 +68,8 @@ struct Inner {
     changes: BinaryHeap<Reverse<(i64, u64, Change)>>,
     seq: u64,
     offerings: Vec<Offering>,
+    /// Warnings sent and not yet taken: (instance id, when it will be reclaimed).
+    warnings: Vec<(String, Time)>,
 }
 
 /// The simulated cloud. One per replay.
@@ -85,6 +92,7 @@ impl SimCloud {
                 changes: BinaryHeap::new(),
                 seq: 0,
                 offerings,
+                warnings: Vec::new(),
             }),
         }
     }
@@ -101,8 +109,15 @@ impl SimCloud {
             .map(|Reverse((t, _, _))| Time::from_millis(*t))
     }
 
+    /// The interruption warnings sent since the last call, oldest first: (instance id, when it
+    /// will be reclaimed). What an interruption queue would carry.
+    pub fn take_warnings(&self) -> Vec<(String, Time)> {
+        std::mem::take(&mut self.inner().warnings)
+    }
+
     /// Moves the clock to `t`, applying what happens on the way; returns the needs whose
-    /// instances changed, each once, in the order they changed.
+    /// instances changed, each once, in the order they changed (a warning changes no need:
+    /// see [`SimCloud::take_warnings`]).
     pub fn advance_to(&self, t: Time) -> Vec<String> {
         let mut g = self.inner();
         let t = t.as_millis();
@@ -116,7 +131,7 @@ impl SimCloud {
                 break;
             };
             let i = match change {
-                Change::Booted(i) | Change::Reclaimed(i) => i,
+                Change::Booted(i) | Change::Warned(i) | Change::Reclaimed(i) => i,
             };
             match (change, g.instances[i].state) {
                 (Change::Booted(_), InstanceState::Pending) => {
@@ -126,7 +141,21 @@ impl SimCloud {
                         let u = g.rng.next_f64().max(1e-12);
                         let after_ms = (-u.ln() / rate * 3_600_000.0).round() as i64;
                         g.push(at + after_ms, Change::Reclaimed(i));
+                        let lead = g.model.interruption_warning.as_millis() as i64;
+                        if lead > 0 {
+                            g.push((at + after_ms - lead).max(at), Change::Warned(i));
+                        }
                     }
+                }
+                (Change::Warned(_), InstanceState::Running) => {
+                    let reclaim = g
+                        .changes
+                        .iter()
+                        .find(|Reverse((_, _, c))| *c == Change::Reclaimed(i))
+                        .map_or(at, |Reverse((t, _, _))| *t);
+                    let id = g.instances[i].id.clone();
+                    g.warnings.push((id, Time::from_millis(reclaim)));
+                    continue;
                 }
                 (Change::Reclaimed(_), InstanceState::Running) => {
                     g.instances[i].state = InstanceState::Terminated;
@@ -321,6 +350,7 @@ mod tests {
             boot_delay: Duration::from_secs(100),
             capacity_error_rate,
             spot_interruptions_per_hour: spot,
+            interruption_warning: Duration::ZERO,
             seed: 7,
         }
     }
@@ -359,5 +389,28 @@ mod tests {
         assert_eq!(c.advance_to(reclaim), vec!["n"]);
         let left = now_or_error(c.instances("sim")).unwrap();
         assert_eq!(left.len(), 1, "one of the two spot instances was reclaimed");
+    }
+
+    #[test]
+    fn a_reclaim_is_warned_of_its_lead_time_ahead_and_not_once_terminated() {
+        let mut m = model(0.0, 1.0);
+        m.interruption_warning = Duration::from_secs(120);
+        let c = SimCloud::new(m, vec![]);
+        let mut one = request("n", CapacityType::Spot);
+        one.count = 1;
+        now_or_error(c.launch(&one)).unwrap();
+        c.advance_to(Time::from_millis(100_000));
+        // The next change is the warning: no need changes, one warning is sent.
+        let warned_at = c.next_change().expect("a warning is scheduled");
+        assert!(c.advance_to(warned_at).is_empty());
+        let warnings = c.take_warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        let (id, reclaim_at) = warnings[0].clone();
+        assert_eq!(reclaim_at.as_millis() - warned_at.as_millis(), 120_000);
+        assert!(c.take_warnings().is_empty(), "taken once");
+        // Terminated after its warning: the reclaim finds nothing to do.
+        now_or_error(c.terminate(std::slice::from_ref(&id))).unwrap();
+        assert!(c.advance_to(reclaim_at).is_empty());
+        assert!(now_or_error(c.instances("sim")).unwrap().is_empty());
     }
 }

@@ -24,12 +24,14 @@ use spillway_core::{
     Time, Tracked,
 };
 
+mod outcome;
 mod positions;
 mod remote;
 mod stops;
 
 use positions::Positions;
 
+pub use outcome::{JobRecord, Outcome, Sample};
 pub use remote::PoolSpend;
 
 use crate::cloud::{CloudModel, SimCloud, now_or_error};
@@ -46,6 +48,9 @@ pub struct World {
     pub capacity_error_rate: f64,
     pub capacity_cooldown: Duration,
     pub spot_interruptions_per_hour: f64,
+    /// How long before a spot interruption the cloud warns of it; zero: no warning (the
+    /// interruption is seen when the instance is gone).
+    pub interruption_warning: Duration,
     pub seed: u64,
     /// The runtime estimates jobs carry.
     pub estimates: crate::estimates::Estimates,
@@ -53,66 +58,6 @@ pub struct World {
     pub checkpoint_interval: Option<Duration>,
     /// Decide at every instant, never skipping one the last plan shows unchanged.
     pub decide_every_event: bool,
-}
-
-/// What happened to one job.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct JobRecord {
-    pub arrival_s: f64,
-    pub start_s: Option<f64>,
-    pub finish_s: Option<f64>,
-    pub cloud: bool,
-    /// Ran (first) in another cluster (a `cluster` pool).
-    pub remote: bool,
-    pub gpus: u32,
-    pub runtime_s: f64,
-    pub rejected: bool,
-    pub interruptions: u32,
-    /// Moved from the cloud to private GPUs this many times.
-    pub moves: u32,
-}
-
-/// A point of the time series.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Sample {
-    pub t_s: f64,
-    pub queued: u32,
-    pub private_busy_gpus: u32,
-    pub cloud_busy_gpus: u32,
-    pub cloud_spend_usd: f64,
-    /// GPUs busy in other clusters, and their spend so far.
-    pub remote_busy_gpus: u32,
-    pub remote_spend_usd: f64,
-}
-
-/// The outcome of a replay.
-#[derive(Clone, Debug, Default)]
-pub struct Outcome {
-    pub jobs: Vec<JobRecord>,
-    pub samples: Vec<Sample>,
-    pub cloud_cost_usd: f64,
-    pub cloud_gpu_seconds: f64,
-    /// Per cluster pool, in the snapshot's order: GPU-seconds its jobs used and their cost.
-    pub remote: Vec<PoolSpend>,
-    /// Per cloud pool that launched: GPU-seconds of its instances and their cost.
-    pub cloud_by_pool: Vec<PoolSpend>,
-    pub private_busy_gpu_seconds: f64,
-    pub private_gpus: u32,
-    pub instances_launched: u32,
-    pub capacity_errors: u32,
-    pub spot_interruptions: u32,
-    /// Jobs preempted to give a queue its quota back.
-    pub preemptions: u32,
-    /// GPU-seconds of work those preemptions lost.
-    pub preempted_gpu_seconds_lost: f64,
-    /// Cloud jobs moved home, and the GPU-seconds of work the moves lost.
-    pub repatriations: u32,
-    pub repatriated_gpu_seconds_lost: f64,
-    pub decide_calls: u64,
-    /// Instants at which only jobs arrived that the last plan shows cannot change it
-    /// ([`spillway_core::Quiet`]): not decided again.
-    pub cycles_skipped: u64,
-    pub end_s: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -163,6 +108,8 @@ struct Engine<'a> {
     /// Remaining work of each trace job, seconds.
     remaining: Vec<f64>,
     attempt: Vec<u32>,
+    /// When each trace job was last interrupted and has not run since.
+    interrupted_at: Vec<Option<i64>>,
     instances: Vec<SimInstance>,
     instance_by_id: FastMap<String, usize>,
     /// Instances (indexes into `instances`) per need.
@@ -212,6 +159,7 @@ impl<'a> Engine<'a> {
             trace_of: Vec::new(),
             remaining: trace.iter().map(|j| j.runtime_s).collect(),
             attempt: vec![0; trace.len()],
+            interrupted_at: vec![None; trace.len()],
             instances: Vec::new(),
             instance_by_id: FastMap::default(),
             instances_of_need: FastMap::default(),
@@ -220,6 +168,7 @@ impl<'a> Engine<'a> {
                     boot_delay: world.boot_delay,
                     capacity_error_rate: world.capacity_error_rate,
                     spot_interruptions_per_hour: world.spot_interruptions_per_hour,
+                    interruption_warning: world.interruption_warning,
                     seed: world.seed,
                 },
                 world.snapshot.offerings.clone(),
@@ -290,6 +239,11 @@ impl<'a> Engine<'a> {
                 only_wakes = false;
                 only_arrivals = false;
                 self.sync_need(&need, t);
+            }
+            for (instance, _) in self.cloud.take_warnings() {
+                only_wakes = false;
+                only_arrivals = false;
+                self.warned(&instance, t);
             }
             while self
                 .trace
@@ -637,6 +591,7 @@ impl<'a> Engine<'a> {
                 environment,
             };
             self.running += 1;
+            self.restarted(i, t);
             let rec = &mut self.out.jobs[i];
             if rec.start_s.is_none() {
                 rec.start_s = Some(t as f64 / 1000.0);

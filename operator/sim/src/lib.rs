@@ -51,6 +51,10 @@ pub struct Options {
     pub seed: u64,
     pub capacity_error_rate: f64,
     pub spot_interruptions_per_hour: f64,
+    /// How long before a spot interruption the cloud warns of it, and Spillway acts (EC2
+    /// warns two minutes ahead; the operator reads the warnings from an interruption queue).
+    /// Zero: interruptions are seen when the instance is gone.
+    pub interruption_warning: Duration,
     /// Runtime estimates; with [`Estimates::Trace`], `starburst` uses the real runtimes when
     /// the trace has no estimates (as Starburst's own simulator does).
     pub estimates: Estimates,
@@ -70,6 +74,7 @@ impl Default for Options {
             seed: 1,
             capacity_error_rate: 0.0,
             spot_interruptions_per_hour: 0.05,
+            interruption_warning: Duration::ZERO,
             estimates: Estimates::Trace,
             checkpoint_interval: None,
             decide_every_event: false,
@@ -133,6 +138,7 @@ pub fn replay(
         capacity_error_rate: options.capacity_error_rate,
         capacity_cooldown: Duration::from_secs(300),
         spot_interruptions_per_hour: options.spot_interruptions_per_hour,
+        interruption_warning: options.interruption_warning,
         seed: options.seed,
         estimates,
         checkpoint_interval: options.checkpoint_interval,

@@ -38,6 +38,15 @@ pub struct Summary {
     pub instances_launched: u64,
     pub capacity_errors: u64,
     pub spot_interruptions: u64,
+    /// Of those, how many were warned of ahead (`--interruption-warning`).
+    pub interruption_warnings: u64,
+    /// GPU-hours of work spot interruptions lost (since the last checkpoint of a restartable
+    /// job reclaimed without warning; all of a job that is not restartable).
+    pub interrupted_gpu_hours_lost: f64,
+    /// Time from a job's interruption (its warning, or the loss) to its next start: mean and
+    /// 95th percentile, seconds (0 without interruptions).
+    pub avg_recovery_s: f64,
+    pub p95_recovery_s: f64,
     /// Jobs preempted to give a queue its private quota back, and the GPU-hours of work they
     /// lost (since their last checkpoint; all of it for jobs that are not restartable).
     pub preemptions: u64,
@@ -96,6 +105,8 @@ pub fn waits(out: &Outcome) -> Vec<f64> {
 /// Summarises a replay.
 pub fn summarize(strategy: &str, out: &Outcome, wall_s: f64) -> Summary {
     let waits = waits(out);
+    let mut recoveries = out.recovery_seconds.clone();
+    recoveries.sort_by(f64::total_cmp);
     let jcts: Vec<f64> = out
         .jobs
         .iter()
@@ -181,6 +192,10 @@ pub fn summarize(strategy: &str, out: &Outcome, wall_s: f64) -> Summary {
         instances_launched: out.instances_launched as u64,
         capacity_errors: out.capacity_errors as u64,
         spot_interruptions: out.spot_interruptions as u64,
+        interruption_warnings: out.interruption_warnings as u64,
+        interrupted_gpu_hours_lost: round(out.interrupted_gpu_seconds_lost / 3600.0, 2),
+        avg_recovery_s: round(mean(&recoveries), 1),
+        p95_recovery_s: round(percentile(&recoveries, 95.0), 1),
         preemptions: out.preemptions as u64,
         preempted_gpu_hours_lost: round(out.preempted_gpu_seconds_lost / 3600.0, 2),
         repatriations: out.repatriations as u64,

@@ -141,6 +141,27 @@ fn spot_interruptions_requeue_restartable_jobs_without_losing_them() {
     assert!(s.instances_launched > 3, "interrupted work was relaunched");
 }
 
+#[test]
+fn acting_on_interruption_warnings_loses_no_checkpointed_work_and_recovers_sooner() {
+    let trace = "job_id,arrival_s,runtime_s,num_gpus,restartable\n\
+        a,0,36000,1,true\nb,0,36000,1,true\nc,0,36000,1,true\n";
+    let mut o = no_failures(60);
+    o.spot_interruptions_per_hour = 0.5;
+    o.checkpoint_interval = Some(Duration::from_secs(1800));
+    let reactive = run(trace, "0x8", &[Strategy::NoWait], o.clone()).remove(0);
+    o.interruption_warning = Duration::from_secs(120);
+    let warned = run(trace, "0x8", &[Strategy::NoWait], o).remove(0);
+    for s in [&reactive, &warned] {
+        assert_eq!(s.finished_jobs, 3);
+        assert!(s.spot_interruptions > 0);
+    }
+    assert_eq!(reactive.interruption_warnings, 0);
+    assert!(reactive.interrupted_gpu_hours_lost > 0.0, "{reactive:?}");
+    assert_eq!(warned.interruption_warnings, warned.spot_interruptions);
+    assert_eq!(warned.interrupted_gpu_hours_lost, 0.0, "{warned:?}");
+    assert!(warned.avg_recovery_s > 0.0 && reactive.avg_recovery_s > 0.0);
+}
+
 /// What `offeringFilter: offering.capacityType == 'on-demand' || offering.recentInterruptions < 1`
 /// says, as the core sees it.
 struct AvoidReclaimedSpot;

@@ -65,6 +65,12 @@ pub struct SimulateArgs {
     /// Spot interruptions per instance-hour.
     #[arg(long, value_name = "RATE", default_value_t = 0.05)]
     spot_interruption_rate: f64,
+    /// Warn of each spot interruption this long ahead (EC2: 2m) and act on it as the operator
+    /// does with an interruption queue: the jobs on the instance checkpoint as they stop, are
+    /// planned again at once, and the instance is terminated. Default 0s: interruptions are
+    /// seen when the instance is gone.
+    #[arg(long, value_name = "DURATION", default_value = "0s")]
+    interruption_warning: String,
     /// Make each job restartable with this probability (seeded by --seed), whatever the
     /// trace says: restartable jobs may use spot capacity and be preempted or moved.
     #[arg(long, value_name = "P")]
@@ -163,6 +169,8 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode, InputError> {
         .as_deref()
         .map(|d| Duration::parse(d).map_err(|e| InputError(format!("--checkpoint-interval: {e}"))))
         .transpose()?;
+    let interruption_warning = Duration::parse(&args.interruption_warning)
+        .map_err(|e| InputError(format!("--interruption-warning: {e}")))?;
 
     let inventory = if let Some(p) = &args.nodes {
         trace::parse_openb_nodes(&read(p)?)
@@ -253,6 +261,7 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode, InputError> {
         seed: args.seed,
         capacity_error_rate: args.capacity_error_rate,
         spot_interruptions_per_hour: args.spot_interruption_rate,
+        interruption_warning,
         checkpoint_interval,
         ..Options::default()
     };

@@ -1,4 +1,5 @@
-//! Jobs stopped before they finish: a reclaimed spot instance, a preemption, a move home.
+//! Jobs stopped before they finish: a spot instance warned of or reclaimed, a preemption, a
+//! move home.
 
 use spillway_core::{JobState, Time};
 
@@ -9,6 +10,44 @@ impl Engine<'_> {
     /// progress), and its offering remembers.
     pub(super) fn reclaimed(&mut self, instance: usize, t: i64) {
         self.out.spot_interruptions += 1;
+        self.remember_reclaim(instance, t);
+        for v in self.running_on(instance) {
+            self.out.interrupted_gpu_seconds_lost += self.requeue(v, t);
+            self.interrupted_at[v].get_or_insert(t);
+        }
+        self.forget_instance(instance, t);
+    }
+
+    /// The cloud warned that it will take spot instance `id` back, as the operator acts on an
+    /// interruption queue's warning: the instance counts as interrupted now; its jobs stop at
+    /// once, a restartable one checkpointing as it stops (so it loses no work; one that is not
+    /// restartable starts over), and are planned again at once; the instance is terminated.
+    pub(super) fn warned(&mut self, id: &str, t: i64) {
+        let Some(&instance) = self.instance_by_id.get(id) else {
+            return;
+        };
+        if !self.instances[instance].alive {
+            return;
+        }
+        self.out.spot_interruptions += 1;
+        self.out.interruption_warnings += 1;
+        self.remember_reclaim(instance, t);
+        for v in self.running_on(instance) {
+            if let Some(p) = self.pos.get(v)
+                && self.snap.snapshot().jobs[p].restartable
+            {
+                // Its checkpoint on SIGTERM saves the work done so far.
+                self.snap.job_mut(p).checkpointed_at = Some(Time::from_millis(t));
+            }
+            self.out.interrupted_gpu_seconds_lost += self.requeue(v, t);
+            self.interrupted_at[v].get_or_insert(t);
+        }
+        self.push(t, Event::Wake);
+        self.terminate_instance(instance, t);
+    }
+
+    /// The offering of `instance` remembers an interruption at `t`.
+    fn remember_reclaim(&mut self, instance: usize, t: i64) {
         let core = &self.instances[instance].core;
         self.spot.record(
             &core.pool,
@@ -16,21 +55,28 @@ impl Engine<'_> {
             &core.zone,
             Time::from_millis(t),
         );
-        if let Some(node) = core.node.clone() {
-            let victims: Vec<usize> = self
-                .snap
-                .snapshot()
-                .jobs
-                .iter()
-                .enumerate()
-                .filter(|(_, j)| matches!(&j.state, JobState::Running { nodes, .. } if nodes.contains(&node)))
-                .map(|(p, _)| self.trace_of[p])
-                .collect();
-            for v in victims {
-                self.requeue(v, t);
-            }
+    }
+
+    /// The trace indexes of the jobs running on `instance`'s node.
+    fn running_on(&self, instance: usize) -> Vec<usize> {
+        let Some(node) = self.instances[instance].core.node.clone() else {
+            return Vec::new();
+        };
+        self.snap
+            .snapshot()
+            .jobs
+            .iter()
+            .enumerate()
+            .filter(|(_, j)| matches!(&j.state, JobState::Running { nodes, .. } if nodes.contains(&node)))
+            .map(|(p, _)| self.trace_of[p])
+            .collect()
+    }
+
+    /// A job starts: if it was interrupted, it has recovered.
+    pub(super) fn restarted(&mut self, job: usize, t: i64) {
+        if let Some(at) = self.interrupted_at[job].take() {
+            self.out.recovery_seconds.push((t - at) as f64 / 1000.0);
         }
-        self.forget_instance(instance, t);
     }
 
     /// Stops a running job and puts it back in its queue. A restartable job keeps its work up
