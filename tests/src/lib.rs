@@ -19,6 +19,8 @@
 //!   500 for a while.
 //! - [`prometheus::Prometheus`]: a real Prometheus server scraping a test's operator, with
 //!   rules loaded; [`browser`]: headless Chromium checking a report page.
+//! - [`dcgm::DcgmExporter`]: what no GPU here can feed, dcgm-exporter's `/metrics`, with the
+//!   figures a test sets, for a real Prometheus to scrape.
 //! - [`partition::Partition`]: a TCP proxy in front of the API server that cuts one replica off
 //!   (its requests swallowed, the server's answers and watch events still flowing), and logs
 //!   what it sends.
@@ -30,6 +32,7 @@
 pub mod apifaults;
 pub mod browser;
 pub mod cluster;
+pub mod dcgm;
 pub mod faults;
 pub mod helm;
 pub mod jobset;

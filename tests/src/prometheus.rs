@@ -28,16 +28,28 @@ impl Prometheus {
     /// Starts Prometheus scraping `target` (`host:port`, path `/metrics`) every second and
     /// evaluating `rules` (a rule file) every second.
     pub fn start(target: &str, rules: &Path) -> anyhow::Result<Prometheus> {
+        Prometheus::start_with(&[target], Some(rules))
+    }
+
+    /// Starts Prometheus scraping each of `targets` every second, with `rules` if any.
+    pub fn start_with(targets: &[&str], rules: Option<&Path>) -> anyhow::Result<Prometheus> {
         let tool = promtool()?;
         let bin = tool.with_file_name("prometheus");
         anyhow::ensure!(bin.exists(), "no prometheus beside {}", tool.display());
         let dir = temp_dir("prometheus")?;
         let config = dir.join("prometheus.yml");
+        let rule_files = rules
+            .map(|r| format!("rule_files:\n  - {}\n", r.display()))
+            .unwrap_or_default();
+        let targets = targets
+            .iter()
+            .map(|t| format!("'{t}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
         std::fs::write(
             &config,
             format!(
-                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\nscrape_configs:\n  - job_name: spillway\n    static_configs:\n      - targets: ['{target}']\n",
-                rules.display()
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n{rule_files}scrape_configs:\n  - job_name: spillway\n    static_configs:\n      - targets: [{targets}]\n",
             ),
         )?;
         let port = free_port()?;
@@ -58,6 +70,11 @@ impl Prometheus {
 
     pub fn log_tail(&self) -> String {
         self.server.log_tail(4000)
+    }
+
+    /// Kills the server (as a crash): what an unreachable Prometheus is.
+    pub fn kill(&mut self) -> anyhow::Result<()> {
+        self.server.crash()
     }
 
     /// `GET path` of the API, its JSON.

@@ -187,6 +187,10 @@ fn pod_template_schema(generator: &mut schemars::SchemaGenerator) -> schemars::S
 /// time, each time the workload has saved a checkpoint.
 pub const CHECKPOINT_ANNOTATION: &str = "spillway.io/checkpoint-time";
 
+/// On a GpuJob (or a labelled workload): `"true"` exempts it from its queue's idle action
+/// where the queue allows it (`spec.idle.allowExempt`).
+pub const IDLE_EXEMPT_ANNOTATION: &str = "spillway.io/idle-exempt";
+
 /// The largest gang one GpuJob may ask for: 1,024 pods (16,384 GPUs at 16 per pod).
 pub const MAX_REPLICAS: i32 = 1024;
 
@@ -260,6 +264,26 @@ pub struct OfferingStatus {
     pub hourly_price: f64,
 }
 
+/// How busy a running job's GPUs are, as dcgm-exporter reports them through Prometheus.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobUtilization {
+    /// Mean activity of the job's GPUs over the last 10 minutes, 0-100: the graphics engine's
+    /// active ratio (`DCGM_FI_PROF_GR_ENGINE_ACTIVE`) where the GPU reports it, else the
+    /// device utilization (`DCGM_FI_DEV_GPU_UTIL`).
+    #[schemars(range(min = 0, max = 100))]
+    pub gpu_percent: f64,
+    /// The DCGM field the figure comes from.
+    pub source: String,
+    /// When Prometheus answered with this figure (it is written again when it moves by a
+    /// point or more, when the job turns idle or busy, and at least every 10 minutes).
+    pub sampled_at: Time,
+    /// Since when the figure has stayed below the queue's idle threshold (absent while it is
+    /// above).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_since: Option<Time>,
+}
+
 /// What a job has cost so far.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct JobCost {
@@ -317,6 +341,9 @@ pub struct GpuJobStatus {
     /// The generation of the spec this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// How busy its GPUs are while it runs (with `--prometheus-url`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utilization: Option<JobUtilization>,
     /// Standard conditions: `Admitted`, `Running`, `Burst`, `Invalid`, ...
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

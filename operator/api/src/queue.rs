@@ -93,7 +93,50 @@ pub struct GpuQueueSpec {
     /// Telemetry of this queue's pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub telemetry: Option<QueueTelemetry>,
+
+    /// What happens to this queue's jobs whose GPUs stay idle (with `--prometheus-url`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<QueueIdle>,
 }
+
+/// A queue's idle policy: a running job whose GPU activity stays below `threshold` for
+/// `after` gets `action`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueIdle {
+    /// GPU activity (percent, 0-100) below which a job counts as idle. Default 5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub threshold: Option<f64>,
+    /// How long a job stays idle before the action, such as `30m` (the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "optional_duration_schema")]
+    pub after: Option<String>,
+    /// `Warn` (the default: condition `Idle` and a Warning Event), `Suspend` (restartable jobs
+    /// are requeued, freeing their GPUs; others are warned) or `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<IdleAction>,
+    /// A job annotated `spillway.io/idle-exempt: "true"` is spared the action. Default true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_exempt: Option<bool>,
+}
+
+/// What an idle job gets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum IdleAction {
+    /// Condition `Idle` and a Warning Event naming its GPUs, cost per hour and how long.
+    #[default]
+    Warn,
+    /// Restartable jobs are suspended and requeued (their GPUs freed); others are warned.
+    Suspend,
+    /// Nothing (its utilization is still measured and shown).
+    None,
+}
+
+/// The idle threshold when a queue names none (percent).
+pub const DEFAULT_IDLE_THRESHOLD: f64 = 5.0;
+/// How long a job stays idle before the action when a queue names no `after`.
+pub const DEFAULT_IDLE_AFTER: &str = "30m";
 
 /// How a queue's jobs are preempted when the GPUs they borrowed are reclaimed.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

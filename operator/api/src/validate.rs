@@ -285,6 +285,17 @@ pub fn gpu_queue(spec: &GpuQueueSpec) -> Result<(), FieldErrors> {
             format!("must be at least 1, got {}", spec.weight),
         );
     }
+    if let Some(idle) = &spec.idle {
+        if let Some(t) = idle.threshold
+            && !(t.is_finite() && (0.0..=100.0).contains(&t))
+        {
+            errs.push(
+                "spec.idle.threshold",
+                format!("must be a percentage between 0 and 100, got {t}"),
+            );
+        }
+        errs.duration("spec.idle.after", idle.after.as_deref());
+    }
     if let Some(burst) = &spec.burst {
         errs.duration("spec.burst.maxWait", Some(&burst.max_wait));
         errs.non_negative("spec.burst.computeWaitFactor", burst.compute_wait_factor);

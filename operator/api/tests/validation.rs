@@ -226,6 +226,22 @@ fn queue_rules() {
         "spec.telemetry.otlpEndpoint",
         "URL",
     );
+    assert_one(
+        validate::gpu_queue(&queue(json!({"idle": {"threshold": 120}}))),
+        "spec.idle.threshold",
+        "between 0 and 100",
+    );
+    assert_one(
+        validate::gpu_queue(&queue(json!({"idle": {"after": "half an hour"}}))),
+        "spec.idle.after",
+        "half an hour",
+    );
+    assert!(
+        errors(validate::gpu_queue(&queue(
+            json!({"idle": {"threshold": 5, "after": "30m", "action": "Suspend", "allowExempt": false}})
+        )))
+        .is_empty()
+    );
 }
 
 fn aws(overrides: Value) -> Value {

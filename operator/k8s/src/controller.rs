@@ -72,6 +72,8 @@ pub struct Settings {
     /// Where the queues' indicators are recorded (so they outlive a restart or failover);
     /// `None` keeps them in memory and status only.
     pub indicator_record: Option<crate::spend_record::RecordRef>,
+    /// GPU utilization from Prometheus (`--prometheus-url`); `None` reads none.
+    pub utilization: Option<crate::utilization::UtilizationConfig>,
 }
 
 impl Default for Settings {
@@ -99,6 +101,7 @@ impl Default for Settings {
             crash: None,
             spend_record: None,
             indicator_record: None,
+            utilization: None,
         }
     }
 }
@@ -136,6 +139,8 @@ pub struct Controller {
     files_loaded: Option<Instant>,
     /// The connections to the other clusters of cluster pools.
     remotes: crate::remote::Remotes,
+    /// The utilization reader, when Prometheus is named.
+    utilization: Option<Arc<crate::utilization::Utilization>>,
 }
 
 impl Controller {
@@ -156,6 +161,11 @@ impl Controller {
             indicator_record: settings.indicator_record.clone(),
         });
         let cloud = settings.cloud.clone().map(Cloud::new);
+        let utilization = settings.utilization.clone().and_then(|c| {
+            crate::utilization::Utilization::new(c)
+                .inspect_err(|e| tracing::error!(error = %e, "cannot read GPU utilization"))
+                .ok()
+        });
         Controller {
             client,
             caches,
@@ -168,6 +178,7 @@ impl Controller {
             file_policies: Vec::new(),
             files_loaded: None,
             remotes,
+            utilization,
         }
     }
 
@@ -202,6 +213,13 @@ impl Controller {
             AbortOnDrop(tokio::spawn(crate::cloud::poll(
                 cloud,
                 move || caches.pools(),
+                self.metrics.clone(),
+                changed.clone(),
+            )))
+        });
+        let _utilization = self.utilization.clone().map(|u| {
+            AbortOnDrop(tokio::spawn(crate::utilization::poll(
+                u,
                 self.metrics.clone(),
                 changed.clone(),
             )))
@@ -273,6 +291,7 @@ impl Controller {
         inputs.file_policies = self.file_policies();
         inputs.remote = self.remotes.clusters();
         inputs.job_namespaces = self.settings.job_namespaces.clone();
+        inputs.utilization = self.utilization.as_ref().map(|u| u.samples());
         let view = self
             .cloud
             .as_ref()

@@ -117,6 +117,8 @@ impl Histogram {
 struct Inner {
     jobs: BTreeMap<Labels, f64>,
     queue_gpus: BTreeMap<Labels, f64>,
+    gpu_utilization: BTreeMap<Labels, f64>,
+    utilization_queries: BTreeMap<Labels, u64>,
     pool_gpus: BTreeMap<Labels, f64>,
     decisions: BTreeMap<Labels, u64>,
     api_writes: BTreeMap<Labels, u64>,
@@ -183,6 +185,26 @@ impl Metrics {
                 .into_iter()
                 .map(|((q, p), n)| (vec![("queue", q), ("phase", p)], n as f64))
                 .collect();
+        });
+    }
+
+    /// Replaces the GPU utilization gauge: per (queue, environment), the GPU-weighted mean
+    /// activity (0..1) of the running jobs Prometheus reported on.
+    pub fn set_gpu_utilization(&self, ratios: BTreeMap<(String, String), f64>) {
+        self.with(|m| {
+            m.gpu_utilization = ratios
+                .into_iter()
+                .map(|((q, e), r)| (vec![("queue", q), ("environment", e)], r))
+                .collect();
+        });
+    }
+
+    /// A utilization query of Prometheus answered (`ok`) or failed.
+    pub fn utilization_query(&self, ok: bool) {
+        self.with(|m| {
+            *m.utilization_queries
+                .entry(vec![("result", if ok { "ok" } else { "error" }.into())])
+                .or_default() += 1
         });
     }
 

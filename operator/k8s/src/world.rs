@@ -68,6 +68,8 @@ pub struct Inputs {
     pub workloads: Vec<Arc<kube::core::DynamicObject>>,
     /// The only namespaces whose GpuJobs run (`--job-namespaces`); a job elsewhere is invalid.
     pub job_namespaces: Option<Arc<std::collections::BTreeSet<String>>>,
+    /// What Prometheus last said of the pods' GPU use (`--prometheus-url`); `None`: not read.
+    pub utilization: Option<Arc<crate::utilization::Samples>>,
 }
 
 /// An object of one of Spillway's kinds that cannot be read as its type.

@@ -426,5 +426,6 @@ fn empty_queue() -> GpuQueueSpec {
         preemption: None,
         identity: None,
         telemetry: None,
+        idle: None,
     }
 }

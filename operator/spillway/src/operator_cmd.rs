@@ -88,6 +88,16 @@ pub struct OperatorArgs {
     /// GpuQueue name none (default: the operator's own `OTEL_EXPORTER_OTLP_ENDPOINT`, if set).
     #[arg(long, value_name = "URL")]
     pub pod_otlp_endpoint: Option<String>,
+    /// Prometheus' base URL, to read each running job's GPU utilization from dcgm-exporter's
+    /// series (`DCGM_FI_PROF_GR_ENGINE_ACTIVE`, else `DCGM_FI_DEV_GPU_UTIL`). Unset: not read.
+    #[arg(long, value_name = "URL")]
+    pub prometheus_url: Option<String>,
+    /// A file holding a bearer token for Prometheus (read at each query).
+    #[arg(long, value_name = "FILE")]
+    pub prometheus_bearer_token_file: Option<PathBuf>,
+    /// Seconds between utilization queries of Prometheus.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub utilization_interval: u64,
     /// The only namespaces whose GpuJobs this operator runs (comma-separated; the chart's
     /// `rbac.jobNamespaces`, where its Roles let it create pods). A GpuJob elsewhere is
     /// `Invalid` and never placed. Empty: every namespace.
@@ -295,6 +305,15 @@ pub fn run(args: OperatorArgs) -> anyhow::Result<ExitCode> {
                         name: args.indicator_ledger.clone(),
                     }
                 }),
+                utilization: args
+                    .prometheus_url
+                    .clone()
+                    .filter(|u| !u.trim().is_empty())
+                    .map(|url| spillway_k8s::utilization::UtilizationConfig {
+                        prometheus_url: url,
+                        bearer_token_file: args.prometheus_bearer_token_file.clone(),
+                        every: Duration::from_secs(args.utilization_interval.max(5)),
+                    }),
                 ..Settings::default()
             },
         };

@@ -13,6 +13,7 @@ mod remote;
 mod remote_isolation;
 mod telemetry;
 mod trainjobs;
+mod utilization;
 mod validity;
 mod workloads;
 mod world;

@@ -56,6 +56,18 @@ pub(super) fn table(m: &Inner) -> Vec<Family> {
             points(&m.queue_gpus),
         ),
         Family(
+            "spillway_gpu_utilization_ratio",
+            Kind::Gauge,
+            "GPU-weighted mean activity (0..1) of each queue's running jobs that Prometheus reported on, by environment (with --prometheus-url).",
+            points(&m.gpu_utilization),
+        ),
+        Family(
+            "spillway_utilization_queries_total",
+            Kind::Counter,
+            "Queries of Prometheus for GPU utilization, by result: ok, error.",
+            points(&m.utilization_queries),
+        ),
+        Family(
             "spillway_pool_gpus",
             Kind::Gauge,
             "GPUs of each ComputePool's nodes: capacity and allocated.",

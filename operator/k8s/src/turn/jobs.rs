@@ -746,4 +746,6 @@ pub(super) fn requeued(st: &mut GpuJobStatus, next: u32) {
     st.pool = None;
     st.environment = None;
     st.started_at = None;
+    // Its next run is measured afresh (an idle spell does not carry over).
+    st.utilization = None;
 }

@@ -14,7 +14,8 @@
 //!    interruption queues' notices acted on (`turn/interruptions.rs`); starts assumed at once
 //!    (their GPUs are taken for the next turn) and their pods created;
 //! 5. launches, scale-down, release of deleted jobs' instances, garbage collection;
-//! 6. each job's status and Events; the pods of finished, failed or broken gangs deleted;
+//! 6. each job's status and Events; the pods of finished, failed or broken gangs deleted; the
+//!    running jobs' GPU utilization and their queues' idle policies (`turn/utilization.rs`);
 //! 7. the status of every GpuQueue, ComputePool, Dataset and BurstPolicy, with its `Ready`
 //!    condition, and the metrics.
 //!
@@ -37,6 +38,7 @@ mod repatriate;
 mod spans;
 #[cfg(test)]
 mod tests;
+mod utilization;
 mod workloads;
 
 use crate::hashing::{HashMap, HashMapExt, HashSet, HashSetExt};
@@ -362,6 +364,9 @@ impl State {
         }
         self.collect_remote_garbage();
         let wake = self.jobs(&plan, &built, &inputs, &pools, metrics, now);
+        if let Some(samples) = inputs.utilization.clone() {
+            self.utilization(&built, &samples, &queues, metrics, now);
+        }
         let wake = [wake, identity_wake, facts_wake, unseen_wake, notice_wake]
             .into_iter()
             .flatten()

@@ -53,6 +53,7 @@ impl State {
         st.pool = Some(m.pool.clone());
         st.nodes = m.nodes.clone();
         st.started_at = None;
+        st.utilization = None;
         if let Some(d) = decision {
             st.decision = Some(status::merge_decision(
                 st.decision.as_ref(),

@@ -17,4 +17,5 @@ mod remote;
 mod repatriate;
 mod spend;
 mod telemetry;
+mod utilization;
 mod workloads;

@@ -1,0 +1,265 @@
+//! GPU utilization, carried out: each running job that Prometheus reported on gets
+//! `status.utilization` (the mean of its pods' GPU activity over the last 10 minutes, and since
+//! when it has stayed under its queue's idle threshold), and its queue's idle policy: after
+//! `after` below the threshold, `Warn` sets condition `Idle` and publishes a Warning Event
+//! naming its GPUs, cost per hour and how long; `Suspend` requeues a restartable job (its GPUs
+//! freed) and warns about any other; `None` does nothing. A job busy again loses `Idle`.
+//!
+//! Writes are few: the figure is written again when it moves by a point or more, when the job
+//! turns idle or busy, and at least every 10 minutes. The queues' gauge
+//! (`spillway_gpu_utilization_ratio`) is the GPU-weighted mean of their jobs' figures.
+
+use crate::hashing::HashMap;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kube::{Resource, ResourceExt};
+use spillway_api::job::{IDLE_EXEMPT_ANNOTATION, JobUtilization};
+use spillway_api::queue::{DEFAULT_IDLE_AFTER, DEFAULT_IDLE_THRESHOLD, IdleAction};
+use spillway_api::{GpuJobStatus, GpuQueue};
+use spillway_core::{self as core, Environment, Time};
+
+use super::State;
+use super::reclaim::grace_seconds;
+use crate::clock::{core_time, k8s_time};
+use crate::metrics::Metrics;
+use crate::status;
+use crate::utilization::{GPU_UTIL, GR_ENGINE_ACTIVE, Samples};
+use crate::world::{self, JobView, Lifecycle};
+
+/// The figure is written again at least this often while it holds.
+const REWRITE_EVERY: core::Duration = core::Duration::from_secs(600);
+
+/// A queue's idle policy, defaults applied.
+struct Policy {
+    threshold: f64,
+    after: core::Duration,
+    action: IdleAction,
+    allow_exempt: bool,
+}
+
+fn policy(queue: Option<&GpuQueue>) -> Policy {
+    let idle = queue.and_then(|q| q.spec.idle.as_ref());
+    Policy {
+        threshold: idle
+            .and_then(|i| i.threshold)
+            .unwrap_or(DEFAULT_IDLE_THRESHOLD),
+        after: idle
+            .and_then(|i| i.after.as_deref())
+            .and_then(|d| core::Duration::parse(d).ok())
+            .unwrap_or_else(|| {
+                core::Duration::parse(DEFAULT_IDLE_AFTER).unwrap_or(core::Duration::ZERO)
+            }),
+        // A queue without an idle policy only measures.
+        action: idle.map_or(IdleAction::None, |i| i.action.unwrap_or_default()),
+        allow_exempt: idle.and_then(|i| i.allow_exempt).unwrap_or(true),
+    }
+}
+
+impl State {
+    /// Each running job's utilization and its queue's idle policy; the queues' gauge.
+    pub(super) fn utilization(
+        &mut self,
+        built: &world::Built,
+        samples: &Samples,
+        queues: &HashMap<String, Arc<GpuQueue>>,
+        metrics: &Metrics,
+        now: Time,
+    ) {
+        let Some(at) = samples.at else {
+            metrics.set_gpu_utilization(BTreeMap::new());
+            return;
+        };
+        // (queue, environment) -> (sum of percent x GPUs, GPUs).
+        let mut gauge: BTreeMap<(String, String), (f64, f64)> = BTreeMap::new();
+        for view in built.jobs.values() {
+            if !matches!(view.lifecycle, Lifecycle::Running { .. }) || self.moved_on(view) {
+                continue;
+            }
+            let ns = view.job.namespace().unwrap_or_default();
+            let uses: Vec<&crate::utilization::PodUse> = view
+                .pods
+                .iter()
+                .filter_map(|p| samples.pods.get(&(ns.clone(), p.name_any())))
+                .collect();
+            if uses.is_empty() {
+                continue;
+            }
+            let percent = uses.iter().map(|u| u.percent).sum::<f64>() / uses.len() as f64;
+            let source = if uses.iter().all(|u| u.source == GR_ENGINE_ACTIVE) {
+                GR_ENGINE_ACTIVE
+            } else {
+                GPU_UTIL
+            };
+            let queue = queues.get(&view.job.spec.queue).map(|q| q.as_ref());
+            let p = policy(queue);
+            let mut st = self.last_status(view);
+            let env = match st.environment {
+                Some(Environment::Cloud) => "cloud",
+                Some(Environment::Remote) => "remote",
+                _ => "private",
+            };
+            let gpus = f64::from(view.job.spec.replicas.max(1) as u32)
+                * f64::from(view.job.spec.gpus_per_replica.max(1) as u32);
+            let g = gauge
+                .entry((view.job.spec.queue.clone(), env.to_string()))
+                .or_default();
+            g.0 += percent * gpus;
+            g.1 += gpus;
+
+            let prev = st.utilization.clone();
+            let idle_since = (percent < p.threshold).then(|| {
+                prev.as_ref()
+                    .and_then(|u| u.idle_since.clone())
+                    .unwrap_or_else(|| k8s_time(at))
+            });
+            let desired = JobUtilization {
+                gpu_percent: (percent * 10.0).round() / 10.0,
+                source: source.to_string(),
+                sampled_at: k8s_time(at),
+                idle_since,
+            };
+            let mut write = prev.as_ref().is_none_or(|u| {
+                (u.gpu_percent - desired.gpu_percent).abs() >= 1.0
+                    || u.idle_since.is_some() != desired.idle_since.is_some()
+                    || u.source != desired.source
+                    || at.since(core_time(&u.sampled_at)) >= REWRITE_EVERY
+            });
+            if write {
+                st.utilization = Some(desired.clone());
+            }
+            let idle_for = desired.idle_since.as_ref().map(|s| at.since(core_time(s)));
+            let exempt = p.allow_exempt
+                && view
+                    .job
+                    .annotations()
+                    .get(IDLE_EXEMPT_ANNOTATION)
+                    .is_some_and(|v| v == "true");
+            let idle =
+                p.action != IdleAction::None && !exempt && idle_for.is_some_and(|d| d >= p.after);
+            let flagged = st
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Idle" && c.status == "True");
+            if idle && !flagged {
+                let note = idle_note(view, &st, &desired, idle_for.unwrap_or_default(), &p);
+                if p.action == IdleAction::Suspend && view.job.spec.restartable {
+                    self.suspend_idle(view, st, queue, &note, now);
+                    continue;
+                }
+                let why = if p.action == IdleAction::Suspend {
+                    format!("{note} It is not restartable, so it is not suspended.")
+                } else {
+                    note
+                };
+                status::set_condition(
+                    &mut st.conditions,
+                    "Idle",
+                    true,
+                    "IdleGPUs",
+                    &why,
+                    view.job.metadata.generation,
+                    now,
+                );
+                self.publish(view.job.object_ref(&()), true, "Idle", "Warn", why);
+                write = true;
+            } else if !idle && flagged {
+                status::set_condition(
+                    &mut st.conditions,
+                    "Idle",
+                    false,
+                    "Busy",
+                    &format!(
+                        "Its GPUs are at {:.1}% (threshold {}%).",
+                        desired.gpu_percent, p.threshold
+                    ),
+                    view.job.metadata.generation,
+                    now,
+                );
+                write = true;
+            }
+            if write {
+                self.apply_job_status(view, &st);
+            }
+        }
+        metrics.set_gpu_utilization(
+            gauge
+                .into_iter()
+                .filter(|(_, (_, gpus))| *gpus > 0.0)
+                .map(|(k, (sum, gpus))| (k, (sum / gpus / 100.0 * 1e4).round() / 1e4))
+                .collect(),
+        );
+    }
+
+    /// Requeues an idle restartable job: its next attempt, condition `Idle` (reason
+    /// `Suspended`), a Warning Event, its pods evicted with their grace period.
+    fn suspend_idle(
+        &mut self,
+        view: &JobView,
+        mut st: GpuJobStatus,
+        queue: Option<&GpuQueue>,
+        note: &str,
+        now: Time,
+    ) {
+        let grace = grace_seconds(view, queue);
+        let next = self.next_attempt(view);
+        let note = format!(
+            "{note} Its queue suspends idle jobs: its pods stop within {grace} s and it is requeued (attempt {next}), freeing its GPUs."
+        );
+        let generation = view.job.metadata.generation;
+        super::jobs::requeued(&mut st, next);
+        status::set_condition(
+            &mut st.conditions,
+            "Idle",
+            true,
+            "Suspended",
+            &note,
+            generation,
+            now,
+        );
+        status::set_condition(
+            &mut st.conditions,
+            "Admitted",
+            false,
+            "Idle",
+            &note,
+            generation,
+            now,
+        );
+        status::remove_condition(&mut st.conditions, "Running");
+        self.publish(view.job.object_ref(&()), true, "Idle", "Suspend", note);
+        self.apply_job_status(view, &st);
+        self.evict_pods(view, grace);
+    }
+}
+
+/// What an idle job's condition and Event say: its GPUs, their use, how long, what they cost.
+fn idle_note(
+    view: &JobView,
+    st: &GpuJobStatus,
+    u: &JobUtilization,
+    idle_for: core::Duration,
+    p: &Policy,
+) -> String {
+    let gpus = view.job.spec.replicas.max(1) * view.job.spec.gpus_per_replica.max(1);
+    let nodes = if st.nodes.is_empty() {
+        String::new()
+    } else {
+        format!(" on {}", st.nodes.join(", "))
+    };
+    let hourly = st.cost.as_ref().map_or(0.0, |c| c.hourly_usd);
+    let cost = if hourly > 0.0 {
+        format!(", costing ${hourly:.2} per hour")
+    } else {
+        String::new()
+    };
+    let cloud = if st.environment == Some(Environment::Cloud) {
+        " It runs in the cloud: its instances bill while its GPUs idle."
+    } else {
+        ""
+    };
+    format!(
+        "Its {gpus} GPU(s){nodes} have been below {}% for {idle_for} (now {:.1}%, {}){cost}.{cloud}",
+        p.threshold, u.gpu_percent, u.source
+    )
+}
