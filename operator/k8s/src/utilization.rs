@@ -247,10 +247,7 @@ fn pod_of(labels: &BTreeMap<String, String>) -> Option<(String, String)> {
 
 /// Each pod's use: the engine-active ratio (as percent) where it has one, else its device
 /// utilization; several series of one pod (several exporters) are averaged.
-pub fn pods(
-    active: &[Point],
-    util: &[Point],
-) -> HashMap<(String, String), PodUse> {
+pub fn pods(active: &[Point], util: &[Point]) -> HashMap<(String, String), PodUse> {
     let mut sums: HashMap<(String, String), (f64, u32, &'static str)> = HashMap::new();
     for (series, scale, source) in [(active, 100.0, GR_ENGINE_ACTIVE), (util, 1.0, GPU_UTIL)] {
         let mut these: HashMap<(String, String), (f64, u32)> = HashMap::new();

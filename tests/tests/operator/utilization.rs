@@ -35,7 +35,8 @@ async fn idle_gpus_are_found_through_prometheus_and_suspended_by_the_queue() {
         .await
         .expect("idle policy");
     let dcgm = DcgmExporter::start().await.expect("dcgm-exporter stand-in");
-    let mut prometheus = Prometheus::start_with(&[&dcgm.addr.to_string()], None).expect("Prometheus");
+    let mut prometheus =
+        Prometheus::start_with(&[&dcgm.addr.to_string()], None).expect("Prometheus");
     let mut settings = test_settings("op-util");
     settings.utilization = Some(UtilizationConfig {
         prometheus_url: format!("http://{}", prometheus.addr),

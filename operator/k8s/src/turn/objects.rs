@@ -250,7 +250,7 @@ impl State {
                 ),
                 None => status::remove_condition(&mut st.conditions, "IndicatorsTruncated"),
             }
-            utilization_known(&mut st.conditions, inputs, generation, now);
+            super::utilization::utilization_known(&mut st.conditions, inputs, generation, now);
             let hourly = round_cents(rates.queue_hourly.get(&name).copied().unwrap_or(0.0));
             let written = base.spend.clone().unwrap_or_default();
             st.spend = Some(
@@ -765,42 +765,5 @@ fn phase_index(phase: JobPhase) -> usize {
         JobPhase::Succeeded => 3,
         JobPhase::Failed => 4,
         JobPhase::Suspended => 5,
-    }
-}
-
-/// `UtilizationKnown` on a queue while utilization is read (`--prometheus-url`): whether the
-/// latest query of Prometheus answered; absent when it is not read.
-fn utilization_known(
-    conditions: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
-    inputs: &Inputs,
-    generation: Option<i64>,
-    now: Time,
-) {
-    match inputs.utilization.as_deref() {
-        None => status::remove_condition(conditions, "UtilizationKnown"),
-        Some(s) => match &s.error {
-            Some((error, since)) => status::set_condition(
-                conditions,
-                "UtilizationKnown",
-                false,
-                "PrometheusUnreachable",
-                &format!(
-                    "GPU utilization is not current: queries of Prometheus fail since {} ({error}). Jobs run on; idle policies wait.",
-                    clock::rfc3339(*since)
-                ),
-                generation,
-                now,
-            ),
-            None if s.at.is_some() => status::set_condition(
-                conditions,
-                "UtilizationKnown",
-                true,
-                "PrometheusAnswers",
-                "Prometheus answers: jobs' GPU utilization is current.",
-                generation,
-                now,
-            ),
-            None => {}
-        },
     }
 }

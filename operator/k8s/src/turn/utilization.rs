@@ -263,3 +263,40 @@ fn idle_note(
         p.threshold, u.gpu_percent, u.source
     )
 }
+
+/// `UtilizationKnown` on a queue while utilization is read (`--prometheus-url`): whether the
+/// latest query of Prometheus answered; absent when it is not read.
+pub(super) fn utilization_known(
+    conditions: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    inputs: &world::Inputs,
+    generation: Option<i64>,
+    now: Time,
+) {
+    match inputs.utilization.as_deref() {
+        None => status::remove_condition(conditions, "UtilizationKnown"),
+        Some(s) => match &s.error {
+            Some((error, since)) => status::set_condition(
+                conditions,
+                "UtilizationKnown",
+                false,
+                "PrometheusUnreachable",
+                &format!(
+                    "GPU utilization is not current: queries of Prometheus fail since {} ({error}). Jobs run on; idle policies wait.",
+                    crate::clock::rfc3339(*since)
+                ),
+                generation,
+                now,
+            ),
+            None if s.at.is_some() => status::set_condition(
+                conditions,
+                "UtilizationKnown",
+                true,
+                "PrometheusAnswers",
+                "Prometheus answers: jobs' GPU utilization is current.",
+                generation,
+                now,
+            ),
+            None => {}
+        },
+    }
+}
