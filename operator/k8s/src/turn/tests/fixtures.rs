@@ -416,3 +416,18 @@ pub fn remote_creates(t: &Turn) -> Vec<(String, Pod)> {
         })
         .collect()
 }
+
+/// (pod, grace seconds) of each pod the turn evicts.
+pub fn evictions(t: &Turn) -> Vec<(String, i64)> {
+    t.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::EvictPod {
+                name,
+                grace_seconds,
+                ..
+            } => Some((name.clone(), *grace_seconds)),
+            _ => None,
+        })
+        .collect()
+}

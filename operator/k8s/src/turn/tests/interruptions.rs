@@ -103,20 +103,6 @@ fn marked(node: &Node, value: &str, annotations: serde_json::Value) -> Arc<Node>
     Arc::new(n)
 }
 
-fn evictions(t: &crate::turn::Turn) -> Vec<(String, i64)> {
-    t.actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::EvictPod {
-                name,
-                grace_seconds,
-                ..
-            } => Some((name.clone(), *grace_seconds)),
-            _ => None,
-        })
-        .collect()
-}
-
 fn deleted(t: &crate::turn::Turn) -> Vec<&str> {
     t.actions
         .iter()

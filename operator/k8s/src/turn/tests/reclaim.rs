@@ -7,21 +7,7 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::fixtures::*;
-use crate::actions::{Action, StatusKind};
-
-fn evictions(t: &crate::turn::Turn) -> Vec<(String, i64)> {
-    t.actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::EvictPod {
-                name,
-                grace_seconds,
-                ..
-            } => Some((name.clone(), *grace_seconds)),
-            _ => None,
-        })
-        .collect()
-}
+use crate::actions::StatusKind;
 
 /// Queue "q" borrows (no quota); queue "team" has a quota of 8 GPUs and caps grace at 45 s.
 fn reclaim_cluster() -> crate::world::Inputs {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::fixtures::*;
-use crate::actions::{Action, StatusKind};
+use crate::actions::StatusKind;
 use crate::utilization::{GPU_UTIL, GR_ENGINE_ACTIVE, PodUse, Samples};
 
 /// Jobs `busy` and `idle` (one GPU each) running on private nodes `a` and `b` since 11:00, in
@@ -61,16 +61,6 @@ fn seen(i: &mut crate::world::Inputs, t: &crate::turn::Turn) {
             *j = Arc::new(job);
         }
     }
-}
-
-fn evictions(t: &crate::turn::Turn) -> Vec<&str> {
-    t.actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::EvictPod { name, .. } => Some(name.as_str()),
-            _ => None,
-        })
-        .collect()
 }
 
 #[test]
@@ -142,7 +132,7 @@ fn suspend_requeues_an_idle_restartable_job_unless_it_is_exempt() {
     seen(&mut i, &t);
     i.utilization = samples(noon() + minutes(10), 80.0, 0.0);
     let t = l.turn(&i, None, noon() + minutes(10));
-    assert_eq!(evictions(&t), ["idle-0-0"]);
+    assert_eq!(evictions(&t), [("idle-0-0".to_string(), 30)]);
     let idle = status_of(&t, StatusKind::GpuJob, "idle").expect("idle's status");
     assert_eq!(idle["phase"], "Queued");
     assert_eq!(idle["restarts"], 1);
