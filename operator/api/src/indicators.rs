@@ -46,6 +46,18 @@ pub struct Indicators {
     /// another cluster (0..1; 0 with none).
     #[serde(default)]
     pub burst_share: f64,
+    /// How busy the queue's GPUs were: the GPU activity of its running jobs, weighted by
+    /// GPU-hours, over the time Prometheus reported on them (0..1; 0 with none; with
+    /// `--prometheus-url`).
+    #[serde(default)]
+    pub gpu_utilization: f64,
+    /// GPU-hours the queue's jobs held while their activity stayed below the queue's idle
+    /// threshold.
+    #[serde(default)]
+    pub idle_gpu_hours: f64,
+    /// What those idle GPU-hours cost: the jobs' cost per hour while idle, USD.
+    #[serde(rename = "idleCostUSD", default)]
+    pub idle_cost_usd: f64,
 }
 
 /// p50 and p95 of a set of observations, and how many there were.

@@ -137,6 +137,27 @@ pub struct Bucket {
     /// The private pools' GPU capacity, GPU-seconds (series `private`).
     #[serde(rename = "cap", default, skip_serializing_if = "is_zero_f")]
     pub capacity_gpu_seconds: f64,
+    /// GPU-seconds of running jobs whose utilization Prometheus reported.
+    #[serde(rename = "us", default, skip_serializing_if = "is_zero_f")]
+    pub sampled_gpu_seconds: f64,
+    /// Of those, the busy part (GPU-seconds x activity).
+    #[serde(rename = "ub", default, skip_serializing_if = "is_zero_f")]
+    pub busy_gpu_seconds: f64,
+    /// GPU-seconds held while below the idle threshold, and what they cost (USD).
+    #[serde(rename = "ui", default, skip_serializing_if = "is_zero_f")]
+    pub idle_gpu_seconds: f64,
+    #[serde(rename = "uc", default, skip_serializing_if = "is_zero_f")]
+    pub idle_cost_usd: f64,
+}
+
+/// How a queue's sampled jobs used their GPUs over a stretch of time: GPUs sampled, busy GPUs
+/// (GPUs x activity), GPUs idle, and the idle jobs' cost per hour.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Use {
+    pub sampled_gpus: f64,
+    pub busy_gpus: f64,
+    pub idle_gpus: f64,
+    pub idle_usd_per_hour: f64,
 }
 
 fn is_empty_hist(h: &Hist) -> bool {
@@ -159,6 +180,10 @@ impl Bucket {
             *self.gpu_seconds.entry(k.clone()).or_default() += v;
         }
         self.capacity_gpu_seconds += other.capacity_gpu_seconds;
+        self.sampled_gpu_seconds += other.sampled_gpu_seconds;
+        self.busy_gpu_seconds += other.busy_gpu_seconds;
+        self.idle_gpu_seconds += other.idle_gpu_seconds;
+        self.idle_cost_usd += other.idle_cost_usd;
     }
 }
 
@@ -320,6 +345,18 @@ impl Book {
         for (at, secs) in hours_between(from, to) {
             let b = self.bucket(&series, at);
             *b.gpu_seconds.entry(environment.to_string()).or_default() += gpus * secs;
+        }
+    }
+
+    /// Adds how `queue`'s sampled jobs used their GPUs from `from` to `to`.
+    pub fn used(&mut self, queue: &str, u: Use, from: Time, to: Time) {
+        let series = Book::queue_series(queue);
+        for (at, secs) in hours_between(from, to) {
+            let b = self.bucket(&series, at);
+            b.sampled_gpu_seconds += u.sampled_gpus * secs;
+            b.busy_gpu_seconds += u.busy_gpus * secs;
+            b.idle_gpu_seconds += u.idle_gpus * secs;
+            b.idle_cost_usd += u.idle_usd_per_hour * secs / 3600.0;
         }
     }
 
@@ -603,6 +640,16 @@ pub fn indicators(b: &Bucket, private_capacity_gpu_seconds: f64) -> Indicators {
         } else {
             0.0
         },
+        gpu_utilization: if b.sampled_gpu_seconds > 0.0 {
+            round(
+                (b.busy_gpu_seconds / b.sampled_gpu_seconds).clamp(0.0, 1.0),
+                3,
+            )
+        } else {
+            0.0
+        },
+        idle_gpu_hours: round(b.idle_gpu_seconds / 3600.0, 2),
+        idle_cost_usd: round(b.idle_cost_usd, 2),
     }
 }
 

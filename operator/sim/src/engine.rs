@@ -184,6 +184,7 @@ impl<'a> Engine<'a> {
                         arrival_s: j.arrival_s,
                         gpus: j.gpus * j.replicas,
                         runtime_s: j.runtime_s,
+                        gpu_percent: j.gpu_percent,
                         ..Default::default()
                     })
                     .collect(),

@@ -104,6 +104,7 @@ mod tests {
             requirements: Default::default(),
             censored: false,
             kind: None,
+            gpu_percent: None,
         }
     }
 

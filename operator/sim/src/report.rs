@@ -47,6 +47,11 @@ pub struct Summary {
     /// 95th percentile, seconds (0 without interruptions).
     pub avg_recovery_s: f64,
     pub p95_recovery_s: f64,
+    /// How busy the finished jobs' GPUs were, weighted by their GPU-hours, over the jobs whose
+    /// trace says (`gpu_utilization`; 0..1, 0 with none), and the GPU-hours of those below
+    /// 5 % (the default idle threshold).
+    pub gpu_utilization: f64,
+    pub idle_gpu_hours: f64,
     /// Jobs preempted to give a queue its private quota back, and the GPU-hours of work they
     /// lost (since their last checkpoint; all of it for jobs that are not restartable).
     pub preemptions: u64,
@@ -195,6 +200,8 @@ pub fn summarize(strategy: &str, out: &Outcome, wall_s: f64) -> Summary {
         interruption_warnings: out.interruption_warnings as u64,
         interrupted_gpu_hours_lost: round(out.interrupted_gpu_seconds_lost / 3600.0, 2),
         avg_recovery_s: round(mean(&recoveries), 1),
+        gpu_utilization: utilization(out).0,
+        idle_gpu_hours: utilization(out).1,
         p95_recovery_s: round(percentile(&recoveries, 95.0), 1),
         preemptions: out.preemptions as u64,
         preempted_gpu_hours_lost: round(out.preempted_gpu_seconds_lost / 3600.0, 2),
@@ -205,6 +212,22 @@ pub fn summarize(strategy: &str, out: &Outcome, wall_s: f64) -> Summary {
         makespan_s: round(makespan, 1),
         censored_jobs_left_out: 0,
     }
+}
+
+/// (GPU-hour weighted utilization 0..1, idle GPU-hours) of the finished jobs with a figure.
+fn utilization(out: &Outcome) -> (f64, f64) {
+    let (mut sampled, mut busy, mut idle) = (0.0, 0.0, 0.0);
+    for j in out.jobs.iter().filter(|j| j.finish_s.is_some()) {
+        let Some(p) = j.gpu_percent else { continue };
+        let gpu_s = f64::from(j.gpus) * j.runtime_s;
+        sampled += gpu_s;
+        busy += gpu_s * p / 100.0;
+        if p < 5.0 {
+            idle += gpu_s;
+        }
+    }
+    let ratio = if sampled > 0.0 { busy / sampled } else { 0.0 };
+    (round(ratio, 3), round(idle / 3600.0, 2))
 }
 
 fn round(v: f64, digits: i32) -> f64 {

@@ -7,7 +7,9 @@
 //! job's requirements (`GpuJob spec.requirements`): `min_driver_version`, `min_cuda_version`,
 //! `gpu_products` (globs separated by `|`) and `min_gpu_memory_gib`, and `kind`: what the job
 //! runs as (`GpuJob`, the default, or a labelled workload's kind: `Job`, `JobSet`, `TrainJob`,
-//! `RayJob`, `Pod`), which policies read as `job.kind`.
+//! `RayJob`, `Pod`), which policies read as `job.kind`, and `gpu_utilization`: how busy its GPUs
+//! were (percent, 0-100; what `kubectl spillway export-trace` writes from the job's last
+//! `status.utilization`), which the summary turns into `gpu_utilization` and `idle_gpu_hours`.
 //!
 //! openb (`openb_pod_list_*.csv`): tasks asking for no GPU are skipped; a fractional GPU
 //! (`gpu_milli < 1000`) counts as one whole GPU; arrival is `creation_time` and runtime
@@ -46,6 +48,8 @@ pub struct TraceJob {
     pub censored: bool,
     /// What it runs as (`job.kind`), when the trace says; `GpuJob` otherwise.
     pub kind: Option<String>,
+    /// How busy its GPUs were (percent, 0-100), when the trace says (`gpu_utilization`).
+    pub gpu_percent: Option<f64>,
 }
 
 /// The kinds a trace's `kind` column may name.
@@ -272,6 +276,7 @@ fn parse_openb(text: &str) -> Result<Vec<TraceJob>, InputError> {
             datasets: Vec::new(),
             requirements: Default::default(),
             kind: None,
+            gpu_percent: None,
             censored: false,
         });
         ends.push(end);
@@ -302,6 +307,7 @@ fn parse_spillway(text: &str) -> Result<Vec<TraceJob>, InputError> {
     let products = h.col("gpu_products");
     let min_memory = h.col("min_gpu_memory_gib");
     let kind = h.col("kind");
+    let utilization = h.col("gpu_utilization");
     let mut jobs = Vec::new();
     let list = |f: &[&str], c: Option<usize>| -> Vec<String> {
         c.and_then(|c| f.get(c))
@@ -396,6 +402,15 @@ fn parse_spillway(text: &str) -> Result<Vec<TraceJob>, InputError> {
             datasets: list(&f, datasets),
             requirements,
             censored: false,
+            gpu_percent: match optional::<f64>(&f, utilization, "gpu_utilization", line)? {
+                Some(u) if !(0.0..=100.0).contains(&u) => {
+                    return Err(InputError {
+                        line,
+                        message: format!("gpu_utilization {u} is not a percentage (0-100)"),
+                    });
+                }
+                u => u,
+            },
             kind: match kind.and_then(|c| f.get(c)).copied().unwrap_or("") {
                 "" => None,
                 k if KINDS.contains(&k) => Some(k.to_string()),
@@ -526,6 +541,23 @@ mod tests {
         assert!(jobs[0].restartable);
         assert_eq!(jobs[1].queue, None);
         assert_eq!(detect_format(text), Some(TraceFormat::Spillway));
+    }
+
+    #[test]
+    fn a_trace_may_say_how_busy_each_jobs_gpus_were() {
+        let text =
+            "job_id,arrival_s,runtime_s,num_gpus,gpu_utilization\na,0,60,1,42.5\nb,0,60,1,\n";
+        let jobs = parse(text, TraceFormat::Spillway).unwrap();
+        assert_eq!(
+            (jobs[0].gpu_percent, jobs[1].gpu_percent),
+            (Some(42.5), None)
+        );
+        let e = parse(
+            "job_id,arrival_s,runtime_s,num_gpus,gpu_utilization\nc,0,60,1,140\n",
+            TraceFormat::Spillway,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("not a percentage"), "{e}");
     }
 
     #[test]

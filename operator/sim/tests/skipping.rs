@@ -62,6 +62,7 @@ fn trace(seed: u64, jobs: usize) -> Vec<TraceJob> {
                 requirements: Default::default(),
                 censored: false,
                 kind: None,
+                gpu_percent: None,
             }
         })
         .collect()

@@ -275,3 +275,42 @@ fn a_ledger_of_200_queues_starting_a_job_an_hour_keeps_three_weeks() {
     assert!(month.time_to_start_seconds.count >= 21 * 24, "{month:?}");
     assert!(dropped.message("queue.team-000").is_some());
 }
+
+#[test]
+fn utilization_is_weighted_by_sampled_gpu_hours_and_idle_time_is_priced() {
+    let now = at("2026-12-05T12:00:00Z");
+    let mut b = Book::default();
+    // Two GPUs at 90 % for an hour, then one of them idle (2 %, $3/h) for the next.
+    b.used(
+        "q",
+        Use {
+            sampled_gpus: 2.0,
+            busy_gpus: 1.8,
+            ..Use::default()
+        },
+        at("2026-12-05T10:00:00Z"),
+        at("2026-12-05T11:00:00Z"),
+    );
+    b.used(
+        "q",
+        Use {
+            sampled_gpus: 1.0,
+            busy_gpus: 0.02,
+            idle_gpus: 1.0,
+            idle_usd_per_hour: 3.0,
+        },
+        at("2026-12-05T11:00:00Z"),
+        at("2026-12-05T12:00:00Z"),
+    );
+    // Unsampled GPU time does not count either way.
+    b.ran("q", "private", 4.0, at("2026-12-05T10:00:00Z"), now);
+    let i = b.queue_indicators("q", now).last_24h;
+    assert_eq!(
+        i.gpu_utilization, 0.607,
+        "(1.8 + 0.02) / 3 GPU-hours sampled"
+    );
+    assert_eq!(i.idle_gpu_hours, 1.0);
+    assert_eq!(i.idle_cost_usd, 3.0);
+    let none = Book::default().queue_indicators("q", now).last_24h;
+    assert_eq!((none.gpu_utilization, none.idle_gpu_hours), (0.0, 0.0));
+}

@@ -14,7 +14,7 @@ use spillway_core::{self as core, Time};
 use super::State;
 use crate::actions::Action;
 use crate::clock;
-use crate::indicators::{Book, Dropped, LEDGER_BUDGET, REFRESH};
+use crate::indicators::{Book, Dropped, LEDGER_BUDGET, REFRESH, Use};
 use crate::metrics::Metrics;
 use crate::world::{self, Inputs, JobView, Lifecycle};
 
@@ -130,6 +130,8 @@ impl State {
             // GPUs by (queue, pool, environment, start, end): one bucket update per group, not
             // per job (at 10,000 running jobs, a handful of groups a turn).
             let mut groups: HashMap<(&str, &str, &'static str, Time, Time), f64> = HashMap::new();
+            // GPU use of the running jobs Prometheus reported on, by (queue, start).
+            let mut uses: HashMap<(&str, Time), Use> = HashMap::new();
             for v in built.jobs.values() {
                 // Running now, or finished since the last turn (up to its end).
                 let (pool, started_at, end) = match &v.lifecycle {
@@ -172,6 +174,18 @@ impl State {
                 *groups
                     .entry((&spec.queue, pool, env, start, end))
                     .or_default() += gpus;
+                if let Some((u, hourly)) = sampled_use(v, now) {
+                    let e = uses.entry((&spec.queue, start)).or_default();
+                    e.sampled_gpus += gpus;
+                    e.busy_gpus += gpus * u.gpu_percent / 100.0;
+                    if u.idle_since.is_some() {
+                        e.idle_gpus += gpus;
+                        e.idle_usd_per_hour += hourly;
+                    }
+                }
+            }
+            for ((queue, start), u) in uses {
+                k.book.used(queue, u, start, now);
             }
             for ((queue, pool, env, start, end), gpus) in groups {
                 k.book.ran(queue, env, gpus, start, end);
@@ -361,3 +375,19 @@ pub(super) fn queue_gauges(
             .map(|d| d.as_secs_f64()),
     }
 }
+
+/// A running job's GPU use as its status last said (when Prometheus reported on it in the last
+/// [`UTILIZATION_FRESH`]), and its cost per hour.
+fn sampled_use(v: &JobView, now: Time) -> Option<(&spillway_api::job::JobUtilization, f64)> {
+    if !matches!(v.lifecycle, Lifecycle::Running { .. }) {
+        return None;
+    }
+    let st = v.job.status.as_ref()?;
+    let u = st.utilization.as_ref()?;
+    (now.since(clock::core_time(&u.sampled_at)) <= UTILIZATION_FRESH)
+        .then(|| (u, st.cost.as_ref().map_or(0.0, |c| c.hourly_usd)))
+}
+
+/// A job's utilization counts in the indicators while it was sampled this recently (its status
+/// is written again at least every 10 minutes while it is read).
+const UTILIZATION_FRESH: core::Duration = core::Duration::from_secs(900);

@@ -17,6 +17,8 @@ pub struct JobRecord {
     pub interruptions: u32,
     /// Moved from the cloud to private GPUs this many times.
     pub moves: u32,
+    /// How busy its GPUs were (percent), when the trace says.
+    pub gpu_percent: Option<f64>,
 }
 
 /// A point of the time series.

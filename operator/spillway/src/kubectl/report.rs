@@ -266,6 +266,10 @@ pub fn render(r: &Report) -> String {
                 r95,
                 opt((cost.count > 0).then(|| usd(cost.mean))),
                 opt((t.count > 0).then(|| format!("{:.0}%", i.burst_share * 100.0))),
+                opt((i.gpu_utilization > 0.0 || i.idle_gpu_hours > 0.0)
+                    .then(|| format!("{:.0}%", i.gpu_utilization * 100.0))),
+                format!("{:.2}", i.idle_gpu_hours),
+                usd(i.idle_cost_usd),
             ]
         })
         .collect();
@@ -280,6 +284,9 @@ pub fn render(r: &Report) -> String {
             "RECOVERY-P95",
             "COST/RUN",
             "BURST",
+            "GPU-UTIL",
+            "IDLE-GPU-H",
+            "IDLE-COST",
         ],
         &cells,
     ));

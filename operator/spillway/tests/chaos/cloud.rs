@@ -373,15 +373,17 @@ async fn settle(
                 s.hourly_usd?,
             ))
         });
+        // EC2 reports an end to the second: the operator may have noticed it (and written a
+        // rate of zero) within that second.
         if let Some((usd, through, hourly)) = pair
             && hourly == 0.0
-            && through >= last_end
+            && through + 1.0 >= last_end
         {
             break (usd, through);
         }
         assert!(
             Instant::now() < deadline,
-            "seed {seed}: no spend written after the last instance ended: {pair:?}"
+            "seed {seed}: no spend written after the last instance ended at {last_end}: {pair:?}"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
