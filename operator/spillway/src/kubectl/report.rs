@@ -266,10 +266,6 @@ pub fn render(r: &Report) -> String {
                 r95,
                 opt((cost.count > 0).then(|| usd(cost.mean))),
                 opt((t.count > 0).then(|| format!("{:.0}%", i.burst_share * 100.0))),
-                opt((i.gpu_utilization > 0.0 || i.idle_gpu_hours > 0.0)
-                    .then(|| format!("{:.0}%", i.gpu_utilization * 100.0))),
-                format!("{:.2}", i.idle_gpu_hours),
-                usd(i.idle_cost_usd),
             ]
         })
         .collect();
@@ -284,12 +280,28 @@ pub fn render(r: &Report) -> String {
             "RECOVERY-P95",
             "COST/RUN",
             "BURST",
-            "GPU-UTIL",
-            "IDLE-GPU-H",
-            "IDLE-COST",
         ],
         &cells,
     ));
+    let used: Vec<Vec<String>> = (r.recorded.iter())
+        .map(|q| (q, &q.indicators.last_30d))
+        .filter(|(_, i)| i.gpu_utilization > 0.0 || i.idle_gpu_hours > 0.0)
+        .map(|(q, i)| {
+            vec![
+                q.queue.clone(),
+                format!("{:.0}%", i.gpu_utilization * 100.0),
+                format!("{:.2}", i.idle_gpu_hours),
+                usd(i.idle_cost_usd),
+            ]
+        })
+        .collect();
+    if !used.is_empty() {
+        out.push_str("\nGPU USE (dcgm-exporter through Prometheus, the last 30 days)\n");
+        out.push_str(&table(
+            &["QUEUE", "GPU-UTIL", "IDLE-GPU-H", "IDLE-COST"],
+            &used,
+        ));
+    }
     out
 }
 

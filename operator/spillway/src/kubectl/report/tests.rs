@@ -150,3 +150,35 @@ fn the_live_outcome_draws_the_simulators_charts() {
     let charts = spillway_sim::html::charts(&[(summary, out)]).expect("charts");
     assert_eq!(charts.len(), 6);
 }
+
+#[test]
+fn queues_with_measured_gpu_use_get_their_own_table() {
+    let all = runs(&jobs());
+    let mut r = report(
+        &all,
+        &[],
+        "14h",
+        ms("2026-12-05T00:00:00Z"),
+        ms("2026-12-05T14:00:00Z"),
+    );
+    assert!(
+        !render(&r).contains("GPU USE"),
+        "nothing measured, no table"
+    );
+    let mut indicators = spillway_api::indicators::QueueIndicators::default();
+    indicators.last_30d.gpu_utilization = 0.42;
+    indicators.last_30d.idle_gpu_hours = 3.5;
+    indicators.last_30d.idle_cost_usd = 12.25;
+    r.recorded = vec![super::Recorded {
+        queue: "research".into(),
+        indicators,
+    }];
+    let text = render(&r);
+    assert!(text.contains("GPU USE"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == ["research", "42%", "3.50", "12.25"]),
+        "{text}"
+    );
+}
