@@ -4,7 +4,8 @@
 //! `kubectl spillway report` (table, CSV, JSON, HTML in Chromium) and `export-trace` tell them,
 //! `spillway simulate` replays the export to the same split and about the same cost, and every
 //! expression of the chart's Grafana dashboard and PrometheusRule is evaluated by a real
-//! Prometheus that recorded the restarted operator's series while it ran a fourth job (the
+//! Prometheus that recorded the restarted operator's series while it ran a fourth job and a
+//! fifth whose GPU use a stand-in for dcgm-exporter reports through a second Prometheus (the
 //! rules checked by promtool first).
 
 use std::collections::HashMap;
@@ -64,6 +65,12 @@ async fn indicators_chargeback_and_replay_tell_what_ran() {
     let dir = std::env::temp_dir().join(spillway_tests::unique_name("history"));
     std::fs::create_dir_all(&dir).unwrap();
     let chart = chart_dir().display().to_string();
+    // GPU use, as dcgm-exporter would report it, in a Prometheus the chart's operator reads.
+    let dcgm = spillway_tests::dcgm::DcgmExporter::start()
+        .await
+        .expect("dcgm-exporter stand-in");
+    let gpu_prometheus =
+        Prometheus::start_with(&[&dcgm.addr.to_string()], None).expect("Prometheus of GPU use");
     let install = helm.run(&[
         "install",
         &release,
@@ -74,6 +81,10 @@ async fn indicators_chargeback_and_replay_tell_what_ran() {
         &kubeconfig,
         "--set",
         &format!("aws.clusterName={ns}"),
+        "--set",
+        &format!("utilization.prometheusUrl=http://{}", gpu_prometheus.addr),
+        "--set",
+        "utilization.interval=5",
         "--set",
         "resync=5",
     ]);
@@ -220,6 +231,30 @@ async fn indicators_chargeback_and_replay_tell_what_ran() {
             && i["last30d"]["costPerRunUSD"]["count"] == 4
     })
     .await;
+    // A fifth job, running, whose GPU is 40 % busy: its utilization series for the dashboard
+    // and the alert (deleted before the chargeback below).
+    workload::submit(&jobs, "e", &ns, json!({}), None).await;
+    wait_phase(&jobs, "e", JobPhase::Running, &op).await;
+    dcgm.set(vec![spillway_tests::dcgm::GpuUse {
+        namespace: ns.clone(),
+        pod: "e-0-0".into(),
+        gpu: 0,
+        util_percent: 93.0,
+        engine_active: Some(0.4),
+    }]);
+    eventually(WAIT, "e's utilization", || async {
+        let u = jobs
+            .get("e")
+            .await
+            .map_err(|e| e.to_string())?
+            .status
+            .and_then(|s| s.utilization);
+        match &u {
+            Some(u) if (u.gpu_percent - 40.0).abs() < 1.0 => Ok(()),
+            _ => Err(format!("{u:?}\n{}", op.log_tail())),
+        }
+    })
+    .await;
 
     // Every expression of the dashboard returns series of this run; every alert evaluates and
     // reads only series this run has.
@@ -276,6 +311,17 @@ async fn indicators_chargeback_and_replay_tell_what_ran() {
     })
     .await;
 
+    jobs.delete("e", &DeleteParams::default())
+        .await
+        .expect("delete e");
+    eventually(WAIT, "e gone", || async {
+        match jobs.get_opt("e").await {
+            Ok(None) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
     // Chargeback.
     let kc = ["--kubeconfig", kubeconfig.as_str()];
     let out = spillway(
@@ -299,7 +345,8 @@ async fn indicators_chargeback_and_replay_tell_what_ran() {
         .as_array()
         .and_then(|r| r.iter().find(|q| q["queue"] == ns.as_str()))
         .expect("the operator's record of the queue");
-    assert_eq!(recorded["last30d"]["timeToStartSeconds"]["count"], 4);
+    // Five first starts: e's too, though it is gone.
+    assert_eq!(recorded["last30d"]["timeToStartSeconds"]["count"], 5);
     let out = spillway(
         &[
             &["report", "--since", "1h", "-n", &ns, "-o", "csv"][..],
