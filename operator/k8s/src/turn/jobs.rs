@@ -746,6 +746,14 @@ pub(super) fn requeued(st: &mut GpuJobStatus, next: u32) {
     st.pool = None;
     st.environment = None;
     st.started_at = None;
-    // Its next run is measured afresh (an idle spell does not carry over).
+    // Its next run is measured afresh (an idle spell, and the warning of it, do not carry
+    // over).
     st.utilization = None;
+    if st
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Idle" && c.status == "True" && c.reason == "IdleGPUs")
+    {
+        status::remove_condition(&mut st.conditions, "Idle");
+    }
 }

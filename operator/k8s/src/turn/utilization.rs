@@ -137,10 +137,11 @@ impl State {
                     .is_some_and(|v| v == "true");
             let idle =
                 p.action != IdleAction::None && !exempt && idle_for.is_some_and(|d| d >= p.after);
+            // Warned of this spell (a suspension is of an earlier run: a new spell acts again).
             let flagged = st
                 .conditions
                 .iter()
-                .any(|c| c.type_ == "Idle" && c.status == "True");
+                .any(|c| c.type_ == "Idle" && c.status == "True" && c.reason == "IdleGPUs");
             if idle && !flagged {
                 let note = idle_note(view, &st, &desired, idle_for.unwrap_or_default(), &p);
                 if p.action == IdleAction::Suspend && view.job.spec.restartable {

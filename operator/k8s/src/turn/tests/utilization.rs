@@ -144,6 +144,38 @@ fn suspend_requeues_an_idle_restartable_job_unless_it_is_exempt() {
     assert_eq!(reason, "Suspended");
     assert!(message.contains("freeing its GPUs"), "{message}");
 
+    // It runs again (attempt 1) and idles again: a new spell, suspended again.
+    seen(&mut i, &t);
+    let mut again = (*i.jobs[1]).clone();
+    let st = again.status.as_mut().unwrap();
+    st.phase = Some(spillway_api::job::JobPhase::Running);
+    st.started_at = Some(crate::clock::k8s_time(noon() + minutes(12)));
+    let again = Arc::new(again);
+    i.jobs[1] = again.clone();
+    i.pods[1] = pod(&again, 1, 0, "b", "Running");
+    let idle_again = |at| {
+        let mut s = (*samples(at, 80.0, 0.0).unwrap()).clone();
+        s.pods.insert(
+            (NS.to_string(), "idle-1-0".to_string()),
+            PodUse {
+                percent: 0.5,
+                source: GPU_UTIL,
+            },
+        );
+        Some(Arc::new(s))
+    };
+    i.utilization = idle_again(noon() + minutes(13));
+    let t = l.turn(&i, None, noon() + minutes(13));
+    assert!(
+        evictions(&t).is_empty(),
+        "a new spell starts: {:?}",
+        kinds(&t)
+    );
+    seen(&mut i, &t);
+    i.utilization = idle_again(noon() + minutes(23));
+    let t = l.turn(&i, None, noon() + minutes(23));
+    assert_eq!(evictions(&t), [("idle-1-0".to_string(), 30)]);
+
     // Exempt by annotation (the queue allows it by default): nothing happens.
     let mut i = running(json!({"after": "10m", "action": "Suspend"}));
     let mut j = (*i.jobs[1]).clone();
