@@ -73,7 +73,7 @@ impl TestCluster {
     /// The control plane of this test process, started on first use.
     pub async fn shared() -> &'static TestCluster {
         SHARED
-            .get_or_try_init(TestCluster::start)
+            .get_or_try_init(TestCluster::start_retrying)
             .await
             .unwrap_or_else(|e| panic!("could not start the test control plane: {e:#}"))
     }
@@ -83,9 +83,24 @@ impl TestCluster {
     /// controller manager; no Spillway CRD.
     pub async fn second() -> &'static TestCluster {
         SECOND
-            .get_or_try_init(TestCluster::start)
+            .get_or_try_init(TestCluster::start_retrying)
             .await
             .unwrap_or_else(|e| panic!("could not start the second test control plane: {e:#}"))
+    }
+
+    /// [`TestCluster::start`], again on fresh ports when a server lost its port to another
+    /// process between the port's pick and its bind (test binaries run side by side).
+    async fn start_retrying() -> anyhow::Result<TestCluster> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match TestCluster::start().await {
+                Err(e) if tries < 3 && format!("{e:#}").contains("address already in use") => {
+                    eprintln!("a control plane port was taken meanwhile; starting again: {e:#}");
+                }
+                r => return r,
+            }
+        }
     }
 
     async fn start() -> anyhow::Result<TestCluster> {
