@@ -23,13 +23,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
 use spillway_api::pool::Rebalance;
 use spillway_api::{ComputePool, GpuQueue};
 use spillway_cloud::notices::{Notice, NoticeKind};
 use spillway_core::{self as core, Time};
 
-use super::reclaim::grace_seconds;
+use super::reclaim::{Stop, grace_seconds};
 use super::{CloudInputs, State};
 use crate::actions::Action;
 use crate::clock::rfc3339;
@@ -37,7 +37,6 @@ use crate::cloud::notices::PendingMessage;
 use crate::interruptions::{Marks, marked, marks};
 use crate::labels::{INSTANCE_ID_LABEL, INTERRUPTION_DEADLINE_ANNOTATION, REBALANCE_AT_ANNOTATION};
 use crate::metrics::Metrics;
-use crate::status;
 use crate::world::{self, Inputs, JobView, Lifecycle};
 
 /// What a stopping pod leaves the kubelet before the deadline: its grace period ends this
@@ -377,40 +376,23 @@ impl State {
             "{why} Its pods stop within {grace} s and the job is requeued (attempt {next}): {restart}."
         );
         let mut st = self.last_status(view);
-        let generation = view.job.metadata.generation;
-        super::jobs::requeued(&mut st, next);
         if st.interrupted_at.is_none() {
             // Its recovery counts from the notice.
             st.interrupted_at = Some(crate::clock::k8s_time(noticed));
         }
-        status::set_condition(
-            &mut st.conditions,
-            "Interrupted",
-            true,
-            reason,
-            &note,
-            generation,
+        self.stop_and_requeue(
+            view,
+            st,
+            Stop {
+                next,
+                condition: ("Interrupted", reason),
+                admitted: "Interrupted",
+                event: ("Interrupted", "Interrupt", true),
+                note,
+                grace,
+            },
             around.now,
         );
-        status::set_condition(
-            &mut st.conditions,
-            "Admitted",
-            false,
-            "Interrupted",
-            &note,
-            generation,
-            around.now,
-        );
-        status::remove_condition(&mut st.conditions, "Running");
-        self.publish(
-            view.job.object_ref(&()),
-            true,
-            "Interrupted",
-            "Interrupt",
-            note,
-        );
-        self.apply_job_status(view, &st);
-        self.evict_pods(view, grace);
     }
 
     /// A failed node mark or message deletion is asked again at the next turn.

@@ -45,15 +45,41 @@ impl State {
             "{} Its pods stop within {grace} s and the job is requeued (attempt {next}).",
             p.message
         );
-        let mut st = self.last_status(view);
+        let st = self.last_status(view);
+        self.stop_and_requeue(
+            view,
+            st,
+            Stop {
+                next,
+                condition: ("Preempted", "QuotaReclaimed"),
+                admitted: "Preempted",
+                event: ("Preempted", "Preempt", !p.restartable),
+                note,
+                grace,
+            },
+            now,
+        );
+    }
+
+    /// Puts a running job back in its queue under attempt `stop.next`: its condition, `Admitted`
+    /// false, no `Running`, an Event, the status written and its pods evicted with
+    /// `stop.grace`.
+    pub(super) fn stop_and_requeue(
+        &mut self,
+        view: &JobView,
+        mut st: spillway_api::GpuJobStatus,
+        stop: Stop<'_>,
+        now: Time,
+    ) {
         let generation = view.job.metadata.generation;
-        super::jobs::requeued(&mut st, next);
+        super::jobs::requeued(&mut st, stop.next);
+        let (type_, reason) = stop.condition;
         status::set_condition(
             &mut st.conditions,
-            "Preempted",
+            type_,
             true,
-            "QuotaReclaimed",
-            &note,
+            reason,
+            &stop.note,
             generation,
             now,
         );
@@ -61,22 +87,32 @@ impl State {
             &mut st.conditions,
             "Admitted",
             false,
-            "Preempted",
-            &note,
+            stop.admitted,
+            &stop.note,
             generation,
             now,
         );
         status::remove_condition(&mut st.conditions, "Running");
-        self.publish(
-            view.job.object_ref(&()),
-            !p.restartable,
-            "Preempted",
-            "Preempt",
-            note,
-        );
+        let (event, action, warning) = stop.event;
+        self.publish(view.job.object_ref(&()), warning, event, action, stop.note);
         self.apply_job_status(view, &st);
-        self.evict_pods(view, grace);
+        self.evict_pods(view, stop.grace);
     }
+}
+
+/// How [`State::stop_and_requeue`] stops a job.
+pub(super) struct Stop<'a> {
+    /// The attempt it is requeued under.
+    pub next: u32,
+    /// The condition set true: (type, reason).
+    pub condition: (&'a str, &'a str),
+    /// The reason of `Admitted=False`.
+    pub admitted: &'a str,
+    /// The Event: (reason, action, warning).
+    pub event: (&'a str, &'a str, bool),
+    pub note: String,
+    /// Seconds its pods may take to stop.
+    pub grace: i64,
 }
 
 /// How long a preempted pod of `view` may take to stop: its template's

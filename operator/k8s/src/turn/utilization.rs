@@ -20,7 +20,7 @@ use spillway_api::{GpuJobStatus, GpuQueue};
 use spillway_core::{self as core, Environment, Time};
 
 use super::State;
-use super::reclaim::grace_seconds;
+use super::reclaim::{Stop, grace_seconds};
 use crate::clock::{core_time, k8s_time};
 use crate::metrics::Metrics;
 use crate::status;
@@ -197,7 +197,7 @@ impl State {
     fn suspend_idle(
         &mut self,
         view: &JobView,
-        mut st: GpuJobStatus,
+        st: GpuJobStatus,
         queue: Option<&GpuQueue>,
         note: &str,
         now: Time,
@@ -207,30 +207,19 @@ impl State {
         let note = format!(
             "{note} Its queue suspends idle jobs: its pods stop within {grace} s and it is requeued (attempt {next}), freeing its GPUs."
         );
-        let generation = view.job.metadata.generation;
-        super::jobs::requeued(&mut st, next);
-        status::set_condition(
-            &mut st.conditions,
-            "Idle",
-            true,
-            "Suspended",
-            &note,
-            generation,
+        self.stop_and_requeue(
+            view,
+            st,
+            Stop {
+                next,
+                condition: ("Idle", "Suspended"),
+                admitted: "Idle",
+                event: ("Idle", "Suspend", true),
+                note,
+                grace,
+            },
             now,
         );
-        status::set_condition(
-            &mut st.conditions,
-            "Admitted",
-            false,
-            "Idle",
-            &note,
-            generation,
-            now,
-        );
-        status::remove_condition(&mut st.conditions, "Running");
-        self.publish(view.job.object_ref(&()), true, "Idle", "Suspend", note);
-        self.apply_job_status(view, &st);
-        self.evict_pods(view, grace);
     }
 }
 
