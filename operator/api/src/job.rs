@@ -282,6 +282,21 @@ pub struct JobUtilization {
     /// above).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_since: Option<Time>,
+    /// GPU-hours of this run (attempt) that Prometheus reported on, up to `sampledAt`: the
+    /// time between two figures counts when they are at most 15 minutes apart.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub sampled_gpu_hours: f64,
+    /// Of those, the busy part: each stretch's GPU-hours times the activity that held over it
+    /// (`busyGpuHours / sampledGpuHours` is the run's utilization).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub busy_gpu_hours: f64,
+    /// Of those, the GPU-hours held while below the queue's idle threshold.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub idle_gpu_hours: f64,
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
 }
 
 /// What a job has cost so far.

@@ -113,12 +113,16 @@ impl State {
                     .and_then(|u| u.idle_since.clone())
                     .unwrap_or_else(|| k8s_time(at))
             });
-            let desired = JobUtilization {
+            let mut desired = JobUtilization {
                 gpu_percent: (percent * 10.0).round() / 10.0,
                 source: source.to_string(),
                 sampled_at: k8s_time(at),
                 idle_since,
+                sampled_gpu_hours: 0.0,
+                busy_gpu_hours: 0.0,
+                idle_gpu_hours: 0.0,
             };
+            accrue(&mut desired, prev.as_ref(), gpus, at);
             let mut write = prev.as_ref().is_none_or(|u| {
                 (u.gpu_percent - desired.gpu_percent).abs() >= 1.0
                     || u.idle_since.is_some() != desired.idle_since.is_some()
@@ -222,6 +226,37 @@ impl State {
         );
     }
 }
+
+/// The run's GPU-hours so far into `next` (the figure at `at`): those of `prev`, and the stretch
+/// since `prev`'s figure at that figure's activity, when it is at most [`STRETCH_MAX`] long (a
+/// longer gap went unsampled).
+fn accrue(next: &mut JobUtilization, prev: Option<&JobUtilization>, gpus: f64, at: Time) {
+    let Some(prev) = prev else { return };
+    next.sampled_gpu_hours = prev.sampled_gpu_hours;
+    next.busy_gpu_hours = prev.busy_gpu_hours;
+    next.idle_gpu_hours = prev.idle_gpu_hours;
+    let stretch = at.since(core_time(&prev.sampled_at));
+    if stretch > STRETCH_MAX {
+        return;
+    }
+    let h = gpus * stretch.as_secs_f64() / 3600.0;
+    next.sampled_gpu_hours += h;
+    next.busy_gpu_hours += h * prev.gpu_percent / 100.0;
+    if prev.idle_since.is_some() {
+        next.idle_gpu_hours += h;
+    }
+    for v in [
+        &mut next.sampled_gpu_hours,
+        &mut next.busy_gpu_hours,
+        &mut next.idle_gpu_hours,
+    ] {
+        *v = (*v * 1e4).round() / 1e4;
+    }
+}
+
+/// The longest stretch between two figures that counts as sampled (figures are written at
+/// least every 10 minutes while Prometheus answers).
+const STRETCH_MAX: core::Duration = core::Duration::from_secs(900);
 
 /// What an idle job's condition and Event say: its GPUs, their use, how long, what they cost.
 fn idle_note(

@@ -211,3 +211,55 @@ fn prometheus_unreachable_leaves_jobs_running_and_says_so_on_the_queue() {
     );
     assert!(message.contains("connection refused"), "{message}");
 }
+
+#[test]
+fn a_runs_gpu_hours_accrue_between_figures_and_an_unsampled_gap_does_not_count() {
+    let mut i = running(json!({"threshold": 5, "after": "30m"}));
+    i.utilization = samples(noon(), 80.0, 1.2);
+    let mut l = Loop::new();
+    let t = l.turn(&i, None, noon());
+    let busy = status_of(&t, StatusKind::GpuJob, "busy").expect("busy's status");
+    assert!(
+        busy["utilization"].get("sampledGpuHours").is_none(),
+        "nothing yet"
+    );
+    seen(&mut i, &t);
+
+    // Ten minutes on the figure is written again, with the stretch at the figure that held.
+    i.utilization = samples(noon() + minutes(10), 80.0, 1.2);
+    let t = l.turn(&i, None, noon() + minutes(10));
+    let busy = status_of(&t, StatusKind::GpuJob, "busy").expect("rewritten");
+    let u = &busy["utilization"];
+    assert_eq!(u["sampledGpuHours"], 0.1667, "{u}");
+    assert_eq!(u["busyGpuHours"], 0.1333, "{u}");
+    assert!(u.get("idleGpuHours").is_none(), "{u}");
+    let idle = status_of(&t, StatusKind::GpuJob, "idle").expect("rewritten");
+    let u = &idle["utilization"];
+    assert_eq!(
+        (
+            &u["sampledGpuHours"],
+            &u["idleGpuHours"],
+            &u["busyGpuHours"]
+        ),
+        (&json!(0.1667), &json!(0.1667), &json!(0.002)),
+        "{u}"
+    );
+    seen(&mut i, &t);
+
+    // Prometheus silent for half an hour: that stretch went unsampled and does not count.
+    i.utilization = samples(noon() + minutes(40), 40.0, 1.2);
+    let t = l.turn(&i, None, noon() + minutes(40));
+    let busy = status_of(&t, StatusKind::GpuJob, "busy").expect("moved");
+    let u = &busy["utilization"];
+    assert_eq!(
+        (&u["gpuPercent"], &u["sampledGpuHours"]),
+        (&json!(40.0), &json!(0.1667)),
+        "{u}"
+    );
+    seen(&mut i, &t);
+
+    // Requeued, a job's next run is measured afresh.
+    let mut st: spillway_api::GpuJobStatus = serde_json::from_value(busy).expect("a status");
+    crate::turn::jobs::requeued(&mut st, 1);
+    assert!(st.utilization.is_none());
+}
