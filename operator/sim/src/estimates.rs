@@ -105,6 +105,7 @@ mod tests {
             censored: false,
             kind: None,
             gpu_percent: None,
+            namespace: None,
         }
     }
 

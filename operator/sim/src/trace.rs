@@ -7,7 +7,7 @@
 //! job's requirements (`GpuJob spec.requirements`): `min_driver_version`, `min_cuda_version`,
 //! `gpu_products` (globs separated by `|`) and `min_gpu_memory_gib`, and `kind`: what the job
 //! runs as (`GpuJob`, the default, or a labelled workload's kind: `Job`, `JobSet`, `TrainJob`,
-//! `RayJob`, `Pod`), which policies read as `job.kind`, and `gpu_utilization`: how busy its GPUs
+//! `RayJob`, `Pod`), which policies read as `job.kind`, `namespace` (carried, not used), and `gpu_utilization`: how busy its GPUs
 //! were (percent, 0-100; what `kubectl spillway export-trace` writes from the job's last
 //! `status.utilization`), which the summary turns into `gpu_utilization` and `idle_gpu_hours`.
 //!
@@ -50,6 +50,9 @@ pub struct TraceJob {
     pub kind: Option<String>,
     /// How busy its GPUs were (percent, 0-100), when the trace says (`gpu_utilization`).
     pub gpu_percent: Option<f64>,
+    /// The namespace it was submitted in, when the trace says (`namespace`): the simulator
+    /// does not use it; `--jobs-out` writes it.
+    pub namespace: Option<String>,
 }
 
 /// The kinds a trace's `kind` column may name.
@@ -277,6 +280,7 @@ fn parse_openb(text: &str) -> Result<Vec<TraceJob>, InputError> {
             requirements: Default::default(),
             kind: None,
             gpu_percent: None,
+            namespace: None,
             censored: false,
         });
         ends.push(end);
@@ -308,6 +312,7 @@ fn parse_spillway(text: &str) -> Result<Vec<TraceJob>, InputError> {
     let min_memory = h.col("min_gpu_memory_gib");
     let kind = h.col("kind");
     let utilization = h.col("gpu_utilization");
+    let namespace = h.col("namespace");
     let mut jobs = Vec::new();
     let list = |f: &[&str], c: Option<usize>| -> Vec<String> {
         c.and_then(|c| f.get(c))
@@ -394,6 +399,10 @@ fn parse_spillway(text: &str) -> Result<Vec<TraceJob>, InputError> {
                 .map(|m| GpuModel::normalize(m))
                 .collect(),
             queue: queue
+                .and_then(|c| f.get(c))
+                .filter(|s| !s.is_empty())
+                .map(|s| s.to_string()),
+            namespace: namespace
                 .and_then(|c| f.get(c))
                 .filter(|s| !s.is_empty())
                 .map(|s| s.to_string()),

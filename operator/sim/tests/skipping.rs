@@ -63,6 +63,7 @@ fn trace(seed: u64, jobs: usize) -> Vec<TraceJob> {
                 censored: false,
                 kind: None,
                 gpu_percent: None,
+                namespace: None,
             }
         })
         .collect()

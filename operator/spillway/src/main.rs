@@ -20,6 +20,7 @@ mod kubectl;
 #[cfg(feature = "cluster")]
 mod operator_cmd;
 mod policy_cmd;
+mod replay_jobs;
 mod simulate;
 
 #[derive(Parser, Debug)]

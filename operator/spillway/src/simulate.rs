@@ -101,6 +101,14 @@ pub struct SimulateArgs {
     /// charts as an SVG file.
     #[arg(long, value_name = "DIR")]
     report: Option<PathBuf>,
+    /// Write the replay's jobs as GpuJobs with the status the operator would have written
+    /// (a YAML List), for `kubectl spillway report -f FILE`. One strategy only.
+    #[arg(long, value_name = "FILE")]
+    jobs_out: Option<PathBuf>,
+    /// With --jobs-out: when the trace's second 0 was, RFC 3339 (default: so the replay ends
+    /// now).
+    #[arg(long, value_name = "TIME", requires = "jobs_out")]
+    trace_start: Option<String>,
 }
 
 /// An input error: `file:line: message`, exit code 2.
@@ -292,6 +300,21 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode, InputError> {
         }
         return write_sweep(&args, &points, &trace_name);
     }
+    if args.jobs_out.is_some() && strategies.len() != 1 {
+        return Err(InputError(format!(
+            "--jobs-out writes one replay: name one strategy (--strategy), not {}",
+            strategies.len()
+        )));
+    }
+    let trace_start = args
+        .trace_start
+        .as_deref()
+        .map(|t| {
+            t.parse::<k8s_openapi::jiff::Timestamp>()
+                .map(|t| t.as_millisecond())
+                .map_err(|e| InputError(format!("--trace-start {t:?}: {e}")))
+        })
+        .transpose()?;
     let progress = std::io::stderr().is_terminal();
     let private: u32 = inventory.iter().map(|n| n.gpus).sum();
     let mut show = |s: &Strategy, done: usize, total: usize| {
@@ -329,6 +352,16 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode, InputError> {
             jobs.len()
         );
         print!("{}", report::table(&summaries));
+    }
+    if let (Some(path), Some((_, out))) = (&args.jobs_out, runs.first()) {
+        let start = trace_start.unwrap_or_else(|| {
+            k8s_openapi::jiff::Timestamp::now().as_millisecond() - (out.end_s * 1000.0) as i64
+        });
+        let queue = base.queues.first().map_or("default", |q| q.name.as_str());
+        let list = crate::replay_jobs::list(&jobs, out, &base, start, queue);
+        let yaml = serde_saphyr::to_string(&list)
+            .map_err(|e| InputError(format!("cannot encode the jobs: {e}")))?;
+        std::fs::write(path, yaml).map_err(|e| InputError(format!("{}: {e}", path.display())))?;
     }
     if let Some(dir) = &args.report {
         let title = format!("Spillway simulation: {trace_name}, {private} private GPUs");

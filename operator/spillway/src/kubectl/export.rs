@@ -23,7 +23,7 @@ pub struct ExportTraceArgs {
 }
 
 /// The trace's columns (docs/simulator.md, "Traces").
-pub const HEADER: &str = "job_id,arrival_s,runtime_s,num_gpus,replicas,estimated_runtime_s,gpu_model,queue,priority,restartable,datasets,min_driver_version,min_cuda_version,gpu_products,min_gpu_memory_gib,kind,gpu_utilization";
+pub const HEADER: &str = "job_id,arrival_s,runtime_s,num_gpus,replicas,estimated_runtime_s,gpu_model,queue,priority,restartable,datasets,min_driver_version,min_cuda_version,gpu_products,min_gpu_memory_gib,kind,gpu_utilization,namespace";
 
 /// The trace of the runs that finished at or after `from` (milliseconds), with a comment line
 /// saying what it is; arrivals count from the earliest of them. A run's runtime is its last
@@ -80,10 +80,16 @@ pub fn trace(all: &[Run], from: i64, queue: Option<&str>, what: &str) -> String 
             (spec.workload_ref.as_ref())
                 .map_or("GpuJob", |w| w.kind.as_str())
                 .to_string(),
+            // The run's mean where its GPU-hours were measured, else its last figure.
             (r.job.status.as_ref())
                 .and_then(|s| s.utilization.as_ref())
-                .map(|u| u.gpu_percent.to_string())
+                .map(|u| match u.sampled_gpu_hours > 0.0 {
+                    true => ((u.busy_gpu_hours / u.sampled_gpu_hours * 1000.0).round() / 10.0)
+                        .to_string(),
+                    false => u.gpu_percent.to_string(),
+                })
                 .unwrap_or_default(),
+            r.namespace.clone(),
         ];
         out.push_str(&cells.join(","));
         out.push('\n');
@@ -149,7 +155,8 @@ mod tests {
                 json!({"phase": "Succeeded", "queuedAt": "2026-12-01T10:00:00Z",
                        "startedAt": "2026-12-01T10:05:00Z", "finishedAt": "2026-12-01T11:05:30Z",
                        "utilization": {"gpuPercent": 62.5, "source": "DCGM_FI_DEV_GPU_UTIL",
-                                       "sampledAt": "2026-12-01T11:05:00Z"}}),
+                                       "sampledAt": "2026-12-01T11:05:00Z",
+                                       "sampledGpuHours": 3.9, "busyGpuHours": 2.2}}),
             ),
             job(
                 "eval",
@@ -180,8 +187,8 @@ mod tests {
             text,
             format!(
                 "# test: 2 finished job(s); arrival_s counts from 2026-12-01T09:00:00Z\n{HEADER}\n\
-                 team/eval,0,600,2,1,,A100|H100,research,0,false,,,,,,GpuJob,\n\
-                 team/train,3600,3630,2,2,3600,,research,0,true,,,12.4,*H100*,,Job,62.5\n"
+                 team/eval,0,600,2,1,,A100|H100,research,0,false,,,,,,GpuJob,,team\n\
+                 team/train,3600,3630,2,2,3600,,research,0,true,,,12.4,*H100*,,Job,56.4,team\n"
             )
         );
         let parsed = spillway_sim::trace::parse(&text, spillway_sim::trace::TraceFormat::Spillway)
@@ -189,9 +196,10 @@ mod tests {
         assert_eq!(parsed.len(), 2);
         assert_eq!(parsed[1].replicas, 2);
         assert_eq!(parsed[1].kind.as_deref(), Some("Job"));
+        assert_eq!(parsed[1].namespace.as_deref(), Some("team"));
         assert_eq!(
             (parsed[0].gpu_percent, parsed[1].gpu_percent),
-            (None, Some(62.5))
+            (None, Some(56.4))
         );
         assert_eq!(
             parsed[1].requirements.min_cuda.map(|v| v.to_string()),

@@ -25,6 +25,11 @@ pub struct Run {
     pub phase: Option<JobPhase>,
     pub cost_usd: f64,
     pub restarts: u32,
+    /// The last attempt's GPU-hours Prometheus reported on, their busy part and those held
+    /// below the idle threshold (`status.utilization`; zero where it was not read).
+    pub sampled_gpu_hours: f64,
+    pub busy_gpu_hours: f64,
+    pub idle_gpu_hours: f64,
     pub job: GpuJob,
 }
 
@@ -48,6 +53,37 @@ impl Run {
         f64::from(self.gpus()) * secs / 3600.0
     }
 
+    /// The share of the last attempt that falls in `[from, to)` (its run up to `to` when it
+    /// runs on), 0 before it started.
+    pub fn share_of_attempt_within(&self, from: i64, to: i64) -> f64 {
+        self.started
+            .map_or(0.0, |s| share(s, self.finished.unwrap_or(to), from, to))
+    }
+
+    /// The part of its accrued cost that falls in `[from, to)`: the cost spread evenly from
+    /// its first start (its last, for a job that never said) to its finish, or `to` while it
+    /// runs.
+    pub fn cost_within(&self, from: i64, to: i64) -> f64 {
+        let Some(first) = self.first_started.or(self.started) else {
+            return 0.0;
+        };
+        self.cost_usd * share(first, self.finished.unwrap_or(to), from, to)
+    }
+
+    /// Its cost per GPU-hour over its runs (0 before it ran).
+    pub fn cost_per_gpu_hour(&self, to: i64) -> f64 {
+        let Some(first) = self.first_started.or(self.started) else {
+            return 0.0;
+        };
+        let hours = (self.finished.unwrap_or(to) - first).max(0) as f64 / 3_600_000.0
+            * f64::from(self.gpus());
+        if hours > 0.0 {
+            self.cost_usd / hours
+        } else {
+            0.0
+        }
+    }
+
     /// Running at `at`, or finished at or after `from`.
     pub fn active_since(&self, from: i64) -> bool {
         match self.finished {
@@ -59,6 +95,19 @@ impl Run {
     pub fn is_finished(&self) -> bool {
         matches!(self.phase, Some(JobPhase::Succeeded | JobPhase::Failed))
     }
+}
+
+/// The share of `[start, end)` within `[from, to)`; an instant counts whole when inside.
+fn share(start: i64, end: i64, from: i64, to: i64) -> f64 {
+    if end <= start {
+        return if (from..to).contains(&start) {
+            1.0
+        } else {
+            0.0
+        };
+    }
+    let overlap = (end.min(to) - start.max(from)).max(0) as f64;
+    overlap / (end - start) as f64
 }
 
 fn millis(t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> Option<i64> {
@@ -90,6 +139,9 @@ pub fn runs(jobs: &[GpuJob]) -> Vec<Run> {
                 phase: st.phase,
                 cost_usd: st.cost.as_ref().map_or(0.0, |c| c.accrued_usd),
                 restarts: st.restarts.unwrap_or(0).max(0) as u32,
+                sampled_gpu_hours: st.utilization.as_ref().map_or(0.0, |u| u.sampled_gpu_hours),
+                busy_gpu_hours: st.utilization.as_ref().map_or(0.0, |u| u.busy_gpu_hours),
+                idle_gpu_hours: st.utilization.as_ref().map_or(0.0, |u| u.idle_gpu_hours),
                 job: j.clone(),
             })
         })

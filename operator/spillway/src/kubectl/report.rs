@@ -12,7 +12,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use serde::Serialize;
 use spillway_api::indicators::{CostPerRun, GpuHours, Quantiles, QueueIndicators};
-use spillway_api::{ComputePool, GpuQueue};
+use spillway_api::{GpuJob, GpuQueue};
 
 use super::history::{Run, percentile, runs};
 use super::{ClusterArgs, Failure, client, opt, print_value, table, usd};
@@ -40,9 +40,18 @@ pub struct ReportArgs {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = ReportFormat::Table)]
     pub output: ReportFormat,
-    /// Also write an HTML report with charts (index.html and one SVG per chart) here.
+    /// Also write the HTML report (index.html, with one SVG file per chart) into this
+    /// directory.
     #[arg(long, value_name = "DIR")]
     pub html: Option<PathBuf>,
+    /// Read the GpuJobs from this file instead of the cluster: a List or documents of them,
+    /// YAML or JSON, as `kubectl get gpujobs -A -o yaml` or `spillway simulate --jobs-out`
+    /// write them (`-` for stdin). No queue's record is read then.
+    #[arg(short = 'f', long, value_name = "FILE")]
+    pub filename: Option<PathBuf>,
+    /// The window's end, RFC 3339 (default: now), for a report of a past month.
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
 }
 
 /// One namespace's or queue's figures over the window.
@@ -56,7 +65,8 @@ pub struct Row {
     pub finished: u64,
     /// GPU-hours their last attempts ran within the window, by environment.
     pub gpu_hours: GpuHours,
-    /// Their accrued cost (each job's whole cost so far).
+    /// The part of their accrued cost that falls in the window (each job's cost spread evenly
+    /// from its first start to its finish, or now).
     #[serde(rename = "costUSD")]
     pub cost_usd: f64,
     /// Seconds from queued to first start, of the jobs that first started in the window
@@ -70,6 +80,22 @@ pub struct Row {
     /// another cluster.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub burst_share: Option<f64>,
+    /// GPU-hours within the window whose use Prometheus reported (each run's sampled
+    /// GPU-hours spread over it).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub sampled_gpu_hours: f64,
+    /// Busy over sampled GPU-hours (0..1), when any were sampled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_utilization: Option<f64>,
+    /// GPU-hours held below the idle threshold, and what they cost.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub idle_gpu_hours: f64,
+    #[serde(rename = "idleCostUSD", skip_serializing_if = "is_zero")]
+    pub idle_cost_usd: f64,
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
 }
 
 /// A queue's indicators as the operator recorded them.
@@ -106,9 +132,19 @@ pub fn row(name: &str, runs: &[&Run], from: i64, to: i64) -> Row {
     let mut starts = Vec::new();
     let mut away = 0u64;
     let mut costs = Vec::new();
-    for run in runs.iter().filter(|r| r.active_since(from)) {
+    let (mut busy, mut sampled) = (0.0, 0.0);
+    for run in runs
+        .iter()
+        .filter(|r| r.active_since(from) && r.queued < to)
+    {
         r.jobs += 1;
-        r.cost_usd += run.cost_usd;
+        r.cost_usd += run.cost_within(from, to);
+        let share = run.share_of_attempt_within(from, to);
+        sampled += run.sampled_gpu_hours * share;
+        busy += run.busy_gpu_hours * share;
+        let idle = run.idle_gpu_hours * share;
+        r.idle_gpu_hours += idle;
+        r.idle_cost_usd += idle * run.cost_per_gpu_hour(to);
         let h = run.gpu_hours_within(from, to);
         match run.environment {
             Some("cloud") => r.gpu_hours.cloud += h,
@@ -117,7 +153,7 @@ pub fn row(name: &str, runs: &[&Run], from: i64, to: i64) -> Row {
             None => {}
         }
         if let (Some(first), Some(tts)) = (run.first_started, run.time_to_start_s())
-            && first >= from
+            && (from..to).contains(&first)
         {
             starts.push(tts);
             // Where a job that never restarted started is where it runs.
@@ -125,7 +161,7 @@ pub fn row(name: &str, runs: &[&Run], from: i64, to: i64) -> Row {
                 away += 1;
             }
         }
-        if run.is_finished() && run.finished.is_some_and(|f| f >= from) {
+        if run.is_finished() && run.finished.is_some_and(|f| (from..to).contains(&f)) {
             r.finished += 1;
             costs.push(run.cost_usd);
         }
@@ -134,6 +170,10 @@ pub fn row(name: &str, runs: &[&Run], from: i64, to: i64) -> Row {
     r.gpu_hours.private = round(r.gpu_hours.private, 2);
     r.gpu_hours.cloud = round(r.gpu_hours.cloud, 2);
     r.gpu_hours.remote = round(r.gpu_hours.remote, 2);
+    r.sampled_gpu_hours = round(sampled, 2);
+    r.gpu_utilization = (sampled > 0.0).then(|| round(busy / sampled, 3));
+    r.idle_gpu_hours = round(r.idle_gpu_hours, 2);
+    r.idle_cost_usd = round(r.idle_cost_usd, 2);
     if !starts.is_empty() {
         r.time_to_start_seconds = Some(Quantiles {
             p50: round(percentile(&starts, 50.0), 0),
@@ -205,11 +245,22 @@ fn rows_table(first: &str, rows: &[Row]) -> String {
         "COST/RUN-P95",
         "BURST",
     ];
+    // Utilization columns where any of the rows was measured.
+    let used = rows.iter().any(|r| r.gpu_utilization.is_some());
+    let headers = if used {
+        [&headers[..], &["GPU-UTIL", "IDLE-COST"]].concat()
+    } else {
+        headers.to_vec()
+    };
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
             let [p50, p95] = quantile_cells(&r.time_to_start_seconds);
-            vec![
+            let util = [
+                opt(r.gpu_utilization.map(|u| format!("{:.0}%", u * 100.0))),
+                usd(r.idle_cost_usd),
+            ];
+            let row = vec![
                 r.name.clone(),
                 r.jobs.to_string(),
                 r.finished.to_string(),
@@ -222,7 +273,12 @@ fn rows_table(first: &str, rows: &[Row]) -> String {
                 opt(r.cost_per_run_usd.as_ref().map(|c| usd(c.mean))),
                 opt(r.cost_per_run_usd.as_ref().map(|c| usd(c.p95))),
                 opt(r.burst_share.map(|b| format!("{:.0}%", b * 100.0))),
-            ]
+            ];
+            if used {
+                [row, util.to_vec()].concat()
+            } else {
+                row
+            }
         })
         .collect();
     table(&headers, &cells)
@@ -237,6 +293,10 @@ pub fn render(r: &Report) -> String {
     out.push_str(&rows_table("NAMESPACE", &r.namespaces));
     out.push_str("\nQUEUES\n");
     out.push_str(&rows_table("QUEUE", &r.queues));
+    // From a file (`-f`) there is no record.
+    if r.recorded.is_empty() {
+        return out;
+    }
     out.push_str("\nRECORDED BY THE OPERATOR (GpuQueue status.indicators, the last 30 days)\n");
     let cells: Vec<Vec<String>> = r
         .recorded
@@ -322,6 +382,9 @@ pub fn csv(r: &Report) -> Result<String, csv::Error> {
         "cost_per_run_mean_usd",
         "cost_per_run_p95_usd",
         "burst_share",
+        "gpu_utilization",
+        "idle_gpu_hours",
+        "idle_cost_usd",
     ])?;
     let num = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
     for (scope, rows) in [("namespace", &r.namespaces), ("queue", &r.queues)] {
@@ -342,6 +405,9 @@ pub fn csv(r: &Report) -> Result<String, csv::Error> {
                 num(cost.map(|c| c.mean)),
                 num(cost.map(|c| c.p95)),
                 num(row.burst_share),
+                num(row.gpu_utilization),
+                row.idle_gpu_hours.to_string(),
+                row.idle_cost_usd.to_string(),
             ])?;
         }
     }
@@ -352,22 +418,38 @@ pub fn csv(r: &Report) -> Result<String, csv::Error> {
 pub async fn run(args: ReportArgs) -> Result<(), Failure> {
     let d = spillway_core::Duration::parse(&args.since)
         .map_err(|e| Failure::Usage(format!("--since {:?}: {e}", args.since)))?;
-    let to = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+    let to = match &args.until {
+        None => k8s_openapi::jiff::Timestamp::now(),
+        Some(t) => t.parse::<k8s_openapi::jiff::Timestamp>().map_err(|e| {
+            Failure::Usage(format!(
+                "--until {t:?}: {e} (an RFC 3339 time such as 2026-12-01T00:00:00Z)"
+            ))
+        })?,
+    }
+    .as_millisecond();
     let from = to - (d.as_secs_f64() * 1000.0) as i64;
-    let client = client(&args.cluster).await?;
-    let jobs = args.scope.jobs(client.clone()).await?;
-    let queues = Api::<GpuQueue>::all(client.clone())
-        .list(&ListParams::default())
-        .await?
-        .items;
+    let (jobs, queues) = match &args.filename {
+        Some(path) => {
+            let mut jobs = read_jobs(path)?;
+            if let Some(ns) = &args.scope.namespace {
+                jobs.retain(|j| j.metadata.namespace.as_deref() == Some(ns.as_str()));
+            }
+            (jobs, Vec::new())
+        }
+        None => {
+            let client = client(&args.cluster).await?;
+            let jobs = args.scope.jobs(client.clone()).await?;
+            let queues = Api::<GpuQueue>::all(client)
+                .list(&ListParams::default())
+                .await?
+                .items;
+            (jobs, queues)
+        }
+    };
     let all = runs(&jobs);
     let r = report(&all, &queues, &args.since, from, to);
     if let Some(dir) = &args.html {
-        let pools = Api::<ComputePool>::all(client)
-            .list(&ListParams::default())
-            .await?
-            .items;
-        super::report_html::write(dir, &all, &pools, &r.since, &render(&r), from, to)?;
+        super::report_html::write(dir, &r, &all, from, to)?;
         eprintln!("wrote {}", dir.join("index.html").display());
     }
     match args.output {
@@ -382,6 +464,52 @@ pub async fn run(args: ReportArgs) -> Result<(), Failure> {
             Ok(())
         }
     }
+}
+
+/// The GpuJobs of a file (or stdin): a `List` of them, one of them, or YAML documents of
+/// either, YAML or JSON.
+pub fn read_jobs(path: &std::path::Path) -> Result<Vec<GpuJob>, Failure> {
+    let text = if path == std::path::Path::new("-") {
+        std::io::read_to_string(std::io::stdin())
+    } else {
+        std::fs::read_to_string(path)
+    }
+    .map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))?;
+    let fail = |e: String| Failure::Usage(format!("{}: {e}", path.display()));
+    let docs: Vec<serde_json::Value> = if text.trim_start().starts_with('{') {
+        vec![serde_json::from_str(&text).map_err(|e| fail(e.to_string()))?]
+    } else {
+        // A cluster's history is large: a month of 10,000 jobs as `kubectl get -o yaml` prints
+        // them is millions of nodes, past the parser's defaults for configuration files.
+        let options = serde_saphyr::options! {
+            budget: serde_saphyr::budget! {
+                max_nodes: 50_000_000,
+                max_events: 100_000_000,
+                max_documents: 1_000_000,
+                max_reader_input_bytes: None,
+                max_total_scalar_bytes: 1 << 31,
+            },
+        };
+        serde_saphyr::from_multiple_with_options(&text, options).map_err(|e| fail(e.to_string()))?
+    };
+    let mut jobs = Vec::new();
+    for doc in docs.into_iter().filter(|d| !d.is_null()) {
+        let items = match doc.get("items") {
+            Some(serde_json::Value::Array(items)) => items.clone(),
+            _ => vec![doc],
+        };
+        for item in items {
+            let kind = item.get("kind").and_then(|k| k.as_str()).unwrap_or("");
+            if kind != "GpuJob" {
+                return Err(fail(format!("expected GpuJobs, found a {kind:?} object")));
+            }
+            let name = item["metadata"]["name"].as_str().unwrap_or("").to_string();
+            jobs.push(
+                serde_json::from_value(item).map_err(|e| fail(format!("GpuJob {name:?}: {e}")))?,
+            );
+        }
+    }
+    Ok(jobs)
 }
 
 #[cfg(test)]

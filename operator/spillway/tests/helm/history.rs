@@ -379,7 +379,7 @@ async fn indicators_chargeback_and_replay_tell_what_ran() {
         .concat(),
     );
     assert!(out.status.success(), "{}", text(&out));
-    for chart in ["cloud-spend.svg", "cloud-gpu-hours.svg", "wait-cdf.svg"] {
+    for chart in ["gpu-hours.svg", "cost.svg", "time-to-start.svg"] {
         assert!(html.join(chart).exists(), "{chart}");
     }
     spillway_tests::browser::check_in_browser(&html);

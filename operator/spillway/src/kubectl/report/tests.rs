@@ -120,35 +120,134 @@ fn namespaces_and_queues_get_gpu_hours_cost_and_indicators_over_the_window() {
             .starts_with("scope,name,jobs,finished,gpu_hours_private")
     );
     assert!(
-        csv.contains("namespace,vision,2,2,8,1,0,16.8,60,1200,8.4,16,0.5\n"),
+        csv.contains("namespace,vision,2,2,8,1,0,16.8,60,1200,8.4,16,0.5,,0,0\n"),
         "{csv}"
     );
     assert!(csv.contains("queue,research,3,2,"), "{csv}");
 }
 
+/// The jobs of [`jobs`], the private run measured: 6 of its 8 GPU-hours sampled, 3 busy, 2
+/// idle.
+fn measured() -> Vec<GpuJob> {
+    let mut all = jobs();
+    let st = all[0].status.as_mut().expect("a status");
+    st.utilization = serde_json::from_value(json!({
+        "gpuPercent": 40.0, "source": "DCGM_FI_DEV_GPU_UTIL",
+        "sampledAt": "2026-12-05T12:00:00Z",
+        "sampledGpuHours": 6.0, "busyGpuHours": 3.0, "idleGpuHours": 2.0,
+    }))
+    .expect("utilization");
+    all
+}
+
 #[test]
-fn the_live_outcome_draws_the_simulators_charts() {
-    let from = ms("2026-12-05T00:00:00Z");
-    let to = ms("2026-12-05T14:00:00Z");
-    let all = runs(&jobs());
-    let out = super::super::report_html::outcome(&all, 8, from, to);
-    assert_eq!(out.jobs.len(), 3);
-    // The cloud run's $0.80 spread over its hour, all of it spent by 11:20.
-    let last = out.samples.last().expect("samples");
-    assert!((last.cloud_spend_usd - 0.8).abs() < 1e-9, "{last:?}");
-    let at_1050 = out
-        .samples
-        .iter()
-        .rev()
-        .find(|s| s.t_s <= 10.0 * 3600.0 + 50.0 * 60.0)
-        .expect("a sample");
-    assert_eq!(at_1050.cloud_busy_gpus, 1);
-    assert_eq!(at_1050.private_busy_gpus, 4);
-    let summary = spillway_sim::report::summarize("live cluster", &out, 0.0);
-    assert_eq!(summary.burst_jobs, 1);
-    assert_eq!(summary.cloud_cost_usd, 0.8);
-    let charts = spillway_sim::html::charts(&[(summary, out)]).expect("charts");
-    assert_eq!(charts.len(), 6);
+fn the_windows_share_of_each_run_counts_its_cost_use_and_idle_gpus() {
+    let all = runs(&measured());
+    // 11:01 to 13:00: the private run's second hour (of 10:01-12:01), the cloud run's last
+    // 19 minutes, the running job not yet started.
+    let r = report(
+        &all,
+        &[],
+        "2h",
+        ms("2026-12-05T11:01:00Z"),
+        ms("2026-12-05T13:00:00Z"),
+    );
+    let vision = &r.namespaces[0];
+    assert_eq!(vision.name, "vision");
+    assert_eq!(vision.gpu_hours.private, 4.0);
+    // Half of $16, and 19/60 of $0.80.
+    assert_eq!(vision.cost_usd, 8.25);
+    // Half the private run's measured hours: 3 sampled, 1.5 busy, 1 idle at $2 a GPU-hour.
+    assert_eq!(vision.sampled_gpu_hours, 3.0);
+    assert_eq!(vision.gpu_utilization, Some(0.5));
+    assert_eq!((vision.idle_gpu_hours, vision.idle_cost_usd), (1.0, 2.0));
+    assert!(
+        vision.time_to_start_seconds.is_none(),
+        "no first start in the window"
+    );
+    assert_eq!(vision.finished, 2);
+    let text = render(&r);
+    assert!(text.contains("GPU-UTIL") && text.contains("50%"), "{text}");
+}
+
+#[test]
+fn the_days_add_up_to_the_window_and_the_page_reads_in_human_units() {
+    let all = runs(&measured());
+    let (from, to) = (ms("2026-12-03T12:00:00Z"), ms("2026-12-05T14:00:00Z"));
+    let days = super::super::report_html::series(&all, from, to);
+    // 50 hours: more than two days, so days (UTC), the first and last cut by the window.
+    let labels: Vec<&str> = days.iter().map(|d| d.label.as_str()).collect();
+    assert_eq!(labels, ["Dec 03", "Dec 04", "Dec 05"]);
+    let r = report(&all, &[], "50h", from, to);
+    let sum = |f: &dyn Fn(&Row) -> f64| days.iter().map(|d| f(&d.row)).sum::<f64>();
+    let total = |f: &dyn Fn(&Row) -> f64| r.queues.iter().map(f).sum::<f64>();
+    for (what, f) in [
+        (
+            "private GPU-hours",
+            &(|r: &Row| r.gpu_hours.private) as &dyn Fn(&Row) -> f64,
+        ),
+        ("cloud GPU-hours", &|r: &Row| r.gpu_hours.cloud),
+        ("cost", &|r: &Row| r.cost_usd),
+        ("idle GPU-hours", &|r: &Row| r.idle_gpu_hours),
+    ] {
+        assert!(
+            (sum(f) - total(f)).abs() < 0.02,
+            "{what}: days {} against {}",
+            sum(f),
+            total(f)
+        );
+    }
+    // The day's cost by environment adds up to its cost.
+    for d in &days {
+        assert!(
+            (d.cost.iter().sum::<f64>() - d.row.cost_usd).abs() < 0.02,
+            "{d:?}"
+        );
+    }
+    assert_eq!(days[1].cost, [0.0, 0.0, 0.0], "nothing ran on Dec 04");
+
+    let (page, charts) = super::super::report_html::render(&r, &all, from, to).expect("the page");
+    let names: Vec<&str> = charts.iter().map(|c| c.0).collect();
+    assert_eq!(
+        names,
+        [
+            "gpu-hours.svg",
+            "cost.svg",
+            "utilization.svg",
+            "time-to-start.svg"
+        ]
+    );
+    for text in [
+        "GPU use and cost: the last 50 hours",
+        "3 Dec 2026 12:00 to 5 Dec 2026 14:00 UTC",
+        "<b>$42.80</b>",
+        "<td>research</td>",
+        "<td>vision</td>",
+        "<td>20 min</td>",
+        "GPU utilization",
+        "<b>50%</b>",
+    ] {
+        assert!(page.contains(text), "{text:?} missing:\n{page}");
+    }
+    assert!(
+        !page.contains("live cluster") && !page.contains("NaN"),
+        "{page}"
+    );
+}
+
+#[test]
+fn human_units() {
+    use super::super::report_html::{dollars, duration};
+    assert_eq!(
+        [30.0, 60.0, 90.0, 600.0, 5400.0, 86400.0, 7.0 * 86400.0].map(duration),
+        [
+            "30 s", "1 min", "1.5 min", "10 min", "1.5 h", "24 h", "7 days"
+        ]
+    );
+    assert_eq!(
+        [0.5, 99.5, 1234.4, 1234567.0].map(dollars),
+        ["$0.50", "$99.50", "$1,234", "$1,234,567"]
+    );
 }
 
 #[test]
