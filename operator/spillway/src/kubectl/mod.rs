@@ -6,6 +6,7 @@
 //! answer, said on stderr as kubectl does); 1 when the cluster could not be read or a named
 //! object does not exist; 2 for bad usage (an unknown flag, a malformed `--since`).
 
+pub mod chargeback;
 pub mod cost;
 pub mod explain;
 pub mod export;

@@ -16,8 +16,8 @@ use std::path::Path;
 use k8s_openapi::jiff::Timestamp;
 
 use super::Failure;
+use super::chargeback::{Recorded, Report, Row, row};
 use super::history::Run;
-use super::report::{Recorded, Report, Row, row};
 
 pub use series::series;
 

@@ -268,7 +268,7 @@ fn queues_with_measured_gpu_use_get_their_own_table() {
     indicators.last_30d.gpu_utilization = 0.42;
     indicators.last_30d.idle_gpu_hours = 3.5;
     indicators.last_30d.idle_cost_usd = 12.25;
-    r.recorded = vec![super::Recorded {
+    r.recorded = vec![super::super::chargeback::Recorded {
         queue: "research".into(),
         indicators,
     }];

@@ -4,8 +4,8 @@
 
 use k8s_openapi::jiff::Timestamp;
 
+use super::super::chargeback::{Row, row};
 use super::super::history::Run;
-use super::super::report::{Row, row};
 
 const HOUR_MS: i64 = 3_600_000;
 const DAY_MS: i64 = 24 * HOUR_MS;
