@@ -24,6 +24,7 @@ pub mod error;
 pub mod executor;
 pub mod hashing;
 pub mod http;
+pub mod https;
 pub mod identity;
 pub mod indicators;
 pub mod interruptions;

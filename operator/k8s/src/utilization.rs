@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use spillway_core::Time;
 use tokio::sync::Notify;
@@ -64,7 +63,7 @@ pub struct Samples {
     pub error: Option<(String, Time)>,
 }
 
-type Https = hyper_rustls::HttpsConnector<HttpConnector>;
+use crate::https::Https;
 
 /// One series of an instant vector: its labels and value.
 pub type Point = (BTreeMap<String, String>, f64);
@@ -79,22 +78,7 @@ pub struct Utilization {
 impl Utilization {
     /// A reader of `config.prometheus_url` (http, or https trusting the system's CAs).
     pub fn new(config: UtilizationConfig) -> Result<Arc<Utilization>, String> {
-        use tokio_rustls::rustls;
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in rustls_native_certs::load_native_certs().certs {
-            let _ = roots.add(cert);
-        }
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .build();
+        let connector = crate::https::connector(Vec::new())?;
         let _: http::Uri = config
             .prometheus_url
             .parse()

@@ -122,31 +122,21 @@ pub async fn fetch(url: &str, cacert: Option<&Path>) -> anyhow::Result<Vec<u8>> 
     use hyper_util::rt::TokioExecutor;
     use rustls_pki_types::CertificateDer;
     use rustls_pki_types::pem::PemObject;
-    use tokio_rustls::rustls;
 
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_native_certs::load_native_certs().certs {
-        let _ = roots.add(cert);
-    }
+    let mut extra = Vec::new();
     if let Some(path) = cacert {
         for cert in CertificateDer::pem_file_iter(path)
             .with_context(|| format!("reading {}", path.display()))?
         {
-            roots
-                .add(cert.with_context(|| format!("reading {}", path.display()))?)
-                .with_context(|| format!("adding a CA from {}", path.display()))?;
+            extra.push(cert.with_context(|| format!("reading {}", path.display()))?);
         }
     }
-    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .build();
+    let connector = spillway_k8s::https::connector(extra).map_err(|e| {
+        anyhow::anyhow!(
+            "{e} (from {})",
+            cacert.map_or("the system".into(), |p| p.display().to_string())
+        )
+    })?;
     let client: Client<_, Empty<&'static [u8]>> =
         Client::builder(TokioExecutor::new()).build(connector);
     let uri: http::Uri = url
