@@ -98,11 +98,6 @@ impl State {
         self.notices
             .counted
             .retain(|k| k.split_once('/').is_some_and(|(e, _)| events.contains(e)));
-        let nodes: HashMap<&str, &Arc<Node>> = inputs
-            .nodes
-            .iter()
-            .filter_map(|n| Some((n.labels().get(INSTANCE_ID_LABEL)?.as_str(), n)))
-            .collect();
         self.notices.marking.retain(|name| {
             inputs
                 .nodes
@@ -110,7 +105,12 @@ impl State {
                 .any(|n| n.name_any() == *name && marks(n).taint.is_none())
         });
         // Every listing answered: an instance not known is not this cluster's.
-        if view.complete {
+        if view.complete && !view.notices.is_empty() {
+            let nodes: HashMap<&str, &Arc<Node>> = inputs
+                .nodes
+                .iter()
+                .filter_map(|n| Some((n.labels().get(INSTANCE_ID_LABEL)?.as_str(), n)))
+                .collect();
             for m in &view.notices {
                 if self.notices.released.get(&m.id) == Some(&m.receipt)
                     || self.notices.deleting.contains(&m.id)

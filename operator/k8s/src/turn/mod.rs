@@ -179,6 +179,9 @@ pub struct State {
     remote: crate::remote::view::Overlay,
     /// The interruption queues' messages being acted on.
     notices: interruptions::Keeping,
+    /// When the utilization samples last acted on were taken (a turn without newer ones has
+    /// nothing to measure).
+    utilization_seen: Option<Time>,
     /// This turn's actions.
     out: Vec<Action>,
 }
@@ -216,6 +219,7 @@ impl State {
             translations: Default::default(),
             remote: Default::default(),
             notices: Default::default(),
+            utilization_seen: None,
             out: Vec::new(),
         }
     }

@@ -5,7 +5,8 @@
 //! naming its GPUs, cost per hour and how long; `Suspend` requeues a restartable job (its GPUs
 //! freed) and warns about any other; `None` does nothing. A job busy again loses `Idle`.
 //!
-//! Writes are few: the figure is written again when it moves by a point or more, when the job
+//! A turn acts once per set of samples (they come every `--utilization-interval`). Writes are
+//! few: the figure is written again when it moves by a point or more, when the job
 //! turns idle or busy, and at least every 10 minutes. The queues' gauge
 //! (`spillway_gpu_utilization_ratio`) is the GPU-weighted mean of their jobs' figures.
 
@@ -70,6 +71,12 @@ impl State {
             metrics.set_gpu_utilization(BTreeMap::new());
             return;
         };
+        // Acted on already: the figures, the spells and the gauge are as these samples left
+        // them until newer ones come.
+        if self.utilization_seen == Some(at) {
+            return;
+        }
+        self.utilization_seen = Some(at);
         // (queue, environment) -> (sum of percent x GPUs, GPUs).
         let mut gauge: BTreeMap<(String, String), (f64, f64)> = BTreeMap::new();
         for view in built.jobs.values() {
