@@ -44,7 +44,9 @@ SPILLWAY_TRAINER="$(scripts/trainer.sh)"
 export SPILLWAY_TRAINER
 SPILLWAY_KUBERAY="$(scripts/kuberay.sh)"
 export SPILLWAY_KUBERAY
-echo "test.sh: Kubernetes binaries in $KUBEBUILDER_ASSETS (oldest supported: $oldest_assets); moto at $SPILLWAY_MOTO_SERVER; promtool at $SPILLWAY_PROMTOOL; Helm 3 in $SPILLWAY_HELM3, Helm 4 in $SPILLWAY_HELM4; Chromium $SPILLWAY_CHROMIUM; JobSet in $SPILLWAY_JOBSET; Kubeflow Trainer in $SPILLWAY_TRAINER; KubeRay in $SPILLWAY_KUBERAY" >&2
+SPILLWAY_KWOK="$(scripts/kwok.sh)"
+export SPILLWAY_KWOK
+echo "test.sh: Kubernetes binaries in $KUBEBUILDER_ASSETS (oldest supported: $oldest_assets); moto at $SPILLWAY_MOTO_SERVER; promtool at $SPILLWAY_PROMTOOL; Helm 3 in $SPILLWAY_HELM3, Helm 4 in $SPILLWAY_HELM4; Chromium $SPILLWAY_CHROMIUM; JobSet in $SPILLWAY_JOBSET; Kubeflow Trainer in $SPILLWAY_TRAINER; KubeRay in $SPILLWAY_KUBERAY; KWOK in $SPILLWAY_KWOK" >&2
 
 if (($#)); then
   exec cargo test --workspace --locked --no-fail-fast "$@"

@@ -8,6 +8,8 @@
 //!   `nvidia.com/gpu` capacity and keeps them Ready, and moves pods bound to them to Running and
 //!   then Succeeded or Failed, as kwok does.
 //! - [`operator::RunningOperator`]: the operator itself, run as a task of the test.
+//! - [`kwok::Kwok`]: KWOK, built from its Go module, the kubelet of a thousand GPU nodes for
+//!   the scale test: nodes Ready, pods run when bound and succeed after their stated time.
 //! - [`machines::BootingMachines`]: instances in moto become Nodes after a boot delay.
 //! - [`faults::FaultProxy`]: a proxy in front of moto that answers chosen EC2 actions with errors.
 //! - [`moto::MotoServer`]: moto's EC2-compatible HTTP server, which the real AWS SDK talks to.
@@ -38,6 +40,7 @@ pub mod helm;
 pub mod jobset;
 pub mod kubelet;
 pub mod kuberay;
+pub mod kwok;
 pub mod machines;
 pub mod moto;
 pub mod operator;
