@@ -1,8 +1,9 @@
-//! `report --since 30d`: chargeback. Per namespace and per queue, from the GpuJobs running or
-//! finished in the window: GPU-hours by environment, cost, time to start, cost per run and
-//! burst share; and per queue what the operator recorded (`status.indicators`, kept in its
-//! ledger even for jobs since deleted). As a table, CSV, JSON or YAML; `--html DIR` draws the
-//! simulator's report charts for the live cluster (`report_html`).
+//! `report --since 30d`: chargeback. Per namespace and per queue, from the GpuJobs queued,
+//! running or finished in the window (the cluster's, or a file's with `-f`): GPU-hours by
+//! environment, cost, time to start, cost per run, burst share and measured GPU use
+//! (`chargeback`); and per queue what the operator recorded (`status.indicators`, kept in its
+//! ledger even for jobs since deleted). As a table, CSV, JSON or YAML; `--html DIR` writes the
+//! page a platform team reads (`report_html`).
 
 use std::path::PathBuf;
 
@@ -116,7 +117,7 @@ fn rows_table(first: &str, rows: &[Row]) -> String {
 /// The report as tables.
 pub fn render(r: &Report) -> String {
     let mut out = format!(
-        "NAMESPACES (jobs running or finished since {}, the last {})\n",
+        "NAMESPACES (jobs queued, running or finished since {}, the last {})\n",
         r.from, r.since
     );
     out.push_str(&rows_table("NAMESPACE", &r.namespaces));

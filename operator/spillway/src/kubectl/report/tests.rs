@@ -101,7 +101,7 @@ fn namespaces_and_queues_get_gpu_hours_cost_and_indicators_over_the_window() {
     assert_eq!((queue.name.as_str(), queue.jobs), ("research", 3));
 
     let text = render(&r);
-    assert!(text.starts_with("NAMESPACES (jobs running or finished since 2026-12-05T00:00:00Z, the last 14h)\nNAMESPACE   JOBS"), "{text}");
+    assert!(text.starts_with("NAMESPACES (jobs queued, running or finished since 2026-12-05T00:00:00Z, the last 14h)\nNAMESPACE   JOBS"), "{text}");
     assert!(
         text.lines()
             .any(|l| l.split_whitespace().collect::<Vec<_>>()
