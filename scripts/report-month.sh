@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The report a platform lead sends round, from a month of history: 30 days of the openb trace
-# (from its day 30), replayed by `spillway simulate --jobs-out` on the bundled setup plus a
+# The report a platform lead sends round, from a month of history: 27 days of the openb trace's
+# arrivals (its days 115-142, where most of its tasks are; runtimes cut at 3 days), replayed by `spillway simulate --jobs-out` on the bundled setup plus a
 # `batch` queue that does not burst, with 16 private GPUs at $1.10 per GPU-hour; then
 # `spillway report -f` over those 30 days, and a screenshot of its page in headless Chromium.
 #
