@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The report a platform lead sends round, from a month of history: 27 days of the openb trace's
-# arrivals (its days 115-142, where most of its tasks are; runtimes cut at 3 days), replayed by `spillway simulate --jobs-out` on the bundled setup plus a
-# `batch` queue that does not burst, with 16 private GPUs at $1.10 per GPU-hour; then
-# `spillway report -f` over those 30 days, and a screenshot of its page in headless Chromium.
+# The report a platform lead sends round, from a month of history: 27 days of the openb
+# trace's arrivals (its days 115-142, where most of its tasks are; runtimes cut at 3 days),
+# replayed by `spillway simulate --jobs-out` on the bundled setup plus a `batch` queue that does
+# not burst, with 16 private GPUs at $1.10 per GPU-hour; then `spillway report -f` over 30 days,
+# and a screenshot of its page in headless Chromium.
 #
 # openb has no teams, queues or GPU use: each task gets a namespace (vision, nlp, speech,
 # robotics; robotics submits to `batch`) and a GPU utilization (70% of tasks busy at 40-95%,
