@@ -74,7 +74,16 @@ pub(crate) async fn gang_runs_where_placed(w: &World, job: &str, pods: usize) ->
     let gj = w.wait_phase(job, JobPhase::Running).await;
     let running = w.wait_pods_running(job, pods).await;
     let gj = w.jobs().get(job).await.unwrap_or(gj);
-    let chosen: BTreeSet<String> = gj.status.unwrap_or_default().nodes.into_iter().collect();
+    // The gang's pods share one template, so each is pinned to the set of nodes Spillway chose
+    // for the gang; the scheduler may put two of them on one node of it where they fit, and the
+    // status names the nodes they run on.
+    let running_on: BTreeSet<String> = gj.status.unwrap_or_default().nodes.into_iter().collect();
+    let chosen = running.first().map(pinned_to).unwrap_or_default();
+    assert!(!chosen.is_empty(), "the gang's pods are pinned");
+    assert!(
+        !running_on.is_empty() && running_on.is_subset(&chosen),
+        "runs on {running_on:?}, placed on {chosen:?}"
+    );
     for p in &running {
         let spec = p.spec.clone().unwrap_or_default();
         assert!(
