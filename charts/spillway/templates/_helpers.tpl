@@ -98,3 +98,8 @@ RBAC and webhook rules of a kind not installed are not rendered). An unknown nam
 {{- define "spillway.hasPolicies" -}}
 {{- if or .Values.policies (.Files.Glob "policies/*.{yaml,yml}") -}}true{{- end -}}
 {{- end -}}
+
+{{/* The sixteen tokens Secrets of a job namespace (the operator's identity::tokens_secret_names). */}}
+{{- define "spillway.tokensSecrets" -}}
+spillway-tokens{{ range $k := untilStep 1 16 1 }}, spillway-tokens-{{ $k }}{{ end }}
+{{- end -}}

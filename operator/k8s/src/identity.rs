@@ -1,11 +1,14 @@
 //! The operator's side of workload identity: its settings, the Secrets it keeps (the issuer's
-//! keys in its own namespace; in each namespace with running GpuJobs, one Secret
-//! [`TOKENS_SECRET`] holding each running job's token under the job's name), and the issuer's
-//! HTTP endpoint (OIDC discovery and JWKS), served by every replica from its watch cache.
+//! keys in its own namespace; in each namespace with running GpuJobs, the tokens Secrets
+//! holding each running job's token under the job's name), and the issuer's HTTP endpoint
+//! (OIDC discovery and JWKS), served by every replica from its watch cache.
 //!
-//! One Secret of a fixed name per namespace, not one per job, so that the chart can grant
-//! Secret writes by name (`resourceNames`): the operator can create and patch `spillway-tokens`
-//! and no other Secret of a job's namespace.
+//! A namespace's tokens are spread over [`TOKEN_SHARDS`] Secrets of fixed names
+//! ([`TOKENS_SECRET`], then `spillway-tokens-1` .. `-15`), a job's by a hash of its name
+//! ([`tokens_secret_name`]), not one Secret per job, so that the chart can grant Secret writes
+//! by name (`resourceNames`): the operator can create and patch those sixteen and no other
+//! Secret of a job's namespace. Sixteen keep each Secret far below the API server's 1 MiB
+//! limit with thousands of jobs running in one namespace, and make each write a sixteenth.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -35,9 +38,12 @@ pub const TOKEN_DIR: &str = "/var/run/secrets/spillway.io/identity";
 pub const TOKEN_FILE: &str = "/var/run/secrets/spillway.io/identity/token";
 /// The volume that carries it.
 pub const VOLUME: &str = "spillway-identity";
-/// The Secret, in each job namespace, holding the tokens of its running jobs (key: the job's
-/// name).
+/// The first of the Secrets, in each job namespace, holding the tokens of its running jobs
+/// (key: the job's name); the others are named `spillway-tokens-1` .. `-15`.
 pub const TOKENS_SECRET: &str = "spillway-tokens";
+/// How many tokens Secrets a namespace's tokens are spread over. Fixed: a job's Secret is a
+/// function of its name alone, so the pod webhook and every replica agree without asking.
+pub const TOKEN_SHARDS: u64 = 16;
 /// The file name of the token in the pods' volume.
 pub const TOKEN_KEY: &str = "token";
 /// The key of the key ring in the issuer's Secret.
@@ -112,12 +118,49 @@ pub fn keys_secret(config: &IdentityConfig, ring: &KeyRing) -> Secret {
     }
 }
 
-/// A namespace's tokens Secret holding `tokens` (job name -> token): written whole by
+/// The tokens Secret of the job named `job`: shard `fnv1a(job) % 16`, shard 0 being
+/// [`TOKENS_SECRET`] and shard k `spillway-tokens-k`.
+pub fn tokens_secret_name(job: &str) -> String {
+    // FNV-1a, 64 bits: stable across releases and platforms (the std hasher is neither).
+    let hash = job.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    shard_name(hash % TOKEN_SHARDS)
+}
+
+/// The name of tokens Secret `k` (0 .. [`TOKEN_SHARDS`]).
+fn shard_name(k: u64) -> String {
+    match k {
+        0 => TOKENS_SECRET.into(),
+        k => format!("{TOKENS_SECRET}-{k}"),
+    }
+}
+
+/// Every tokens Secret's name, in shard order.
+pub fn tokens_secret_names() -> impl Iterator<Item = String> {
+    (0..TOKEN_SHARDS).map(shard_name)
+}
+
+/// Whether `name` is one of the tokens Secrets.
+pub fn is_tokens_secret(name: &str) -> bool {
+    tokens_secret_names().any(|n| n == name)
+}
+
+/// The tokens Secret a pod mounts for its identity, if it mounts one (pods made before the
+/// tokens were spread over shards mount [`TOKENS_SECRET`], and keep it while they run).
+pub fn mounted_tokens_secret(pod: &k8s_openapi::api::core::v1::Pod) -> Option<&str> {
+    let volumes = pod.spec.as_ref()?.volumes.as_ref()?;
+    let volume = volumes.iter().find(|v| v.name == VOLUME)?;
+    let name = volume.secret.as_ref()?.secret_name.as_deref()?;
+    is_tokens_secret(name).then_some(name)
+}
+
+/// A namespace's tokens Secret `name` holding `tokens` (job name -> token): written whole by
 /// server-side apply, so a job's key that is no longer sent (the job ended) is removed.
-pub fn tokens_secret(namespace: &str, tokens: &BTreeMap<String, String>) -> Secret {
+pub fn tokens_secret(namespace: &str, name: &str, tokens: &BTreeMap<String, String>) -> Secret {
     Secret {
         metadata: ObjectMeta {
-            name: Some(TOKENS_SECRET.into()),
+            name: Some(name.into()),
             namespace: Some(namespace.into()),
             labels: Some(BTreeMap::from([
                 (IDENTITY_LABEL.to_string(), "tokens".to_string()),
@@ -147,8 +190,7 @@ pub fn remote_token_secret(
     tokens: &BTreeMap<String, String>,
     home: &str,
 ) -> Secret {
-    let mut s = tokens_secret(namespace, tokens);
-    s.metadata.name = Some(name.into());
+    let mut s = tokens_secret(namespace, name, tokens);
     s.metadata
         .labels
         .get_or_insert_with(BTreeMap::new)
@@ -276,4 +318,52 @@ pub async fn serve(
         }
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_jobs_tokens_secret_is_a_stable_function_of_its_name() {
+        // Pinned: pods made by one release mount the Secret the next release writes.
+        let names: Vec<String> = ["train", "a", "job-0001"]
+            .iter()
+            .map(|j| tokens_secret_name(j))
+            .collect();
+        assert_eq!(
+            names,
+            ["spillway-tokens-9", "spillway-tokens-12", "spillway-tokens"]
+        );
+        assert!(names.iter().all(|n| is_tokens_secret(n)));
+    }
+
+    #[test]
+    fn ten_thousand_jobs_spread_evenly_over_sixteen_secrets() {
+        let mut counts = BTreeMap::<String, u32>::new();
+        for i in 0..10_000 {
+            *counts
+                .entry(tokens_secret_name(&format!("job-{i}")))
+                .or_default() += 1;
+        }
+        assert_eq!(counts.len(), 16);
+        let (min, max) = (counts.values().min(), counts.values().max());
+        assert!(*min.unwrap() > 500 && *max.unwrap() < 750, "{counts:?}");
+    }
+
+    #[test]
+    fn only_the_sixteen_names_are_tokens_secrets() {
+        let all: Vec<String> = tokens_secret_names().collect();
+        assert_eq!(all.len(), 16);
+        assert_eq!(all[0], "spillway-tokens");
+        assert_eq!(all[15], "spillway-tokens-15");
+        for other in [
+            "spillway-tokens-0",
+            "spillway-tokens-16",
+            "spillway-tokens-01",
+            "x",
+        ] {
+            assert!(!is_tokens_secret(other), "{other}");
+        }
+    }
 }

@@ -512,7 +512,7 @@ async fn operator_binary_and_kubectl_plugin() {
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
     let token = eventually(Duration::from_secs(60), "the token Secret", || async {
         let s = secrets
-            .get_opt("spillway-tokens")
+            .get_opt(&spillway_k8s::identity::tokens_secret_name("fits"))
             .await
             .map_err(|e| e.to_string())?
             .ok_or("no Secret yet")?;

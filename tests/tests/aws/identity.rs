@@ -21,7 +21,7 @@ async fn token(w: &World, job: &str) -> String {
     let secrets: Api<Secret> = Api::namespaced(w.client.clone(), &w.ns);
     eventually(WAIT, &format!("{job}'s token"), || async {
         let s = secrets
-            .get_opt("spillway-tokens")
+            .get_opt(&spillway_k8s::identity::tokens_secret_name(job))
             .await
             .map_err(|e| e.to_string())?
             .ok_or("no Secret yet")?;
@@ -120,7 +120,10 @@ async fn private_and_burst_pods_carry_tokens_of_one_issuer() {
             .find(|v| v.name == "spillway-identity")
             .and_then(|v| v.secret.clone())
             .expect("the identity volume");
-        assert_eq!(secret.secret_name.as_deref(), Some("spillway-tokens"));
+        assert_eq!(
+            secret.secret_name,
+            Some(spillway_k8s::identity::tokens_secret_name(job))
+        );
         assert_eq!(secret.items.unwrap_or_default()[0].key, job);
     }
     op.stop().await.expect("clean stop");

@@ -17,7 +17,7 @@ use crate::world::World;
 /// (token, kid, when read) of a job's token in the namespace's tokens Secret.
 async fn token(w: &World, job: &str) -> Result<(String, String, spillway_core::Time), String> {
     let s = Api::<Secret>::namespaced(w.client.clone(), &w.ns)
-        .get_opt("spillway-tokens")
+        .get_opt(&spillway_k8s::identity::tokens_secret_name(job))
         .await
         .map_err(|e| e.to_string())?
         .ok_or("no tokens Secret yet")?;

@@ -405,7 +405,7 @@ async fn jobs_spill_to_other_clusters_in_the_queues_order_as_the_home_identity_a
     .await;
     let token_home = eventually(WAIT, "the home token", || async {
         let s = Api::<Secret>::namespaced(w.client.clone(), &w.ns)
-            .get_opt("spillway-tokens")
+            .get_opt(&spillway_k8s::identity::tokens_secret_name("home"))
             .await
             .map_err(|e| e.to_string())?
             .ok_or("no Secret yet")?;

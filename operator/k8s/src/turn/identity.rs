@@ -1,9 +1,10 @@
 //! Identity's part of a turn: the issuer's keys rotated on schedule, and a token for every
 //! running job, issued when it starts (or moves) and refreshed at 80 % of its lifetime, until
 //! it ends. Tokens are signed only with keys the keys Secret already holds (seen in the cache),
-//! so no token can name a key that was never published. A namespace's tokens are written
-//! together, into its [`identity::TOKENS_SECRET`], whenever one of them is issued or a job of
-//! the namespace stops running (its key is then left out, and server-side apply removes it).
+//! so no token can name a key that was never published. The tokens of one of a namespace's
+//! tokens Secrets ([`identity::tokens_secret_name`]) are written together whenever one of them
+//! is issued or its job stops running (its key is then left out, and server-side apply
+//! removes it). A job whose pods already mount a tokens Secret keeps that one.
 
 use crate::hashing::{HashMap, HashSet, HashSetExt};
 use std::collections::{BTreeMap, BTreeSet};
@@ -30,6 +31,8 @@ pub(super) struct TokenRecord {
     namespace: String,
     job: String,
     token: String,
+    /// Its tokens Secret at home (the job's namespace).
+    secret: String,
     /// Where its Secret is: `None` at home (the job's namespace), else the cluster pool, its
     /// namespace there and the job's uid (each job its own Secret there).
     remote: Option<(String, String, String)>,
@@ -38,8 +41,9 @@ pub(super) struct TokenRecord {
 /// A Secret tokens are written to.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Target {
-    /// The tokens Secret of a home namespace: the tokens of its running jobs, by job name.
-    Home(String),
+    /// A tokens Secret of a home namespace (namespace, Secret): the tokens of its running jobs
+    /// whose names hash to it, by job name.
+    Home(String, String),
     /// One job's Secret in another cluster: (pool, namespace there, Secret name).
     Remote(String, String, String),
 }
@@ -53,7 +57,7 @@ impl TokenRecord {
                 ns.clone(),
                 crate::remote::view::remote_token_secret(uid),
             ),
-            None => Target::Home(self.namespace.clone()),
+            None => Target::Home(self.namespace.clone(), self.secret.clone()),
         }
     }
 
@@ -125,7 +129,7 @@ impl State {
     ) -> Option<PodIdentity> {
         self.identity_config()?;
         Some(PodIdentity {
-            secret: identity::TOKENS_SECRET.into(),
+            secret: home_secret(view),
             key: view.job.name_any(),
             aws_role_arn: queues
                 .get(&view.job.spec.queue)
@@ -245,6 +249,7 @@ impl State {
                         namespace: view.namespace_or_default(),
                         job: view.job.name_any(),
                         token: issued.token,
+                        secret: home_secret(view),
                         remote,
                     };
                     // A job that moved between home and a cluster pool leaves its old Secret.
@@ -273,8 +278,8 @@ impl State {
                 .map(|t| (t.key(), t.token.clone()))
                 .collect();
             self.emit(match target {
-                Target::Home(namespace) => Action::ApplySecret(SecretApply(Box::new(
-                    identity::tokens_secret(&namespace, &tokens),
+                Target::Home(namespace, name) => Action::ApplySecret(SecretApply(Box::new(
+                    identity::tokens_secret(&namespace, &name, &tokens),
                 ))),
                 // A job that stopped running there: its Secret goes.
                 Target::Remote(pool, namespace, name) if tokens.is_empty() => {
@@ -307,9 +312,9 @@ impl State {
             self.keys_written = None;
             return;
         }
-        if name == identity::TOKENS_SECRET {
+        if identity::is_tokens_secret(name) {
             self.tokens
-                .retain(|_, t| t.remote.is_some() || t.namespace != namespace);
+                .retain(|_, t| t.remote.is_some() || t.namespace != namespace || t.secret != name);
         }
     }
 
@@ -321,6 +326,18 @@ impl State {
             })
         });
     }
+}
+
+/// The tokens Secret a job's token is written to at home: the one its pods mount (pods made
+/// before the tokens were spread over shards keep theirs), else its name's shard.
+fn home_secret(view: &world::JobView) -> String {
+    view.pods
+        .iter()
+        .find_map(|p| identity::mounted_tokens_secret(p))
+        .map_or_else(
+            || identity::tokens_secret_name(&view.job.name_any()),
+            str::to_string,
+        )
 }
 
 /// Tokens are refreshed at 80 % of their lifetime.

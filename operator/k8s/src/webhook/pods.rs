@@ -56,7 +56,7 @@ pub fn mutate(pod: &Pod, world: &dyn PodLookup) -> Option<Pod> {
     crate::workloads::pin_gated_pod(&mut out);
     if world.settings().identity {
         let id = pods::PodIdentity {
-            secret: identity::TOKENS_SECRET.into(),
+            secret: identity::tokens_secret_name(&job.name_any()),
             key: job.name_any(),
             aws_role_arn: queue
                 .as_ref()
@@ -209,7 +209,7 @@ mod tests {
         assert!(vars.contains_key("TRACEPARENT"));
         let volume = &out.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0];
         let secret = volume.secret.as_ref().unwrap();
-        assert_eq!(secret.secret_name.as_deref(), Some(identity::TOKENS_SECRET));
+        assert_eq!(secret.secret_name.as_deref(), Some("spillway-tokens-3"));
         assert_eq!(secret.items.as_ref().unwrap()[0].key, "job-train");
     }
 

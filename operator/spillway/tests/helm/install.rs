@@ -404,6 +404,7 @@ async fn lifecycle(helm: Helm) {
     .await;
     super::privilege::workloads_granted_only_what_their_integration_needs(&sa, &ns, helm.major)
         .await;
+    super::privilege::tokens_secrets_granted_by_name(&sa, &ns).await;
     let op = LocalOperator::start(&client, &ns, &fullname, &sa_kubeconfig, &dir).await;
 
     // A world of its own: one private GPU, a queue that bursts after 2 s to an AWS pool in moto.
@@ -480,7 +481,7 @@ async fn lifecycle(helm: Helm) {
     for job in ["private", "burst"] {
         eventually(WAIT, &format!("{job}'s token"), || async {
             let s = secrets
-                .get_opt("spillway-tokens")
+                .get_opt(&spillway_k8s::identity::tokens_secret_name(job))
                 .await
                 .map_err(|e| e.to_string())?
                 .ok_or("none yet".to_string())?;

@@ -212,11 +212,23 @@ pub async fn assert_refused_everything(sa: &Client, ns: &str, name: &str) {
 /// Whether the token of `sa` may `verb` `resource` of `group` in `ns` (cluster-wide when
 /// `None`), as `kubectl auth can-i` asks.
 async fn can_i(sa: &Client, verb: &str, group: &str, resource: &str, ns: Option<&str>) -> bool {
+    can_i_named(sa, verb, group, resource, ns, None).await
+}
+
+/// [`can_i`] of the object named `name` (`kubectl auth can-i VERB RESOURCE/NAME`).
+async fn can_i_named(
+    sa: &Client,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    ns: Option<&str>,
+    name: Option<&str>,
+) -> bool {
     use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
     let review: SelfSubjectAccessReview = serde_json::from_value(json!({
         "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
         "spec": {"resourceAttributes": {"verb": verb, "group": group, "resource": resource,
-                                        "namespace": ns}},
+                                        "namespace": ns, "name": name}},
     }))
     .expect("a review");
     let made = Api::<SelfSubjectAccessReview>::all(sa.clone())
@@ -280,4 +292,27 @@ pub async fn workloads_granted_only_what_their_integration_needs(
         helm_major < 4,
         "patch pods in {other}"
     );
+}
+
+/// The sixteen tokens Secrets of a job namespace, by name: created and patched, never read;
+/// a seventeenth name is refused.
+pub async fn tokens_secrets_granted_by_name(sa: &Client, ns: &str) {
+    for name in spillway_k8s::identity::tokens_secret_names() {
+        for verb in ["create", "patch"] {
+            assert!(
+                can_i_named(sa, verb, "", "secrets", Some(ns), Some(&name)).await,
+                "{verb} secrets/{name}"
+            );
+        }
+        assert!(
+            !can_i_named(sa, "get", "", "secrets", Some(ns), Some(&name)).await,
+            "get secrets/{name} must be refused"
+        );
+    }
+    for name in ["spillway-tokens-16", "spillway-tokens-0", "db-password"] {
+        assert!(
+            !can_i_named(sa, "patch", "", "secrets", Some(ns), Some(name)).await,
+            "patch secrets/{name} must be refused"
+        );
+    }
 }

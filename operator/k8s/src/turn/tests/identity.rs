@@ -12,6 +12,9 @@ use crate::actions::{Action, StatusKind};
 use crate::identity::{IdentityConfig, ring_of};
 use crate::turn::{Turn, TurnSettings};
 
+/// The tokens Secret of a job named `train` (its name's shard).
+const TRAIN_SECRET: &str = "spillway-tokens-9";
+
 const ISSUER: &str = "https://spillway-identity.spillway-system.svc";
 
 fn config() -> IdentityConfig {
@@ -126,7 +129,7 @@ fn the_first_turn_makes_the_keys_and_signs_nothing_before_they_are_stored() {
     assert_eq!(keys.metadata.namespace.as_deref(), Some("spillway-system"));
     assert_eq!(ring_of(&keys).unwrap().keys.len(), 1);
     assert!(
-        secret(&t, "spillway-tokens").is_none(),
+        secret(&t, TRAIN_SECRET).is_none(),
         "not signed with unstored keys"
     );
     // The pod is created anyway, mounting the token (the kubelet waits for it).
@@ -139,7 +142,7 @@ fn the_first_turn_makes_the_keys_and_signs_nothing_before_they_are_stored() {
         .find(|v| v.name == "spillway-identity")
         .expect("the identity volume");
     let source = volume.secret.as_ref().unwrap();
-    assert_eq!(source.secret_name.as_deref(), Some("spillway-tokens"));
+    assert_eq!(source.secret_name.as_deref(), Some(TRAIN_SECRET));
     let items = source.items.as_ref().unwrap();
     assert_eq!(
         (items[0].key.as_str(), items[0].path.as_str()),
@@ -160,7 +163,7 @@ fn the_first_turn_makes_the_keys_and_signs_nothing_before_they_are_stored() {
     let mut i2 = i.clone();
     i2.identity_keys = Some(Arc::new(keys));
     let t = l.turn(&i2, None, noon() + Duration::from_secs(1));
-    assert!(secret(&t, "spillway-tokens").is_some(), "{:?}", kinds(&t));
+    assert!(secret(&t, TRAIN_SECRET).is_some(), "{:?}", kinds(&t));
 }
 
 #[test]
@@ -174,7 +177,7 @@ fn a_running_job_gets_a_token_that_verifies_with_its_claims_and_is_refreshed_at_
     i.jobs = vec![j];
     let mut l = with_identity();
     let t = l.turn(&i, None, noon());
-    let s = secret(&t, "spillway-tokens").expect("the namespace's tokens Secret");
+    let s = secret(&t, TRAIN_SECRET).expect("the namespace's tokens Secret");
     assert_eq!(s.metadata.namespace.as_deref(), Some(NS));
     assert_eq!(
         s.data.as_ref().unwrap().keys().collect::<Vec<_>>(),
@@ -196,21 +199,21 @@ fn a_running_job_gets_a_token_that_verifies_with_its_claims_and_is_refreshed_at_
         "never printed"
     );
 
-    assert!(secret(&l.turn(&i, None, noon() + minutes(47)), "spillway-tokens").is_none());
+    assert!(secret(&l.turn(&i, None, noon() + minutes(47)), TRAIN_SECRET).is_none());
     let t = l.turn(&i, None, noon() + minutes(48));
-    assert!(secret(&t, "spillway-tokens").is_some(), "refreshed at 80 %");
+    assert!(secret(&t, TRAIN_SECRET).is_some(), "refreshed at 80 %");
     assert!(t.wake.is_some_and(|w| w <= noon() + minutes(48 + 48)));
 
     // Finished: its key is taken out of the Secret, and no more refreshes.
     i.pods = vec![pod(&i.jobs[0], 0, 0, "a", "Succeeded")];
     let t = l.turn(&i, None, noon() + minutes(50));
-    let s = secret(&t, "spillway-tokens").expect("the Secret without the job's key");
+    let s = secret(&t, TRAIN_SECRET).expect("the Secret without the job's key");
     assert!(
         s.data.as_ref().is_none_or(|d| d.is_empty()),
         "{:?}",
         s.data.as_ref().map(|d| d.keys().collect::<Vec<_>>())
     );
-    assert!(secret(&l.turn(&i, None, noon() + minutes(200)), "spillway-tokens").is_none());
+    assert!(secret(&l.turn(&i, None, noon() + minutes(200)), TRAIN_SECRET).is_none());
 }
 
 #[test]
@@ -239,7 +242,7 @@ fn a_queue_narrows_the_audiences_and_names_an_aws_role() {
         "AWS_WEB_IDENTITY_TOKEN_FILE".into(),
         "/var/run/secrets/spillway.io/identity/token".into()
     )));
-    let s = secret(&t, "spillway-tokens").expect("token");
+    let s = secret(&t, TRAIN_SECRET).expect("token");
     let claims = verifier(&ring, "sts.amazonaws.com")
         .verify(&token_of(&s), noon())
         .unwrap();
@@ -334,7 +337,7 @@ fn a_job_that_moves_gets_a_new_token_for_its_new_place() {
     i.jobs = vec![j.clone()];
     let mut l = with_identity();
     let t = l.turn(&i, None, noon());
-    let private = token_of(&secret(&t, "spillway-tokens").unwrap());
+    let private = token_of(&secret(&t, TRAIN_SECRET).unwrap());
     // Requeued and running again on the cloud node (attempt 1).
     let moved = job("train")
         .restartable()
@@ -343,7 +346,7 @@ fn a_job_that_moves_gets_a_new_token_for_its_new_place() {
     i.pods = vec![pod(&moved, 1, 0, "ip-1", "Running")];
     i.jobs = vec![moved];
     let t = l.turn(&i, None, noon() + minutes(5));
-    let cloud = token_of(&secret(&t, "spillway-tokens").expect("a new token"));
+    let cloud = token_of(&secret(&t, TRAIN_SECRET).expect("a new token"));
     let v = verifier(&ring, "spillway");
     let (a, b) = (
         v.verify(&private, noon()).unwrap(),
@@ -380,7 +383,7 @@ fn a_job_in_another_cluster_gets_its_token_there_with_the_same_issuer_and_subjec
     i.jobs = vec![j.build()];
     let mut l = with_identity();
     let t = l.turn(&i, None, noon());
-    assert!(secret(&t, "spillway-tokens").is_none(), "nothing at home");
+    assert!(secret(&t, TRAIN_SECRET).is_none(), "nothing at home");
     let (pool, s) = t
         .actions
         .iter()
@@ -429,4 +432,84 @@ fn a_job_in_another_cluster_gets_its_token_there_with_the_same_issuer_and_subjec
         "{:?}",
         kinds(&t)
     );
+}
+
+#[test]
+fn two_thousand_running_jobs_of_a_namespace_spread_their_tokens_over_sixteen_small_secrets() {
+    let (mut i, ring) = cluster_with_keys(noon());
+    i.nodes = (0..250)
+        .map(|n| node(&format!("n{n}"), "onprem", 8))
+        .collect();
+    for k in 0..2000 {
+        let j = job(&format!("job-{k:04}"))
+            .status(json!({"phase": "Running"}))
+            .build();
+        i.pods
+            .push(pod(&j, 0, 0, &format!("n{}", k / 8), "Running"));
+        i.jobs.push(j);
+    }
+    let t = with_identity().turn(&i, None, noon());
+    let written = secrets(&t);
+    let tokens: Vec<&Secret> = written
+        .iter()
+        .filter(|s| crate::identity::is_tokens_secret(s.metadata.name.as_deref().unwrap()))
+        .collect();
+    assert_eq!(tokens.len(), 16, "each of the sixteen written once");
+    let mut keys = 0;
+    for s in &tokens {
+        let name = s.metadata.name.as_deref().unwrap();
+        let data = s.data.as_ref().unwrap();
+        for (job, token) in data {
+            assert_eq!(crate::identity::tokens_secret_name(job), name, "{job}");
+            let token = String::from_utf8(token.0.clone()).unwrap();
+            let claims = verifier(&ring, "spillway").verify(&token, noon()).unwrap();
+            assert_eq!(&claims.spillway.job, job);
+        }
+        keys += data.len();
+        // What the API server stores: base64 of each value, well under its 1 MiB.
+        let bytes: usize = data.iter().map(|(k, v)| k.len() + v.0.len() * 4 / 3).sum();
+        // (About 800 bytes a token: 125 of them, an eighth of the limit.)
+        assert!(bytes < 128 * 1024, "{name}: {bytes} bytes");
+    }
+    assert_eq!(keys, 2000);
+}
+
+#[test]
+fn pods_that_mount_the_first_tokens_secret_keep_it_while_they_run() {
+    let (mut i, ring) = cluster_with_keys(noon());
+    i.nodes = vec![node("a", "onprem", 8)];
+    let j = job("train").status(json!({"phase": "Running"})).build();
+    // Made by a release that kept one tokens Secret per namespace.
+    let mut p = (*pod(&j, 0, 0, "a", "Running")).clone();
+    p.spec.as_mut().unwrap().volumes = Some(vec![
+        serde_json::from_value(json!({"name": "spillway-identity",
+            "secret": {"secretName": "spillway-tokens", "items": [{"key": "train", "path": "token"}]}}))
+        .unwrap(),
+    ]);
+    i.pods = vec![Arc::new(p)];
+    i.jobs = vec![j];
+    let mut l = with_identity();
+    let t = l.turn(&i, None, noon());
+    let s = secret(&t, "spillway-tokens").expect("the Secret its pods mount");
+    verifier(&ring, "spillway")
+        .verify(&token_of(&s), noon())
+        .unwrap();
+    assert!(secret(&t, TRAIN_SECRET).is_none(), "not its name's shard");
+
+    // Its next attempt's pods are made with its name's shard, and its token moves there.
+    let t = l.turn(&i, None, noon() + minutes(48));
+    assert!(
+        secret(&t, "spillway-tokens").is_some(),
+        "refreshed where mounted"
+    );
+    i.jobs = vec![
+        job("train")
+            .status(json!({"phase": "Running", "restarts": 1}))
+            .build(),
+    ];
+    i.pods = vec![pod(&i.jobs[0], 1, 0, "a", "Running")];
+    let t = l.turn(&i, None, noon() + minutes(49));
+    let old = secret(&t, "spillway-tokens").expect("its key taken out of the old Secret");
+    assert!(old.data.as_ref().is_none_or(|d| d.is_empty()));
+    assert!(secret(&t, TRAIN_SECRET).is_some(), "{:?}", kinds(&t));
 }
