@@ -16,6 +16,7 @@
 //! - [`workload`]: GpuJobs as the end-to-end tests submit and wait for them.
 //! - [`otlp`]: a real OTLP/gRPC receiver and the operator's telemetry pointed at it.
 //! - [`jobset::JobSetController`]: the real JobSet controller, built from its Go module.
+//! - [`kueue::Kueue`]: Kueue's manager, built from its Go module, for the scale comparison.
 //! - [`helm::Helm`]: real Helm 3 and Helm 4 binaries (with kubectl), each with isolated homes.
 //! - [`apifaults::ApiFaults`]: an HTTPS proxy in front of the API server that answers 429 or
 //!   500 for a while.
@@ -40,6 +41,7 @@ pub mod helm;
 pub mod jobset;
 pub mod kubelet;
 pub mod kuberay;
+pub mod kueue;
 pub mod kwok;
 pub mod machines;
 pub mod moto;

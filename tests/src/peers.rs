@@ -109,12 +109,27 @@ pub(crate) async fn install_webhooks(
     port: u16,
     ca_pem: &str,
 ) -> anyhow::Result<()> {
+    install_webhooks_of(client, manifests, peer, port, ca_pem, |_| true).await
+}
+
+/// [`install_webhooks`], keeping only the webhooks whose name `keep` accepts.
+pub(crate) async fn install_webhooks_of(
+    client: &Client,
+    manifests: &str,
+    peer: &str,
+    port: u16,
+    ca_pem: &str,
+    keep: impl Fn(&str) -> bool,
+) -> anyhow::Result<()> {
     let text = manifests;
     let ca = ByteString(ca_pem.as_bytes().to_vec());
     let params = PatchParams::apply("spillway-tests").force();
     for doc in text.split("\n---").filter(|d| d.contains("kind:")) {
         let mut v: Value =
             serde_saphyr::from_str(doc).with_context(|| format!("{peer}'s webhook manifests"))?;
+        if let Some(hooks) = v["webhooks"].as_array_mut() {
+            hooks.retain(|h| keep(h["name"].as_str().unwrap_or_default()));
+        }
         for hook in v["webhooks"].as_array_mut().into_iter().flatten() {
             let path = hook["clientConfig"]["service"]["path"]
                 .as_str()

@@ -86,6 +86,21 @@ impl Server {
         Ok(())
     }
 
+    /// The server's process id (the watchdog's child running its program), while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        let out = Command::new("pgrep")
+            .args(["-P", &self.watchdog.id().to_string()])
+            .output()
+            .ok()?;
+        // The watchdog's other child is its `sleep`.
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.trim().parse::<u32>().ok())
+            .find(|pid| {
+                fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() != "sleep")
+            })
+    }
+
     /// Whether the server (its watchdog) has exited.
     pub fn exited(&mut self) -> bool {
         matches!(self.watchdog.try_wait(), Ok(Some(_)))

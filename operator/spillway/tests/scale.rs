@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
 use spillway_api::{ComputePool, GpuJob, GpuQueue};
@@ -110,8 +110,92 @@ fn start_operator(cluster: &TestCluster) -> Operator {
     Operator(child)
 }
 
+/// What places the stream.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum System {
+    /// The operator binary, the jobs as GpuJobs of one GpuQueue on one private pool.
+    Spillway,
+    /// Kueue's manager, the jobs as `batch/v1` Jobs of one LocalQueue, its ClusterQueue holding
+    /// every node's GPUs as nominal quota.
+    Kueue,
+}
+
+/// The controller process of the run.
+enum Controller {
+    Spillway(Operator),
+    Kueue(spillway_tests::kueue::Kueue),
+}
+
+impl Controller {
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Controller::Spillway(o) => Some(o.0.id()),
+            Controller::Kueue(k) => k.pid(),
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_of_gangs_on_kwok_nodes_runs_each_job_once_within_capacity() {
+    run(System::Spillway).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "scripts/scale.sh --peer kueue runs it (Kueue is built by scripts/kueue.sh, not by the suite)"]
+async fn kueue_runs_the_same_stream_of_batch_jobs_once_within_capacity() {
+    run(System::Kueue).await;
+}
+
+/// The stream's objects for Spillway: its queue and pool.
+async fn spillway_queue(client: &kube::Client) {
+    let queue: GpuQueue = serde_json::from_value(json!({
+        "apiVersion": "spillway.io/v1alpha1", "kind": "GpuQueue",
+        "metadata": {"name": "scale"}, "spec": {}}))
+    .unwrap();
+    let pool: ComputePool = serde_json::from_value(json!({
+        "apiVersion": "spillway.io/v1alpha1", "kind": "ComputePool",
+        "metadata": {"name": "kwok"},
+        "spec": {"private": {"nodeSelector": {"spillway.io/pool": "kwok"}}}}))
+    .unwrap();
+    Api::<GpuQueue>::all(client.clone())
+        .create(&PostParams::default(), &queue)
+        .await
+        .expect("queue");
+    Api::<ComputePool>::all(client.clone())
+        .create(&PostParams::default(), &pool)
+        .await
+        .expect("pool");
+}
+
+/// Job `name` of the stream as `system` takes it: a GpuJob, or a suspended batch Job of the
+/// LocalQueue (Kueue's webhook would suspend it too) with one pod per replica.
+fn job_object(system: System, ns: &str, name: &str, a: &Arrival) -> serde_json::Value {
+    let runtime = json!({kwok::COMPLETE_AFTER: format!("{}s", a.runtime_s)});
+    match system {
+        System::Spillway => json!({
+            "apiVersion": "spillway.io/v1alpha1", "kind": "GpuJob",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"queue": "scale", "replicas": a.replicas, "gpusPerReplica": a.gpus,
+                     "template": {
+                         "metadata": {"annotations": runtime},
+                         "spec": {"containers": [{"name": "main", "image": "train"}]}}},
+        }),
+        System::Kueue => json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": ns,
+                         "labels": {spillway_tests::kueue::QUEUE_LABEL: "scale"}},
+            "spec": {"suspend": true, "parallelism": a.replicas, "completions": a.replicas,
+                     "backoffLimit": 0,
+                     "template": {
+                         "metadata": {"annotations": runtime},
+                         "spec": {"restartPolicy": "Never",
+                                  "containers": [{"name": "main", "image": "train",
+                                      "resources": {"limits": {"nvidia.com/gpu": a.gpus}}}]}}},
+        }),
+    }
+}
+
+async fn run(system: System) {
     let nodes = env_or("SPILLWAY_SCALE_NODES", 100);
     let jobs = env_or("SPILLWAY_SCALE_JOBS", 1000);
     let (cluster, client) = TestCluster::with_crds().await;
@@ -132,38 +216,29 @@ async fn a_stream_of_gangs_on_kwok_nodes_runs_each_job_once_within_capacity() {
     )
     .await
     .expect("nodes");
-    for (kind, obj) in [
-        (
-            "queue",
-            json!({"apiVersion": "spillway.io/v1alpha1", "kind": "GpuQueue",
-                   "metadata": {"name": "scale"}, "spec": {}}),
-        ),
-        (
-            "pool",
-            json!({"apiVersion": "spillway.io/v1alpha1", "kind": "ComputePool",
-                   "metadata": {"name": "kwok"},
-                   "spec": {"private": {"nodeSelector": {"spillway.io/pool": "kwok"}}}}),
-        ),
-    ] {
-        let made = if kind == "queue" {
-            Api::<GpuQueue>::all(client.clone())
-                .create(
-                    &PostParams::default(),
-                    &serde_json::from_value(obj).unwrap(),
+    let gpus = (nodes * 8) as u32;
+    let controller = match system {
+        System::Spillway => {
+            spillway_queue(&client).await;
+            Controller::Spillway(start_operator(cluster))
+        }
+        System::Kueue => {
+            let kueue = spillway_tests::kueue::Kueue::start(cluster)
+                .await
+                .expect("Kueue");
+            kueue
+                .queue(
+                    &client,
+                    &ns,
+                    "scale",
+                    gpus,
+                    json!({"spillway.io/pool": "kwok"}),
                 )
                 .await
-                .map(|_| ())
-        } else {
-            Api::<ComputePool>::all(client.clone())
-                .create(
-                    &PostParams::default(),
-                    &serde_json::from_value(obj).unwrap(),
-                )
-                .await
-                .map(|_| ())
-        };
-        made.expect(kind);
-    }
+                .expect("Kueue's queues");
+            Controller::Kueue(kueue)
+        }
+    };
 
     // Every pod change as it happens, on the test's clock.
     let timeline = Arc::new(Mutex::new(Timeline::default()));
@@ -182,41 +257,42 @@ async fn a_stream_of_gangs_on_kwok_nodes_runs_each_job_once_within_capacity() {
         })
     };
     let before = figures::api_requests(&client).await;
-    let operator = start_operator(cluster);
+    let cpu_before = controller.pid().map(figures::process_usage);
 
-    let arrivals = stream(jobs, (nodes * 8) as u32);
-    let api: Api<GpuJob> = Api::namespaced(client.clone(), &ns);
+    let arrivals = stream(jobs, gpus);
+    let api: Api<DynamicObject> = match system {
+        System::Spillway => {
+            Api::namespaced_with(client.clone(), &ns, &ApiResource::erase::<GpuJob>(&()))
+        }
+        System::Kueue => Api::namespaced_with(
+            client.clone(),
+            &ns,
+            &ApiResource::erase::<k8s_openapi::api::batch::v1::Job>(&()),
+        ),
+    };
     // Each job created at its arrival, up to 64 creations in flight, so the stream keeps its
     // pace however long one request takes.
-    let created: HashMap<String, (f64, Arrival)> = futures::stream::iter(
-        arrivals.iter().cloned().enumerate(),
-    )
-    .map(|(i, a)| {
-        let (api, ns) = (api.clone(), ns.clone());
-        async move {
-            let wait = a.at_s - t0.elapsed().as_secs_f64();
-            if wait > 0.0 {
-                tokio::time::sleep(Duration::from_secs_f64(wait)).await;
-            }
-            let name = format!("job-{i:05}");
-            let job: GpuJob = serde_json::from_value(json!({
-                "apiVersion": "spillway.io/v1alpha1", "kind": "GpuJob",
-                "metadata": {"name": name, "namespace": ns},
-                "spec": {"queue": "scale", "replicas": a.replicas, "gpusPerReplica": a.gpus,
-                         "template": {
-                             "metadata": {"annotations": {kwok::COMPLETE_AFTER: format!("{}s", a.runtime_s)}},
-                             "spec": {"containers": [{"name": "main", "image": "train"}]}}},
-            }))
-            .expect("a job");
-            api.create(&PostParams::default(), &job)
-                .await
-                .expect("create job");
-            (name, (t0.elapsed().as_secs_f64(), a))
-        }
-    })
-    .buffer_unordered(64)
-    .collect()
-    .await;
+    let created: HashMap<String, (f64, Arrival)> =
+        futures::stream::iter(arrivals.iter().cloned().enumerate())
+            .map(|(i, a)| {
+                let (api, ns) = (api.clone(), ns.clone());
+                async move {
+                    let wait = a.at_s - t0.elapsed().as_secs_f64();
+                    if wait > 0.0 {
+                        tokio::time::sleep(Duration::from_secs_f64(wait)).await;
+                    }
+                    let name = format!("job-{i:05}");
+                    let job: DynamicObject =
+                        serde_json::from_value(job_object(system, &ns, &name, &a)).expect("a job");
+                    api.create(&PostParams::default(), &job)
+                        .await
+                        .expect("create job");
+                    (name, (t0.elapsed().as_secs_f64(), a))
+                }
+            })
+            .buffer_unordered(64)
+            .collect()
+            .await;
 
     // Done when every job's pods succeeded.
     let pods_wanted: u32 = arrivals.iter().map(|a| a.replicas).sum();
@@ -226,17 +302,26 @@ async fn a_stream_of_gangs_on_kwok_nodes_runs_each_job_once_within_capacity() {
         if done >= pods_wanted as usize {
             break;
         }
+        let log = match &controller {
+            Controller::Kueue(k) => k.log_tail(),
+            Controller::Spillway(_) => String::new(),
+        };
         assert!(
             Instant::now() < deadline,
-            "{done} of {pods_wanted} pods succeeded in time\nKWOK: {}",
+            "{done} of {pods_wanted} pods succeeded in time\nKWOK: {}\n{log}",
             kwok.log_tail()
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let end = t0.elapsed().as_secs_f64();
     let after = figures::api_requests(&client).await;
-    let usage = figures::process_usage(operator.0.id());
-    drop(operator);
+    let usage = controller
+        .pid()
+        .map(figures::process_usage)
+        .unwrap_or_default();
+    // The run's CPU: what the controller used from the stream's start.
+    let usage = (usage.0 - cpu_before.map_or(0.0, |u| u.0), usage.1);
+    drop(controller);
     watch.abort();
 
     let kubernetes = (client.apiserver_version().await)
@@ -258,7 +343,7 @@ async fn a_stream_of_gangs_on_kwok_nodes_runs_each_job_once_within_capacity() {
         "pods ran on KWOK's nodes only: {peak:?}"
     );
 
-    let figures = Figures::of(
+    let mut figures = Figures::of(
         &created,
         &timeline,
         end,
@@ -267,6 +352,10 @@ async fn a_stream_of_gangs_on_kwok_nodes_runs_each_job_once_within_capacity() {
         nodes,
         kubernetes,
     );
+    figures.system = match system {
+        System::Spillway => "spillway",
+        System::Kueue => "kueue",
+    };
     eprintln!("scale: {}", serde_json::to_string(&figures).unwrap());
     if let Ok(path) = std::env::var("SPILLWAY_SCALE_JSON") {
         std::fs::write(&path, serde_json::to_string_pretty(&figures).unwrap()).expect("JSON");
