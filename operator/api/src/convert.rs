@@ -151,6 +151,7 @@ pub fn job(j: &GpuJob, queued_at: core::Time) -> Result<core::Job, FieldErrors> 
             .map(|t| core::Time::from_millis(t.0.as_millisecond())),
         max_hourly_cost: spec.max_hourly_cost,
         placement: spec.placement,
+        topology: spec.topology.as_ref().and_then(|t| t.to_core()),
         requirements: spec
             .requirements
             .as_ref()

@@ -113,6 +113,12 @@ pub struct GpuJobSpec {
     #[serde(default)]
     pub placement: Placement,
 
+    /// Where the replicas of a gang go relative to each other on private nodes: inside one
+    /// domain of a topology level (`required`), or in as few as hold it (`preferred`). See
+    /// ComputePool `spec.private.topology`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<crate::topology::JobTopology>,
+
     /// The pod each replica runs. Spillway adds the GPU limits, the node placement, the
     /// workload identity (a token mounted at `/var/run/secrets/spillway.io/identity/token`,
     /// `SPILLWAY_IDENTITY_TOKEN_FILE`, and with the queue's AWS role `AWS_ROLE_ARN` and
@@ -327,6 +333,10 @@ pub struct GpuJobStatus {
     /// The nodes the job's replicas run on.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<String>,
+    /// For a job with `spec.topology` placed on private nodes: the domains of its level its
+    /// replicas run in, `<level>=<value>[,<value>...]` (one value when `required`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_domain: Option<String>,
     /// The latest scheduling decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<DecisionStatus>,

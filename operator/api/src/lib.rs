@@ -22,6 +22,7 @@ pub mod pool;
 pub mod portable;
 pub mod queue;
 pub mod reference;
+pub mod topology;
 pub mod validate;
 
 pub use dataset::{Dataset, DatasetSpec};

@@ -113,6 +113,10 @@ pub struct PrivatePool {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub gpu_cost_per_hour: Option<f64>,
+    /// The levels of the pool's interconnect (racks, NVLink domains), by node label, for
+    /// jobs with `spec.topology`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<crate::topology::PoolTopology>,
 }
 
 /// The nodes of another Kubernetes cluster.

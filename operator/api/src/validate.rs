@@ -192,6 +192,9 @@ pub fn gpu_job(spec: &GpuJobSpec) -> Result<(), FieldErrors> {
         }
     }
     errs.unique("spec.gpuModels", &spec.gpu_models);
+    if let Some(t) = &spec.topology {
+        check_topology(t, &mut errs);
+    }
     errs.dns_names("spec.datasets", &spec.datasets);
     errs.unique("spec.datasets", &spec.datasets);
     errs.duration(
@@ -376,6 +379,9 @@ pub fn compute_pool(spec: &ComputePoolSpec) -> Result<(), FieldErrors> {
     ];
     if kinds.iter().filter(|&&k| k).count() != 1 {
         errs.push("spec", "set exactly one of private, aws and cluster");
+    }
+    if let Some(t) = spec.private.as_ref().and_then(|p| p.topology.as_ref()) {
+        check_pool_topology(t, &mut errs);
     }
     if let Some(c) = &spec.cluster {
         let r = &c.kubeconfig_secret_ref;
@@ -584,4 +590,64 @@ pub fn burst_policy(spec: &BurstPolicySpec) -> Result<(), FieldErrors> {
         }
     }
     errs.into_result()
+}
+
+/// `spec.topology` of a GpuJob.
+fn check_topology(t: &crate::topology::JobTopology, errs: &mut FieldErrors) {
+    match (&t.required, &t.preferred) {
+        (Some(_), Some(_)) | (None, None) => {
+            errs.push("spec.topology", "set exactly one of required and preferred")
+        }
+        (Some(level), None) => label_key("spec.topology.required", level, errs),
+        (None, Some(level)) => label_key("spec.topology.preferred", level, errs),
+    }
+}
+
+/// `spec.private.topology` of a ComputePool.
+fn check_pool_topology(t: &crate::topology::PoolTopology, errs: &mut FieldErrors) {
+    const FIELD: &str = "spec.private.topology.levels";
+    if t.levels.is_empty() || t.levels.len() > crate::topology::MAX_LEVELS {
+        errs.push(
+            FIELD,
+            format!(
+                "name 1 to {} levels, got {}",
+                crate::topology::MAX_LEVELS,
+                t.levels.len()
+            ),
+        );
+    }
+    for (i, level) in t.levels.iter().enumerate() {
+        label_key(&format!("{FIELD}[{i}]"), level, errs);
+    }
+    errs.unique(FIELD, &t.levels);
+}
+
+/// A Kubernetes label key: an optional DNS subdomain prefix and `/`, then a name of at most
+/// 63 characters, alphanumeric at both ends, with `-`, `_` and `.` inside.
+fn label_key(field: &str, key: &str, errs: &mut FieldErrors) {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(p) = prefix
+        && let Err(why) = check_dns_subdomain(p)
+    {
+        errs.push(field, format!("{key:?}: its prefix {why}"));
+        return;
+    }
+    let ok_inside = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    let ends = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    if name.is_empty()
+        || name.len() > 63
+        || !name.chars().all(ok_inside)
+        || !ends(name.chars().next())
+        || !ends(name.chars().last())
+    {
+        errs.push(
+            field,
+            format!(
+                "{key:?} is not a label key (a name of 1 to 63 letters, digits, '-', '_' or '.', alphanumeric at both ends, after an optional DNS prefix and '/')"
+            ),
+        );
+    }
 }

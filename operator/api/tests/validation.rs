@@ -531,3 +531,61 @@ fn requirements_and_image_environments_are_checked() {
     );
     assert_eq!(converted.requirements.gpu_products, ["*H100*"]);
 }
+
+#[test]
+fn topology_rules() {
+    assert_eq!(
+        errors(validate::gpu_job(&job(
+            json!({"topology": {"required": "spillway.io/rack"}})
+        ))),
+        vec![]
+    );
+    assert_one(
+        validate::gpu_job(&job(
+            json!({"topology": {"required": "a", "preferred": "b"}}),
+        )),
+        "spec.topology",
+        "exactly one of required and preferred",
+    );
+    assert_one(
+        validate::gpu_job(&job(json!({"topology": {}}))),
+        "spec.topology",
+        "exactly one",
+    );
+    assert_one(
+        validate::gpu_job(&job(json!({"topology": {"preferred": "rack/"}}))),
+        "spec.topology.preferred",
+        "not a label key",
+    );
+    assert_one(
+        validate::gpu_job(&job(json!({"topology": {"required": "Not A/rack"}}))),
+        "spec.topology.required",
+        "prefix",
+    );
+    let private = |levels: Value| {
+        pool(json!({"private": {"nodeSelector": {"pool": "a"}, "topology": {"levels": levels}}}))
+    };
+    assert_eq!(
+        errors(validate::compute_pool(&private(json!([
+            "spillway.io/block",
+            "spillway.io/rack",
+            "kubernetes.io/hostname"
+        ])))),
+        vec![]
+    );
+    assert_one(
+        validate::compute_pool(&private(json!([]))),
+        "spec.private.topology.levels",
+        "1 to 8 levels",
+    );
+    assert_one(
+        validate::compute_pool(&private(json!(["rack", "rack"]))),
+        "spec.private.topology.levels[1]",
+        "duplicate",
+    );
+    assert_one(
+        validate::compute_pool(&private(json!(["-rack"]))),
+        "spec.private.topology.levels[0]",
+        "not a label key",
+    );
+}

@@ -36,6 +36,7 @@ fn snapshot(pending: usize, nodes: usize, spread_s: i64) -> Snapshot {
             releasing_gpus: 0,
             instance_id: None,
             idle_since: None,
+            domains: Vec::new(),
         })
         .collect();
     s.offerings = (0..500)

@@ -45,6 +45,7 @@ mod repatriate;
 mod requirements;
 mod scratch;
 mod settled;
+mod topology;
 mod usage;
 mod wait;
 use crate::plan::{Decision, Launch, OfferingChoice, Outcome, Plan, Reason, Start, Termination};
@@ -738,6 +739,8 @@ pub(super) struct Waiting {
     never_private: bool,
     /// Why the private side was not tried.
     private_block: Option<(Reason, Option<String>)>,
+    /// A gang that must stay within one topology domain and none has room now: why.
+    topology_unfit: Option<String>,
 }
 
 /// The effects of no rule at all.

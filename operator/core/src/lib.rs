@@ -39,7 +39,7 @@ pub use error::ErrorCategory;
 pub use gpu::{GpuModel, NodeShape};
 pub use model::{
     BurstSettings, Dataset, Instance, Job, JobState, Node, Offering, Packing, Pool, PoolKind,
-    Queue, QueueOrder, Settings, Snapshot, WaitMode,
+    Queue, QueueOrder, Settings, Snapshot, TopologyWish, WaitMode,
 };
 pub use plan::{
     Decision, Launch, Move, OfferingChoice, Outcome, Plan, Preemption, Reason, Start, Termination,

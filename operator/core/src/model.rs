@@ -224,6 +224,28 @@ pub struct Node {
     pub idle_since: Option<Time>,
     /// What its GPUs come with (GFD's labels).
     pub facts: crate::Facts,
+    /// Its place in its pool's topology: (level's label key, its value) for each level of
+    /// the pool (`spec.private.topology.levels`, outermost first) the node is labelled with.
+    pub domains: Vec<(String, String)>,
+}
+
+impl Node {
+    /// The node's domain at topology level `level` (a label key), if it is in one.
+    pub fn domain(&self, level: &str) -> Option<&str> {
+        self.domains
+            .iter()
+            .find(|(k, _)| k == level)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Where a gang wants its replicas (`GpuJob spec.topology`): within one domain of a topology
+/// level (`required`), or in as few of that level's domains as hold it (`preferred`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TopologyWish {
+    /// The level: a node label key of the private pools' `topology.levels`.
+    pub level: String,
+    pub required: bool,
 }
 
 /// Something a cloud pool can launch: an instance type bought one way in one zone.
@@ -311,6 +333,8 @@ pub struct Job {
     pub deadline: Option<Time>,
     pub max_hourly_cost: Option<f64>,
     pub placement: Placement,
+    /// Where its replicas go relative to each other on private nodes, when it says.
+    pub topology: Option<TopologyWish>,
     /// What it requires of the GPUs' driver, CUDA, product and memory.
     pub requirements: crate::Requirements,
     pub labels: BTreeMap<String, String>,
@@ -354,6 +378,7 @@ impl Job {
             deadline: None,
             max_hourly_cost: None,
             placement: Placement::Auto,
+            topology: None,
             requirements: crate::Requirements::default(),
             labels: BTreeMap::new(),
             not_portable: None,

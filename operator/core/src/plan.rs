@@ -76,6 +76,9 @@ pub enum Reason {
     NoPrivateCapacity,
     /// Waiting for private GPUs; may burst later.
     WaitingForPrivate,
+    /// A gang that must run within one domain of a topology level (`spec.topology.required`):
+    /// no domain has room for it now.
+    TopologyUnfit,
     /// Private GPUs are expected to free up before a cloud node could be ready.
     PrivateStartSoon,
     /// Instances are being launched for it.
@@ -141,6 +144,7 @@ impl Reason {
             Reason::RemoteCapacity => "RemoteCapacity",
             Reason::NoPrivateCapacity => "NoPrivateCapacity",
             Reason::WaitingForPrivate => "WaitingForPrivate",
+            Reason::TopologyUnfit => "TopologyUnfit",
             Reason::PrivateStartSoon => "PrivateStartSoon",
             Reason::Provisioning => "Provisioning",
             Reason::Reclaiming => "Reclaiming",

@@ -439,6 +439,7 @@ fn cloud_node(name: &str, instance: &str, idle_since_min: i64) -> Node {
         releasing_gpus: 0,
         instance_id: Some(instance.into()),
         idle_since: Some(at_min(idle_since_min)),
+        domains: Vec::new(),
     }
 }
 

@@ -182,6 +182,7 @@ fn clusters_come_before_idle_cloud_nodes_and_launches_and_cloud_only_skips_them(
     s.nodes.push(Node {
         instance_id: Some("i-1".into()),
         idle_since: Some(at_min(0)),
+        domains: Vec::new(),
         ..remote_node("cloud-1", "aws", 8, 8)
     });
     s.jobs = vec![job("a", 4, 0)];

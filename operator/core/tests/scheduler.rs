@@ -278,6 +278,7 @@ impl World {
                         releasing_gpus: 0,
                         instance_id: Some(inst.id.clone()),
                         idle_since: Some(self.now),
+                        domains: Vec::new(),
                     };
                     out.push(Change::Instance(inst.clone()));
                     out.push(Change::Node(node.clone()));

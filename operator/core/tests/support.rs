@@ -23,6 +23,7 @@ pub fn private_node(name: &str, gpus: u32, free: u32, model: &str) -> Node {
         releasing_gpus: 0,
         instance_id: None,
         idle_since: None,
+        domains: Vec::new(),
     }
 }
 

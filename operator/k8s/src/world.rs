@@ -594,11 +594,24 @@ pub fn build_kept(
             releasing_gpus: count(&releasing, &releasing_more),
             instance_id: node_instance_id(n),
             idle_since: None,
+            domains: node_domains(n, pool),
         });
     }
     snap.nodes.sort_by(|a, b| a.name.cmp(&b.name));
     built.node_pool = node_pool;
     built
+}
+
+/// A node's domains in its pool's topology: (level, its label's value) for each level of
+/// `spec.private.topology` the node is labelled with.
+fn node_domains(n: &Node, pool: &ComputePool) -> Vec<(String, String)> {
+    let Some(t) = (pool.spec.private.as_ref()).and_then(|p| p.topology.as_ref()) else {
+        return Vec::new();
+    };
+    let labels = n.labels();
+    (t.levels.iter())
+        .filter_map(|k| labels.get(k).map(|v| (k.clone(), v.clone())))
+        .collect()
 }
 
 /// The build that visits every job: each one's view from the memo (kept when nothing it was

@@ -233,6 +233,7 @@ pub fn situation_snapshot(
             releasing_gpus: 0,
             instance_id: None,
             idle_since: None,
+            domains: Vec::new(),
         });
     }
     for (k, r) in situation.remote_clusters.iter().enumerate() {
@@ -270,6 +271,7 @@ pub fn situation_snapshot(
                 releasing_gpus: 0,
                 instance_id: None,
                 idle_since: None,
+                domains: Vec::new(),
             });
         }
     }

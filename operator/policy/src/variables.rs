@@ -99,6 +99,11 @@ pub const VARIABLES: &[Variable] = &[
                 "string",
                 "`GpuJob`, or the kind of the workload it stands for (`Job`; docs/workloads.md)",
             ),
+            f(
+                "topology",
+                "map",
+                "`spec.topology`: `required` or `preferred` (string, a topology level's label key), each absent when not set (docs/topology.md)",
+            ),
         ],
     },
     Variable {

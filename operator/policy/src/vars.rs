@@ -29,7 +29,7 @@ use crate::reads::{Fields, Reads, Var};
 type V<'a> = Box<dyn Val + 'a>;
 
 /// The fields of `job`, in the order `variables::VARIABLES` lists them.
-pub(crate) const JOB_FIELDS: [&str; 17] = [
+pub(crate) const JOB_FIELDS: [&str; 18] = [
     "name",
     "namespace",
     "queue",
@@ -47,6 +47,7 @@ pub(crate) const JOB_FIELDS: [&str; 17] = [
     "requirements",
     "labels",
     "kind",
+    "topology",
 ];
 
 pub(crate) const QUEUE_FIELDS: [&str; 10] = [
@@ -242,6 +243,14 @@ fn job_field<'a>(ctx: &PolicyContext<'a>, field: &str) -> Option<V<'a>> {
         }
         "labels" => map(job.labels.iter().map(|(k, v)| (k.as_str(), Some(s(v))))),
         "kind" => s(&job.kind),
+        "topology" => {
+            let (required, preferred) = match &job.topology {
+                Some(t) if t.required => (Some(s(&t.level)), None),
+                Some(t) => (None, Some(s(&t.level))),
+                None => (None, None),
+            };
+            map([("required", required), ("preferred", preferred)])
+        }
         _ => return None,
     })
 }

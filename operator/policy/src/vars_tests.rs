@@ -36,6 +36,15 @@ struct JobView<'a> {
     requirements: RequirementsView,
     labels: &'a BTreeMap<String, String>,
     kind: &'a str,
+    topology: TopologyView<'a>,
+}
+
+#[derive(Serialize)]
+struct TopologyView<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    required: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    preferred: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -140,6 +149,14 @@ fn reference(
         },
         labels: &job.labels,
         kind: &job.kind,
+        topology: TopologyView {
+            required: (job.topology.as_ref())
+                .filter(|t| t.required)
+                .map(|t| t.level.as_str()),
+            preferred: (job.topology.as_ref())
+                .filter(|t| !t.required)
+                .map(|t| t.level.as_str()),
+        },
     };
     let q = ctx.queue_state;
     let queue = QueueView {
@@ -311,6 +328,10 @@ fn jobs() -> Vec<(Job, Queue)> {
         ("tier".to_string(), "gold".to_string()),
     ]);
     full.kind = "Job".into();
+    full.topology = Some(spillway_core::TopologyWish {
+        level: "spillway.io/rack".into(),
+        required: true,
+    });
     let q = Queue::new("research");
     let mut budgeted = Queue::new("research");
     budgeted.budget_hourly_usd = Some(30.0);
@@ -394,6 +415,10 @@ fn pruned_variables_give_every_rule_the_same_result() {
     let extra = [
         ("select", "job.labels['team'] == 'a' || job.priority > 5"),
         ("kind", "job.kind == 'Job' && job.totalGpus > 0u"),
+        (
+            "topology",
+            "has(job.topology.required) && job.topology.required == 'spillway.io/rack'",
+        ),
         (
             "index",
             "job['queue'] == 'research' && queue['pendingJobs'] >= 0u",

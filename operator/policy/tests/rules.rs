@@ -62,6 +62,7 @@ fn snapshot() -> Snapshot {
             releasing_gpus: 0,
             instance_id: None,
             idle_since: None,
+            domains: Vec::new(),
         }],
         offerings: vec![
             offering(

@@ -466,6 +466,7 @@ impl<'a> Engine<'a> {
             releasing_gpus: 0,
             instance_id: Some(inst.id.clone()),
             idle_since: Some(Time::from_millis(t)),
+            domains: Vec::new(),
         };
         self.snap.push_node(node);
         self.instances[instance].core.node = Some(name.clone());

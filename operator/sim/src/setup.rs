@@ -111,6 +111,7 @@ pub fn snapshot(
             releasing_gpus: 0,
             instance_id: None,
             idle_since: None,
+            domains: Vec::new(),
         });
     }
     if snap.nodes.is_empty() && snap.offerings.is_empty() {
@@ -201,6 +202,7 @@ pub fn add_remote_clusters(snap: &mut Snapshot, remotes: &[RemoteCluster]) -> Re
                 releasing_gpus: 0,
                 instance_id: None,
                 idle_since: None,
+                domains: Vec::new(),
             });
         }
     }

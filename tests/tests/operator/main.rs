@@ -12,6 +12,7 @@ mod reclaim;
 mod remote;
 mod remote_isolation;
 mod telemetry;
+mod topology;
 mod trainjobs;
 mod utilization;
 mod validity;

@@ -70,6 +70,21 @@ pub fn cases() -> Vec<Case> {
         },
         Case {
             kind: "GpuJob",
+            what: "a topology wish names one level",
+            object: job(json!({"topology": {"required": "spillway.io/rack"}})),
+            old: None,
+            refusals: &[],
+        },
+        Case {
+            kind: "GpuJob",
+            what: "a topology wish both required and preferred",
+            object: job(json!({"topology": {"required": "spillway.io/rack",
+                                            "preferred": "spillway.io/block"}})),
+            old: None,
+            refusals: &["spec.topology: set exactly one of required and preferred"],
+        },
+        Case {
+            kind: "GpuJob",
             what: "a queued job may move to another queue",
             object: job(json!({"queue": "other"})),
             old: Some(with_phase(job(json!({})), "Queued")),

@@ -163,10 +163,14 @@ impl<'a> Cycle<'a> {
         rule: Option<String>,
         est: Option<Duration>,
     ) {
-        let _ = w;
         if !self.settings.wait_decisions {
             return;
         }
+        // A gang waiting for a topology domain: that is why it waits, whatever else holds it.
+        let (reason, message) = match &w.topology_unfit {
+            Some(why) => (Reason::TopologyUnfit, format!("{why} {message}")),
+            None => (reason, message),
+        };
         self.plan.decisions.push(Decision {
             estimated_wait: est,
             ..Decision::new(&job.id, Outcome::Wait, reason, message, rule)

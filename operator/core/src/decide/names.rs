@@ -154,6 +154,7 @@ mod tests {
             releasing_gpus: 0,
             instance_id: None,
             idle_since: None,
+            domains: Vec::new(),
         }
     }
 

@@ -2,6 +2,7 @@
 //! and what each waiting job can expect: EASY reservations, strict order, or the conservative
 //! plan of `conservative.rs`).
 
+use super::topology::TopologyFit;
 use super::*;
 
 /// A candidate's place in its queue: priority (highest first), arrival, index in the snapshot.
@@ -93,6 +94,7 @@ impl<'a> Cycle<'a> {
                 private_estimate: None,
                 never_private: false,
                 private_block: None,
+                topology_unfit: None,
             };
 
             if job.placement == Placement::CloudOnly {
@@ -154,7 +156,30 @@ impl<'a> Cycle<'a> {
                             && *replicas <= job.replicas
                             && job.same_accepts(models, req)
                     });
-            let fit = if self.settings.order == QueueOrder::Conservative {
+            // A gang bound to a topology level fits only within its domains
+            // (`decide/topology.rs`); the estimates and plans of the orders below do not know
+            // domains, so it gets none of them.
+            let wish = job.topology.as_ref().filter(|_| job.replicas > 1);
+            let mut domains: Vec<String> = Vec::new();
+            let mut topology_unfit = None;
+            let fit = if let Some(wish) = wish {
+                match self.topology_fit(job, wish, ends_before_reservations) {
+                    TopologyFit::Fits(nodes, d) => {
+                        domains = d;
+                        Some(nodes)
+                    }
+                    TopologyFit::Unfit(message) => {
+                        topology_unfit = Some(message);
+                        None
+                    }
+                    TopologyFit::NoRoom => None,
+                    TopologyFit::Never => {
+                        w.never_private = true;
+                        waiting.push(w);
+                        continue;
+                    }
+                }
+            } else if self.settings.order == QueueOrder::Conservative {
                 let hold = job.planning_runtime().is_none() && !lanes[l].reserved;
                 match self.conservative(job, &mut w, hold) {
                     Some(nodes) => Some(nodes),
@@ -205,11 +230,17 @@ impl<'a> Cycle<'a> {
                     }) => Some(c * job.total_gpus() as f64),
                     _ => None,
                 };
+                let within = match wish {
+                    Some(w) if !domains.is_empty() => {
+                        format!(" in {}={}", w.level, domains.join(","))
+                    }
+                    _ => String::new(),
+                };
                 let (reason, message) = if backfilled {
                     (
                         Reason::Backfilled,
                         self.say(|| format!(
-                            "Started on free private GPUs ahead of a larger waiting job, without delaying its expected start ({} GPUs on {} node(s)).",
+                            "Started on free private GPUs ahead of a larger waiting job, without delaying its expected start ({} GPUs on {} node(s){within}).",
                             job.total_gpus(),
                             distinct(&nodes)
                         )),
@@ -218,7 +249,7 @@ impl<'a> Cycle<'a> {
                     (
                         Reason::FitsPrivate,
                         self.say(|| format!(
-                            "The whole gang fits on free private GPUs ({} GPUs on {} node(s) of pool {pool}).",
+                            "The whole gang fits on free private GPUs ({} GPUs on {} node(s) of pool {pool}{within}).",
                             job.total_gpus(),
                             distinct(&nodes)
                         )),
@@ -239,6 +270,16 @@ impl<'a> Cycle<'a> {
             }
             // Does not fit now. Within its quota, it gets lent GPUs back.
             if within_quota(queue, lanes[l].used, job) && self.reclaim(job) {
+                continue;
+            }
+            if wish.is_some() {
+                if self.settings.order == QueueOrder::Strict {
+                    lanes[l].blocked = true;
+                    lanes[l].blocked_by = Some(i);
+                }
+                w.topology_unfit = topology_unfit;
+                w.private_estimate = None;
+                waiting.push(w);
                 continue;
             }
             match self.settings.order {

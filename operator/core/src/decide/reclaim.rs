@@ -24,14 +24,40 @@ impl<'a> Cycle<'a> {
     /// Tries to give `job` (of a queue within its quota) the GPUs it needs. Returns whether
     /// it decided the job: it waits with reason `Reclaiming`, the GPUs it will get are held
     /// for it for the rest of the cycle, and any victims are in the plan's preemptions.
+    /// A gang that must stay within one topology domain gets GPUs back within one domain
+    /// only (the smallest that could hold it first), never split across domains.
     pub(super) fn reclaim(&mut self, job: &'a Job) -> bool {
+        match job
+            .topology
+            .as_ref()
+            .filter(|t| t.required && job.replicas > 1)
+        {
+            None => self.reclaim_within(job, None),
+            Some(t) => {
+                for d in self.domains_for(job, &t.level) {
+                    if self.reclaim_within(job, Some((&t.level, &d))) {
+                        return true;
+                    }
+                }
+                false
+            }
+        }
+    }
+
+    /// [`Cycle::reclaim`] on the nodes of one domain (level, value), or on every node.
+    fn reclaim_within(&mut self, job: &'a Job, domain: Option<(&str, &str)>) -> bool {
         let snap = self.snap;
         let g = job.gpus_per_replica;
         if g == 0 {
             return false;
         }
         let usable: Vec<bool> = (0..snap.nodes.len())
-            .map(|i| self.private.private[i] && job.accepts_node(&snap.nodes[i]))
+            .map(|i| {
+                let n = &snap.nodes[i];
+                self.private.private[i]
+                    && job.accepts_node(n)
+                    && domain.is_none_or(|(level, d)| n.domain(level) == Some(d))
+            })
             .collect();
         // Room per node: free (not held for another job) plus what is being released.
         let mut room: Vec<u32> = (0..snap.nodes.len())

@@ -14,6 +14,7 @@ fn node(name: &str, gpus: u32) -> Node {
         releasing_gpus: 0,
         instance_id: None,
         idle_since: None,
+        domains: Vec::new(),
     }
 }
 

@@ -258,6 +258,7 @@ impl State {
                 environment,
                 rate,
                 launched,
+                domain: topology_domain(view, &built.snapshot.nodes),
             };
             self.write_job_status(view, decision, placed, metrics, now);
         }
@@ -429,6 +430,7 @@ impl State {
             environment,
             rate,
             launched,
+            domain,
         } = placed;
         // Build on what was last written, so a write in flight is not repeated.
         let written = self.written.jobs.get(&view.id);
@@ -440,7 +442,12 @@ impl State {
             return;
         }
         let base_status = written.or(view.job.status.as_ref());
-        let desired = status::desired(view, base_status, decision, environment, rate, now);
+        let mut desired = status::desired(view, base_status, decision, environment, rate, now);
+        if matches!(view.lifecycle, Lifecycle::Running { .. }) {
+            desired.topology_domain = domain;
+        } else if !matches!(view.lifecycle, Lifecycle::Suspended { .. }) {
+            desired.topology_domain = None;
+        }
         if Some(&desired) == base_status {
             if written.is_some() && view.job.status.as_ref() == Some(&desired) {
                 self.written.jobs.remove(&view.id);
@@ -706,6 +713,31 @@ struct Placed {
     rate: CostRate,
     /// When its first cloud instance was launched (cloud jobs).
     launched: Option<Time>,
+    /// `status.topologyDomain`: the domains of its topology level its replicas run in.
+    domain: Option<String>,
+}
+
+/// For a running job with `spec.topology`: `<level>=<value>[,<value>...]`, the domains of its
+/// level its nodes are in (in the order of its nodes), if they are in any.
+fn topology_domain(view: &JobView, nodes: &[core::Node]) -> Option<String> {
+    let t = view.job.spec.topology.as_ref()?;
+    let level = t.required.as_ref().or(t.preferred.as_ref())?;
+    let Lifecycle::Running { nodes: on, .. } = &view.lifecycle else {
+        return None;
+    };
+    let mut values: Vec<&str> = Vec::new();
+    for name in on {
+        // The snapshot's nodes are sorted by name.
+        let Ok(i) = nodes.binary_search_by(|n| n.name.as_str().cmp(name)) else {
+            continue;
+        };
+        if let Some(d) = nodes[i].domain(level)
+            && !values.contains(&d)
+        {
+            values.push(d);
+        }
+    }
+    (!values.is_empty()).then(|| format!("{level}={}", values.join(",")))
 }
 
 /// When the first of the instances a running cloud job's replicas sit on was launched.

@@ -9,7 +9,7 @@ use spillway_api::GpuJobSpec;
 use spillway_core as core;
 
 /// The annotations read, in the order docs/workloads.md lists them.
-pub const FIELDS: [&str; 11] = [
+pub const FIELDS: [&str; 12] = [
     "priority",
     "estimatedRuntime",
     "maxRuntime",
@@ -21,6 +21,7 @@ pub const FIELDS: [&str; 11] = [
     "placement",
     "maxHourlyCost",
     "requirements",
+    "topology",
 ];
 
 /// Sets the fields of `spec` the workload's annotations carry.
@@ -97,6 +98,13 @@ pub fn apply(
                 spec.requirements = Some(serde_json::from_str(value).map_err(|e| {
                     bad(format!(
                         "must be a JSON object of a GpuJob's spec.requirements: {e}"
+                    ))
+                })?);
+            }
+            "topology" => {
+                spec.topology = Some(serde_json::from_str(value).map_err(|e| {
+                    bad(format!(
+                        "must be a JSON object of a GpuJob's spec.topology: {e}"
                     ))
                 })?);
             }

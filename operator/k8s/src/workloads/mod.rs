@@ -407,6 +407,7 @@ pub fn gpu_job_for(k: &dyn WorkloadKind, w: &DynamicObject) -> Result<GpuJob, St
         max_hourly_cost: None,
         requirements: None,
         placement: Default::default(),
+        topology: None,
         template: None,
         workload_ref: Some(WorkloadRef {
             api_version: api_version_of(k),
