@@ -11,7 +11,10 @@
 # api_reads_per_job, operator_cpu_s, operator_peak_rss_mib, nodes, kubernetes.
 # docs/performance.md reports them.
 #
-#   scripts/scale.sh [--nodes N] [--jobs M] [--peer kueue] [--json FILE]
+# --kcm-args "FLAGS" adds flags to kube-controller-manager in both runs (its Job controller
+# makes a batch Job's pods; its stock client QPS of 20 sets Kueue's pace at this size).
+#
+#   scripts/scale.sh [--nodes N] [--jobs M] [--peer kueue] [--kcm-args FLAGS] [--json FILE]
 #                                                  (default 1000, 10000, Spillway alone, stdout)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +25,8 @@ while (($#)); do
     --jobs) jobs="$2"; shift 2 ;;
     --json) json="$2"; shift 2 ;;
     --peer) peer="$2"; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --kcm-args) export SPILLWAY_KCM_ARGS="$2"; shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "scale.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done

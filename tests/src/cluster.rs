@@ -236,23 +236,26 @@ impl TestCluster {
             ],
             &[],
         )?;
-        let kcm = Server::start(
-            &dir,
-            "kube-controller-manager",
-            &kcm_bin,
-            &[
-                format!("--kubeconfig={kc}"),
-                format!("--service-account-private-key-file={}", sa_key.display()),
-                format!("--root-ca-file={}", cluster.ca_file.display()),
-                // The token cleaner deletes expired bootstrap tokens (off by default, as on a
-                // kubeadm-less cluster; kubeadm turns it on), which the operator only creates.
-                "--controllers=*,tokencleaner,-nodelifecycle".into(),
-                "--use-service-account-credentials=false".into(),
-                "--leader-elect=false".into(),
-                "--secure-port=0".into(),
-            ],
-            &[],
-        )?;
+        let mut kcm_args = vec![
+            format!("--kubeconfig={kc}"),
+            format!("--service-account-private-key-file={}", sa_key.display()),
+            format!("--root-ca-file={}", cluster.ca_file.display()),
+            // The token cleaner deletes expired bootstrap tokens (off by default, as on a
+            // kubeadm-less cluster; kubeadm turns it on), which the operator only creates.
+            "--controllers=*,tokencleaner,-nodelifecycle".into(),
+            "--use-service-account-credentials=false".into(),
+            "--leader-elect=false".into(),
+            "--secure-port=0".into(),
+        ];
+        // Flags a run adds, as a large cluster's platform team tunes its controllers (the
+        // scale comparison: `scripts/scale.sh --kcm-args`).
+        kcm_args.extend(
+            std::env::var("SPILLWAY_KCM_ARGS")
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(String::from),
+        );
+        let kcm = Server::start(&dir, "kube-controller-manager", &kcm_bin, &kcm_args, &[])?;
         {
             let mut servers = cluster.servers.lock().expect("server list poisoned");
             servers.push(scheduler);

@@ -391,6 +391,23 @@ pub struct PoolGpus {
     pub allocated: i64,
 }
 
+/// Free GPUs of one domain of a private pool's topology level.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolDomain {
+    /// `<level>=<value>`, for example `spillway.io/rack=r12`.
+    pub domain: String,
+    /// Its nodes.
+    #[serde(default)]
+    pub nodes: i64,
+    /// GPUs on its nodes.
+    #[serde(default)]
+    pub capacity: i64,
+    /// GPUs not taken by jobs on its ready nodes.
+    #[serde(default)]
+    pub free: i64,
+}
+
 /// The observed state of a ComputePool.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -426,6 +443,10 @@ pub struct ComputePoolStatus {
     /// (cloud pools), each until when.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub left_out: Vec<LeftOut>,
+    /// For a private pool with `topology`: each domain of its levels (but levels whose
+    /// every domain is one node) with its free GPUs, as `kubectl spillway pools` shows them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub domains: Vec<PoolDomain>,
     /// `Ready` (`False` with reason `Invalid` and the field when the pool cannot be used) and,
     /// for cloud pools, `LaunchHealthy` (recent capacity errors, throttling, offerings
     /// cooling down, instances that joined short of the promised environment); for cloud and

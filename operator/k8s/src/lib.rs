@@ -40,6 +40,7 @@ pub mod spend;
 pub mod spend_record;
 pub mod status;
 pub mod telemetry;
+pub mod topology;
 pub mod turn;
 pub mod utilization;
 pub mod webhook;

@@ -88,6 +88,29 @@ async fn a_gang_required_in_one_rack_runs_in_the_free_rack_and_the_next_waits_fo
         Some(JobPhase::Queued)
     );
 
+    // The pool's status shows each rack's free GPUs (`kubectl spillway pools`).
+    eventually(
+        WAIT,
+        "each rack's free GPUs in the pool's status",
+        || async {
+            let pool = Api::<ComputePool>::all(w.client.clone())
+                .get(&w.pool)
+                .await
+                .map_err(|e| e.to_string())?;
+            let domains: Vec<(String, i64, i64)> = (pool.status.unwrap_or_default().domains)
+                .into_iter()
+                .map(|d| (d.domain, d.capacity, d.free))
+                .collect();
+            let want = vec![(format!("{RACK}=r1"), 16, 8), (format!("{RACK}=r2"), 16, 8)];
+            if domains == want {
+                Ok(())
+            } else {
+                Err(format!("{domains:?}"))
+            }
+        },
+    )
+    .await;
+
     // A gang that only prefers one rack takes the two free nodes across both.
     w.submit(
         "spread",

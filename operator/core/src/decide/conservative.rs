@@ -108,6 +108,37 @@ impl<'a> Cycle<'a> {
         None
     }
 
+    /// Whether `job` may start now on `nodes` (chosen for its topology wish, not by the plan)
+    /// without delaying a slot planned for an earlier job; if so the plan takes them.
+    pub(super) fn take_now(&mut self, job: &Job, nodes: &[usize]) -> bool {
+        let runtime = job.planning_runtime();
+        if self.profile.is_none() && self.deferred.is_none() {
+            self.defer_profile();
+            if !self.put_off_profile {
+                self.built_profile();
+            }
+        }
+        if let Some(d) = self.deferred.as_mut()
+            && d.holds_now(job, nodes, &self.private.private)
+        {
+            d.take(nodes, job.gpus_per_replica, runtime);
+            return true;
+        }
+        let now = self.now;
+        let Some(profile) = self.built_profile() else {
+            return false;
+        };
+        if !profile.holds_now(job, nodes, runtime) {
+            return false;
+        }
+        let slot = Slot {
+            at: now,
+            nodes: nodes.to_vec(),
+        };
+        profile.take(job, &slot, runtime);
+        true
+    }
+
     /// Puts off building the profile: while every job planned starts now, the profile is
     /// only asked whether GPUs free now stay free for the job's runtime, which they do (see
     /// [`Deferred`]).

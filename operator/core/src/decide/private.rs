@@ -164,10 +164,15 @@ impl<'a> Cycle<'a> {
             let mut topology_unfit = None;
             let fit = if let Some(wish) = wish {
                 match self.topology_fit(job, wish, ends_before_reservations) {
-                    TopologyFit::Fits(nodes, d) => {
+                    // In conservative order, only where it delays no planned slot.
+                    TopologyFit::Fits(nodes, d)
+                        if self.settings.order != QueueOrder::Conservative
+                            || self.take_now(job, &nodes) =>
+                    {
                         domains = d;
                         Some(nodes)
                     }
+                    TopologyFit::Fits(..) => None,
                     TopologyFit::Unfit(message) => {
                         topology_unfit = Some(message);
                         None

@@ -258,7 +258,7 @@ impl State {
                 environment,
                 rate,
                 launched,
-                domain: topology_domain(view, &built.snapshot.nodes),
+                domain: crate::topology::job_domain(view, &built.snapshot.nodes),
             };
             self.write_job_status(view, decision, placed, metrics, now);
         }
@@ -715,29 +715,6 @@ struct Placed {
     launched: Option<Time>,
     /// `status.topologyDomain`: the domains of its topology level its replicas run in.
     domain: Option<String>,
-}
-
-/// For a running job with `spec.topology`: `<level>=<value>[,<value>...]`, the domains of its
-/// level its nodes are in (in the order of its nodes), if they are in any.
-fn topology_domain(view: &JobView, nodes: &[core::Node]) -> Option<String> {
-    let t = view.job.spec.topology.as_ref()?;
-    let level = t.required.as_ref().or(t.preferred.as_ref())?;
-    let Lifecycle::Running { nodes: on, .. } = &view.lifecycle else {
-        return None;
-    };
-    let mut values: Vec<&str> = Vec::new();
-    for name in on {
-        // The snapshot's nodes are sorted by name.
-        let Ok(i) = nodes.binary_search_by(|n| n.name.as_str().cmp(name)) else {
-            continue;
-        };
-        if let Some(d) = nodes[i].domain(level)
-            && !values.contains(&d)
-        {
-            values.push(d);
-        }
-    }
-    (!values.is_empty()).then(|| format!("{level}={}", values.join(",")))
 }
 
 /// When the first of the instances a running cloud job's replicas sit on was launched.

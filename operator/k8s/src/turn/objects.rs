@@ -333,6 +333,7 @@ impl State {
                 accrued_through: base.accrued_through.clone(),
                 environment: environments.remove(&name),
                 left_out: base.left_out.clone(),
+                domains: crate::topology::pool_domains(p, &nodes),
                 conditions: base.conditions.clone(),
             };
             if billed

@@ -182,6 +182,26 @@ pub fn pool_table(pools: &[ComputePool], wide: bool) -> String {
     table(&headers, &rows)
 }
 
+/// The free GPUs of each topology domain of the pools that have levels (`None` when none has).
+pub fn domain_table(pools: &[ComputePool]) -> Option<String> {
+    let rows: Vec<Vec<String>> = pools
+        .iter()
+        .flat_map(|p| {
+            let st = p.status.clone().unwrap_or_default();
+            st.domains.into_iter().map(move |d| {
+                vec![
+                    p.name_any(),
+                    d.domain,
+                    d.nodes.to_string(),
+                    d.capacity.to_string(),
+                    d.free.to_string(),
+                ]
+            })
+        })
+        .collect();
+    (!rows.is_empty()).then(|| table(&["POOL", "DOMAIN", "NODES", "GPUS", "FREE"], &rows))
+}
+
 async fn lists(cluster: &ClusterArgs) -> Result<(Vec<GpuQueue>, Vec<ComputePool>), Failure> {
     let client = client(cluster).await?;
     let queues = Api::<GpuQueue>::all(client.clone())
@@ -246,6 +266,10 @@ pub async fn pools(args: PoolsArgs) -> Result<(), Failure> {
         }
         f => {
             print!("{}", pool_table(&pools, f == Format::Wide));
+            if let Some(domains) = domain_table(&pools) {
+                println!();
+                print!("{domains}");
+            }
             Ok(())
         }
     }
@@ -295,6 +319,31 @@ mod tests {
                 .ends_with("research     aws     15m"),
             "{wide}"
         );
+    }
+
+    #[test]
+    fn the_domains_of_pools_with_topology_show_their_free_gpus() {
+        let pool: ComputePool = serde_json::from_value(json!({
+            "apiVersion": "spillway.io/v1alpha1", "kind": "ComputePool",
+            "metadata": {"name": "onprem"},
+            "spec": {"private": {"nodeSelector": {"a": "b"},
+                                 "topology": {"levels": ["spillway.io/rack"]}}},
+            "status": {"domains": [
+                {"domain": "spillway.io/rack=r1", "nodes": 2, "capacity": 16, "free": 8},
+                {"domain": "spillway.io/rack=r2", "nodes": 2, "capacity": 16, "free": 0}]},
+        }))
+        .unwrap();
+        let out = domain_table(std::slice::from_ref(&pool)).expect("a table");
+        let lines: Vec<Vec<&str>> = out
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(lines[0], ["POOL", "DOMAIN", "NODES", "GPUS", "FREE"]);
+        assert_eq!(lines[1], ["onprem", "spillway.io/rack=r1", "2", "16", "8"]);
+        assert_eq!(lines[2], ["onprem", "spillway.io/rack=r2", "2", "16", "0"]);
+        let mut plain = pool;
+        plain.status = None;
+        assert_eq!(domain_table(&[plain]), None);
     }
 
     #[test]

@@ -177,6 +177,8 @@ pub fn process_usage(pid: u32) -> (f64, f64) {
 pub struct Figures {
     pub system: &'static str,
     pub kubernetes: String,
+    /// Flags the run added to kube-controller-manager (`SPILLWAY_KCM_ARGS`).
+    pub controller_manager_args: String,
     pub nodes: usize,
     pub jobs: usize,
     pub started: usize,
@@ -249,6 +251,7 @@ impl Figures {
         Figures {
             system: "spillway",
             kubernetes,
+            controller_manager_args: std::env::var("SPILLWAY_KCM_ARGS").unwrap_or_default(),
             nodes,
             jobs: created.len(),
             started: n,
