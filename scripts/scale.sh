@@ -13,8 +13,11 @@
 #
 # --kcm-args "FLAGS" adds flags to kube-controller-manager in both runs (its Job controller
 # makes a batch Job's pods; its stock client QPS of 20 sets Kueue's pace at this size).
+# --kueue-qps N / --kueue-concurrency N raise Kueue's client QPS (burst 2N) and its Job and
+# Workload reconcilers from what it ships (50, 5). --deadline S: how long a run may take.
 #
-#   scripts/scale.sh [--nodes N] [--jobs M] [--peer kueue] [--kcm-args FLAGS] [--json FILE]
+#   scripts/scale.sh [--nodes N] [--jobs M] [--peer kueue] [--kcm-args FLAGS]
+#                    [--kueue-qps N] [--kueue-concurrency N] [--deadline S] [--json FILE]
 #                                                  (default 1000, 10000, Spillway alone, stdout)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +29,10 @@ while (($#)); do
     --json) json="$2"; shift 2 ;;
     --peer) peer="$2"; shift 2 ;;
     --kcm-args) export SPILLWAY_KCM_ARGS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --kueue-qps) export SPILLWAY_KUEUE_QPS="$2"; shift 2 ;;
+    --kueue-concurrency) export SPILLWAY_KUEUE_CONCURRENCY="$2"; shift 2 ;;
+    --deadline) export SPILLWAY_SCALE_DEADLINE_S="$2"; shift 2 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "scale.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done

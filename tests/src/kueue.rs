@@ -2,8 +2,8 @@
 //! real against a test control plane, as a platform team would deploy it for batch Jobs: its
 //! CRDs (with their conversion webhook), its webhooks for its own kinds and `batch/v1` Jobs
 //! (called by URL on loopback, with a CA made here), the deployment's configuration as Kueue
-//! ships it (client QPS 50, burst 100, its controllers' concurrency) with only the `batch/job`
-//! integration, and one ClusterQueue. The scale comparison (`scripts/scale.sh --peer kueue`)
+//! ships it (client QPS 50, burst 100, its controllers' concurrency; [`Tuning`] raises them)
+//! with only the `batch/job` integration, and one ClusterQueue. The scale comparison (`scripts/scale.sh --peer kueue`)
 //! runs the same stream of jobs through it as through Spillway.
 
 use std::path::PathBuf;
@@ -52,6 +52,30 @@ const WEBHOOKS: [&str; 8] = [
     "vresourceflavor.kb.io",
     "mworkload.kb.io",
 ];
+
+/// Kueue's client and controller settings: as it ships (QPS 50, burst 100, 5 Job and
+/// Workload reconcilers) unless `SPILLWAY_KUEUE_QPS` (burst twice that) or
+/// `SPILLWAY_KUEUE_CONCURRENCY` say otherwise.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Tuning {
+    pub qps: u32,
+    pub concurrency: u32,
+}
+
+impl Tuning {
+    pub fn from_env() -> Tuning {
+        let var = |k: &str, d: u32| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(d)
+        };
+        Tuning {
+            qps: var("SPILLWAY_KUEUE_QPS", 50),
+            concurrency: var("SPILLWAY_KUEUE_CONCURRENCY", 5),
+        }
+    }
+}
 
 /// Where `scripts/kueue.sh` put the build: `SPILLWAY_KUEUE`, else the harness cache.
 fn build_dir() -> anyhow::Result<PathBuf> {
@@ -110,6 +134,7 @@ impl Kueue {
             WEBHOOKS.contains(&name)
         })
         .await?;
+        let tuning = Tuning::from_env();
         let config = cluster.dir().join("kueue-config.yaml");
         std::fs::write(
             &config,
@@ -121,13 +146,16 @@ impl Kueue {
                  webhook:\n  host: 127.0.0.1\n  port: {port}\n  certDir: {}\n\
                  leaderElection:\n  leaderElect: false\n\
                  internalCertManagement:\n  enable: false\n\
-                 controller:\n  groupKindConcurrency:\n    Job.batch: 5\n    Pod: 5\n\
-                 \x20   Workload.kueue.x-k8s.io: 5\n    LocalQueue.kueue.x-k8s.io: 1\n\
+                 controller:\n  groupKindConcurrency:\n    Job.batch: {c}\n    Pod: 5\n\
+                 \x20   Workload.kueue.x-k8s.io: {c}\n    LocalQueue.kueue.x-k8s.io: 1\n\
                  \x20   Cohort.kueue.x-k8s.io: 1\n    ClusterQueue.kueue.x-k8s.io: 1\n\
                  \x20   ResourceFlavor.kueue.x-k8s.io: 1\n\
-                 clientConnection:\n  qps: 50\n  burst: 100\n\
+                 clientConnection:\n  qps: {qps}\n  burst: {burst}\n\
                  integrations:\n  frameworks:\n  - batch/job\n",
-                certs.display()
+                certs.display(),
+                c = tuning.concurrency,
+                qps = tuning.qps,
+                burst = tuning.qps * 2,
             ),
         )?;
         let server = Server::start(

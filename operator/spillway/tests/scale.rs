@@ -296,7 +296,8 @@ async fn run(system: System) {
 
     // Done when every job's pods succeeded.
     let pods_wanted: u32 = arrivals.iter().map(|a| a.replicas).sum();
-    let deadline = Instant::now() + Duration::from_secs(300 + jobs as u64 / 5);
+    let deadline = Instant::now()
+        + Duration::from_secs(env_or("SPILLWAY_SCALE_DEADLINE_S", 300 + jobs / 5) as u64);
     loop {
         let done = timeline.lock().unwrap().succeeded();
         if done >= pods_wanted as usize {
@@ -356,6 +357,15 @@ async fn run(system: System) {
         System::Spillway => "spillway",
         System::Kueue => "kueue",
     };
+    if system == System::Kueue {
+        let t = spillway_tests::kueue::Tuning::from_env();
+        figures.peer_settings = format!(
+            "clientConnection.qps {}, burst {}, Job.batch and Workload concurrency {}",
+            t.qps,
+            t.qps * 2,
+            t.concurrency
+        );
+    }
     eprintln!("scale: {}", serde_json::to_string(&figures).unwrap());
     if let Ok(path) = std::env::var("SPILLWAY_SCALE_JSON") {
         std::fs::write(&path, serde_json::to_string_pretty(&figures).unwrap()).expect("JSON");

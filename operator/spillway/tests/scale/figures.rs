@@ -179,6 +179,9 @@ pub struct Figures {
     pub kubernetes: String,
     /// Flags the run added to kube-controller-manager (`SPILLWAY_KCM_ARGS`).
     pub controller_manager_args: String,
+    /// The peer's own settings, when they are not what it ships with.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub peer_settings: String,
     pub nodes: usize,
     pub jobs: usize,
     pub started: usize,
@@ -252,6 +255,7 @@ impl Figures {
             system: "spillway",
             kubernetes,
             controller_manager_args: std::env::var("SPILLWAY_KCM_ARGS").unwrap_or_default(),
+            peer_settings: String::new(),
             nodes,
             jobs: created.len(),
             started: n,
