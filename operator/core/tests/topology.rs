@@ -184,3 +184,77 @@ fn a_reclaim_for_a_required_gang_frees_one_rack_not_two() {
         "one rack's borrower, so the gang fits in r1 whole"
     );
 }
+
+#[test]
+fn racks_of_one_name_in_two_pools_are_two_racks() {
+    let mut s = base();
+    s.pools.push(Pool::private("lab"));
+    let mut other = racked("l1", "r1", 8);
+    other.pool = "lab".into();
+    s.nodes = vec![racked("a1", "r1", 8), other];
+    s.jobs = vec![gang("train", 2, true)];
+    let plan = run(&s, 1);
+    assert_decision(
+        &plan,
+        "train",
+        Outcome::StartCloud,
+        Reason::NoPrivateCapacity,
+    );
+}
+
+#[test]
+fn a_rack_bound_gang_comes_home_from_the_cloud_only_within_one_rack() {
+    let mut s = base();
+    s.pools[1].idle_timeout = mins(10);
+    let cloud = |name: &str| {
+        let mut c = private_node(name, 8, 0, "A100");
+        c.pool = "aws".into();
+        c.instance_id = Some(format!("i-{name}"));
+        c
+    };
+    s.nodes = vec![
+        racked("n1", "r1", 8),
+        racked("n2", "r2", 8),
+        cloud("c1"),
+        cloud("c2"),
+    ];
+    s.instances = ["c1", "c2"]
+        .iter()
+        .map(|c| Instance {
+            id: format!("i-{c}"),
+            pool: "aws".into(),
+            instance_type: "p4d.24xlarge".into(),
+            capacity_type: CapacityType::OnDemand,
+            zone: "us-east-1a".into(),
+            gpus: 8,
+            hourly_price: 21.96,
+            need: "ml/train#0".into(),
+            queue: "research".into(),
+            node: Some(c.to_string()),
+            launched_at: at_min(-3),
+        })
+        .collect();
+    let mut j = gang("train", 2, true);
+    j.restartable = true;
+    j.estimated_runtime = Some(mins(240));
+    j.state = JobState::Running {
+        nodes: vec!["c1".into(), "c2".into()],
+        started_at: at_min(0),
+        environment: Environment::Cloud,
+    };
+    s.jobs = vec![j];
+    let plan = run(&s, 30);
+    assert!(
+        plan.moves.is_empty(),
+        "not split over two racks: {:#?}",
+        plan.moves
+    );
+
+    // With both free nodes in one rack, it moves home there.
+    s.nodes[1].domains = vec![(RACK.into(), "r1".into())];
+    let plan = run(&s, 30);
+    assert_eq!(plan.moves.len(), 1, "{:#?}", plan.decisions);
+    let mut nodes = plan.moves[0].nodes.clone();
+    nodes.sort();
+    assert_eq!(nodes, ["n1", "n2"]);
+}

@@ -12,7 +12,7 @@ use spillway_core as core;
 use crate::world::{JobView, Lifecycle};
 
 /// For a running job with `spec.topology`: `<level>=<value>[,<value>...]`, the domains of its
-/// level its nodes are in (in the order of its nodes), if they are in any.
+/// level its nodes are in (sorted), if they are in any.
 pub fn job_domain(view: &JobView, nodes: &[core::Node]) -> Option<String> {
     let t = view.job.spec.topology.as_ref()?;
     let level = t.required.as_ref().or(t.preferred.as_ref())?;
@@ -31,6 +31,8 @@ pub fn job_domain(view: &JobView, nodes: &[core::Node]) -> Option<String> {
             values.push(d);
         }
     }
+    // In name order: the pods' order must not change what is written.
+    values.sort_unstable();
     (!values.is_empty()).then(|| format!("{level}={}", values.join(",")))
 }
 

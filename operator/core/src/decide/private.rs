@@ -162,17 +162,22 @@ impl<'a> Cycle<'a> {
             let wish = job.topology.as_ref().filter(|_| job.replicas > 1);
             let mut domains: Vec<String> = Vec::new();
             let mut topology_unfit = None;
+            // It fits now, but every place would delay a planned slot: no reclaim either.
+            let mut refused_by_plan = false;
             let fit = if let Some(wish) = wish {
                 match self.topology_fit(job, wish, ends_before_reservations) {
                     // In conservative order, only where it delays no planned slot.
-                    TopologyFit::Fits(nodes, d)
-                        if self.settings.order != QueueOrder::Conservative
-                            || self.take_now(job, &nodes) =>
-                    {
-                        domains = d;
-                        Some(nodes)
+                    TopologyFit::Fits(choices) => {
+                        let conservative = self.settings.order == QueueOrder::Conservative;
+                        let chosen = choices
+                            .into_iter()
+                            .find(|(nodes, _)| !conservative || self.take_now(job, nodes));
+                        refused_by_plan = chosen.is_none();
+                        chosen.map(|(nodes, d)| {
+                            domains = d;
+                            nodes
+                        })
                     }
-                    TopologyFit::Fits(..) => None,
                     TopologyFit::Unfit(message) => {
                         topology_unfit = Some(message);
                         None
@@ -274,7 +279,7 @@ impl<'a> Cycle<'a> {
                 continue;
             }
             // Does not fit now. Within its quota, it gets lent GPUs back.
-            if within_quota(queue, lanes[l].used, job) && self.reclaim(job) {
+            if !refused_by_plan && within_quota(queue, lanes[l].used, job) && self.reclaim(job) {
                 continue;
             }
             if wish.is_some() {

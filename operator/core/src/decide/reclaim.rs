@@ -32,11 +32,16 @@ impl<'a> Cycle<'a> {
             .as_ref()
             .filter(|t| t.required && job.replicas > 1)
         {
-            None => self.reclaim_within(job, None),
+            None => self.reclaim_within(job, None, true),
             Some(t) => {
-                for d in self.domains_for(job, &t.level) {
-                    if self.reclaim_within(job, Some((&t.level, &d))) {
-                        return true;
+                let domains = self.domains_for(job, &t.level);
+                // A domain whose GPUs are on their way back already comes first, so a reclaim
+                // begun in one domain is not followed by victims in another.
+                for victims in [false, true] {
+                    for (pool, d) in &domains {
+                        if self.reclaim_within(job, Some((&t.level, pool, d)), victims) {
+                            return true;
+                        }
                     }
                 }
                 false
@@ -44,8 +49,14 @@ impl<'a> Cycle<'a> {
         }
     }
 
-    /// [`Cycle::reclaim`] on the nodes of one domain (level, value), or on every node.
-    fn reclaim_within(&mut self, job: &'a Job, domain: Option<(&str, &str)>) -> bool {
+    /// [`Cycle::reclaim`] on the nodes of one domain (level, pool, value), or on every node;
+    /// without `victims`, only with GPUs free or on their way back.
+    fn reclaim_within(
+        &mut self,
+        job: &'a Job,
+        domain: Option<(&str, &str, &str)>,
+        victims: bool,
+    ) -> bool {
         let snap = self.snap;
         let g = job.gpus_per_replica;
         if g == 0 {
@@ -56,7 +67,8 @@ impl<'a> Cycle<'a> {
                 let n = &snap.nodes[i];
                 self.private.private[i]
                     && job.accepts_node(n)
-                    && domain.is_none_or(|(level, d)| n.domain(level) == Some(d))
+                    && domain
+                        .is_none_or(|(level, pool, d)| n.pool == pool && n.domain(level) == Some(d))
             })
             .collect();
         // Room per node: free (not held for another job) plus what is being released.
@@ -72,6 +84,9 @@ impl<'a> Cycle<'a> {
             .collect();
         let fits = |room: &[u32]| room.iter().map(|r| r / g).sum::<u32>() >= job.replicas;
         let mut chosen: Vec<Candidate> = Vec::new();
+        if !fits(&room) && !victims {
+            return false;
+        }
         if !fits(&room) {
             let (mut candidates, protected_until) = self.reclaim_candidates(job, &usable);
             if let Some(t) = protected_until {

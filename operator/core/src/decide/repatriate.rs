@@ -130,10 +130,19 @@ impl<'a> Cycle<'a> {
         });
         for c in candidates {
             let job = c.job;
-            let Some(nodes) = self
-                .private
-                .fit(&snap.nodes, job, false, self.settings.packing)
-            else {
+            // A gang with a topology wish comes home only within its domains.
+            let fit = match job.topology.as_ref().filter(|_| job.replicas > 1) {
+                Some(wish) => match self.topology_fit(job, wish, false) {
+                    super::topology::TopologyFit::Fits(choices) => {
+                        choices.into_iter().next().map(|(nodes, _)| nodes)
+                    }
+                    _ => None,
+                },
+                None => self
+                    .private
+                    .fit(&snap.nodes, job, false, self.settings.packing),
+            };
+            let Some(nodes) = fit else {
                 continue;
             };
             let lost = job.work_at_risk(c.started_at, self.now);

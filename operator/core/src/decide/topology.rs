@@ -9,6 +9,9 @@
 //!   GPUs; when no domain could hold it even empty, no private node ever can.
 //! - `preferred`: one domain when one holds the gang (best fit, as above), else the fewest
 //!   domains: the roomiest first. Nodes without the level's label count as a domain each.
+//!
+//! A domain is a value of the level within one pool. In conservative order a gang starts in
+//! the first of the domains that hold it where it delays no planned slot.
 
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
@@ -18,8 +21,10 @@ use crate::model::{Packing, TopologyWish};
 
 /// Where a topology-bound gang fits now.
 pub(super) enum TopologyFit {
-    /// Its nodes, one per replica, and the domains they are in.
-    Fits(Vec<usize>, Vec<String>),
+    /// Where it may go, best first: for a gang that one domain holds, each domain that does
+    /// (best fit first); else the fewest domains. Each: its nodes, one per replica, and the
+    /// domains (values of the level) they are in.
+    Fits(Vec<(Vec<usize>, Vec<String>)>),
     /// A required domain: none holds it now (the message says which is the largest).
     Unfit(String),
     /// A required domain: none could hold it even with every job gone.
@@ -27,6 +32,10 @@ pub(super) enum TopologyFit {
     /// Preferred: not enough free GPUs anywhere.
     NoRoom,
 }
+
+/// A domain: its pool, its value of the level (a node's name for a node in none), and whether
+/// it is such a node of its own.
+type Key<'n> = (&'n str, &'n str, bool);
 
 /// One domain's free room.
 #[derive(Default)]
@@ -42,6 +51,7 @@ struct Domain {
 
 impl<'a> Cycle<'a> {
     /// Nodes for `job` (of more than one replica, with `wish`) on free private GPUs now.
+    /// Domains are those of one pool: two pools' racks of one name are two racks.
     pub(super) fn topology_fit(
         &self,
         job: &Job,
@@ -50,16 +60,16 @@ impl<'a> Cycle<'a> {
     ) -> TopologyFit {
         let nodes = &self.snap.nodes;
         let g = job.gpus_per_replica.max(1);
-        let mut domains: BTreeMap<&str, Domain> = BTreeMap::new();
+        let mut domains: BTreeMap<Key<'_>, Domain> = BTreeMap::new();
         for (i, n) in nodes.iter().enumerate() {
             if !self.private.private[i] || !job.accepts_node(n) {
                 continue;
             }
             // A node in no domain of the level: none for a requirement, its own for a wish.
             let key = match (n.domain(&wish.level), wish.required) {
-                (Some(d), _) => d,
+                (Some(d), _) => (n.pool.as_str(), d, false),
                 (None, true) => continue,
-                (None, false) => n.name.as_str(),
+                (None, false) => (n.pool.as_str(), n.name.as_str(), true),
             };
             let room = if ignore_reservations {
                 self.private.free[i]
@@ -75,72 +85,85 @@ impl<'a> Cycle<'a> {
             }
         }
         let packing = self.settings.packing;
-        // Best fit: the domain with the fewest free GPUs that holds the gang.
-        let best = domains
+        // Best fit: the domains that hold the gang, the fewest free GPUs first.
+        let mut whole: Vec<(&Key<'_>, &Domain)> = domains
             .iter()
             .filter(|(_, d)| d.slots >= job.replicas)
-            .min_by_key(|(name, d)| (d.free, *name));
-        if let Some((name, d)) = best {
-            let nodes = place(&d.rooms, job.replicas, g, packing);
-            return TopologyFit::Fits(nodes, vec![name.to_string()]);
+            .collect();
+        if !whole.is_empty() {
+            whole.sort_by_key(|(key, d)| (d.free, **key));
+            return TopologyFit::Fits(
+                whole
+                    .into_iter()
+                    .map(|(key, d)| {
+                        let nodes = place(&d.rooms, job.replicas, g, packing);
+                        (nodes, vec![key.1.to_string()])
+                    })
+                    .collect(),
+            );
         }
         if wish.required {
-            if domains.values().all(|d| d.capacity < job.replicas) {
-                return TopologyFit::Never;
-            }
             let largest = domains
                 .iter()
-                .max_by_key(|(name, d)| (d.free, Reverse(*name)));
+                .filter(|(_, d)| d.capacity >= job.replicas)
+                .max_by_key(|(key, d)| (d.free, Reverse(**key)));
+            let Some((key, d)) = largest else {
+                return TopologyFit::Never;
+            };
             let level = &wish.level;
-            return TopologyFit::Unfit(self.say(|| match largest {
-                Some((name, d)) => format!(
+            let name = key.1;
+            return TopologyFit::Unfit(self.say(|| {
+                format!(
                     "No {level} domain has {} free GPUs for the whole gang ({} x {g}) now; the most free is {level}={name} with {} free GPUs.",
                     job.total_gpus(),
                     job.replicas,
                     d.free
-                ),
-                None => format!("No private node is in a {level} domain."),
+                )
             }));
         }
         // The fewest domains: the roomiest first.
-        let mut order: Vec<(&str, &Domain)> = domains.iter().map(|(k, d)| (*k, d)).collect();
-        order.sort_by_key(|(name, d)| (Reverse(d.slots), *name));
+        let mut order: Vec<(&Key<'_>, &Domain)> = domains.iter().collect();
+        order.sort_by_key(|(key, d)| (Reverse(d.slots), **key));
         let (mut left, mut chosen, mut names) = (job.replicas, Vec::new(), Vec::new());
-        for (name, d) in order {
+        for (key, d) in order {
             if left == 0 || d.slots == 0 {
                 break;
             }
             let k = d.slots.min(left);
             chosen.extend(place(&d.rooms, k, g, packing));
-            names.push(name.to_string());
+            if !key.2 {
+                names.push(key.1.to_string());
+            }
             left -= k;
         }
         if left > 0 {
             return TopologyFit::NoRoom;
         }
-        TopologyFit::Fits(chosen, names)
+        TopologyFit::Fits(vec![(chosen, names)])
     }
 
-    /// The domains of `level` a required gang could ever fit in whole, smallest first (the
-    /// order a reclaim tries them in).
-    pub(super) fn domains_for(&self, job: &Job, level: &str) -> Vec<String> {
+    /// The domains (pool, value) of `level` a required gang could ever fit in whole, smallest
+    /// first (the order a reclaim tries them in).
+    pub(super) fn domains_for(&self, job: &Job, level: &str) -> Vec<(String, String)> {
         let g = job.gpus_per_replica.max(1);
-        let mut capacity: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut capacity: BTreeMap<(&str, &str), u32> = BTreeMap::new();
         for (i, n) in self.snap.nodes.iter().enumerate() {
             if let Some(d) = n.domain(level)
                 && self.private.private[i]
                 && job.accepts_node(n)
             {
-                *capacity.entry(d).or_default() += n.gpus / g;
+                *capacity.entry((n.pool.as_str(), d)).or_default() += n.gpus / g;
             }
         }
-        let mut out: Vec<(u32, &str)> = capacity
+        let mut out: Vec<(u32, (&str, &str))> = capacity
             .into_iter()
             .filter(|&(_, c)| c >= job.replicas)
             .map(|(d, c)| (c, d))
             .collect();
         out.sort();
-        out.into_iter().map(|(_, d)| d.to_string()).collect()
+        out.into_iter()
+            .map(|(_, (pool, d))| (pool.to_string(), d.to_string()))
+            .collect()
     }
 }
 

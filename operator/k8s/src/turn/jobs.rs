@@ -445,7 +445,10 @@ impl State {
         let mut desired = status::desired(view, base_status, decision, environment, rate, now);
         if matches!(view.lifecycle, Lifecycle::Running { .. }) {
             desired.topology_domain = domain;
-        } else if !matches!(view.lifecycle, Lifecycle::Suspended { .. }) {
+        } else if !matches!(
+            view.lifecycle,
+            Lifecycle::Suspended { .. } | Lifecycle::Broken { .. }
+        ) {
             desired.topology_domain = None;
         }
         if Some(&desired) == base_status {
