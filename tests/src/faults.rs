@@ -5,6 +5,9 @@
 //! - [`FaultProxy::storm`]: for a while, fail, delay or lose the response of a seeded random
 //!   share of the calls ([`Effect`]).
 //!
+//! It also serves what moto lacks: cluster placement groups, with a record of what each
+//! `RunInstances` asked for ([`crate::placement`]).
+//!
 //! Everything else is forwarded to moto unchanged. moto ignores `ClientToken`, so the proxy
 //! also plays EC2's documented idempotency for `RunInstances` (what real EC2 does and moto
 //! cannot): a request whose token already launched successfully is answered with that launch's
@@ -98,6 +101,8 @@ struct Shared {
     /// One lock per `ClientToken`: EC2 answers concurrent calls with one token as one launch,
     /// so a call waits while another with its token is on its way to moto.
     launching: HashMap<String, Arc<tokio::sync::Mutex<()>>>,
+    /// Placement groups, and every `RunInstances` asked.
+    placement: crate::placement::Placement,
 }
 
 impl Shared {
@@ -223,6 +228,22 @@ impl FaultProxy {
             }
         }
         out
+    }
+
+    /// Every placement group made through the proxy (deleted ones too, in state `deleted`).
+    pub fn placement_groups(&self) -> Vec<crate::placement::Group> {
+        let s = self.shared.lock().expect("proxy state");
+        s.placement.groups.values().cloned().collect()
+    }
+
+    /// Every `RunInstances` request, in order (failed ones marked).
+    pub fn runs(&self) -> Vec<crate::placement::RunRequest> {
+        self.shared
+            .lock()
+            .expect("proxy state")
+            .placement
+            .runs
+            .clone()
     }
 
     fn push(&self, rule: Rule) {
@@ -421,6 +442,33 @@ async fn serve(mut client: TcpStream, upstream: String, shared: Arc<Mutex<Shared
         (pause, end, s.calls.len() - 1, s.retry_after_ms)
     };
     tokio::time::sleep(pause).await;
+    if action == "RunInstances" {
+        let failed = matches!(end, Some(Effect::Fail { .. }));
+        let refused = (shared.lock().expect("proxy state").placement)
+            .run(crate::placement::decode(&form), failed);
+        if let Some(answer) = refused {
+            answer_locally(&mut client, answer).await;
+            return;
+        }
+    }
+    if end.is_none()
+        && matches!(
+            action.as_str(),
+            "CreatePlacementGroup" | "DescribePlacementGroups" | "DeletePlacementGroup"
+        )
+    {
+        let fields = crate::placement::decode(&form);
+        let in_use = match fields.get("GroupName") {
+            Some(name) if action == "DeletePlacementGroup" => {
+                instances_in_group(&upstream, &head, name).await
+            }
+            _ => false,
+        };
+        let answer =
+            (shared.lock().expect("proxy state").placement).answer(&action, &fields, |_| in_use);
+        answer_locally(&mut client, answer).await;
+        return;
+    }
     let sent = || shared.lock().expect("proxy state").times[call].0 = Some(SystemTime::now());
     let answered = || shared.lock().expect("proxy state").times[call].1 = Some(SystemTime::now());
     if let Some(Effect::Fail { status, code }) = &end {
@@ -519,6 +567,56 @@ async fn serve(mut client: TcpStream, upstream: String, shared: Arc<Mutex<Shared
         answered();
     }
     let _ = client.shutdown().await;
+}
+
+/// Answers a call from the proxy itself.
+async fn answer_locally(client: &mut TcpStream, answer: crate::placement::Answer) {
+    let response = match answer {
+        crate::placement::Answer::Ok(xml) => format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{xml}",
+            xml.len()
+        ),
+        crate::placement::Answer::Error {
+            status,
+            code,
+            message,
+        } => error_response(status, &code, &message, None),
+    };
+    let _ = client.write_all(response.as_bytes()).await;
+    let _ = client.shutdown().await;
+}
+
+/// Whether moto lists a live instance tagged as being in placement group `name` (asked with
+/// the headers of the call at hand: moto reads the region from its credential scope and does
+/// not check signatures). An unanswered question counts as in use.
+async fn instances_in_group(upstream: &str, head: &str, name: &str) -> bool {
+    let body = crate::placement::instances_in_group_form(name);
+    let kept: Vec<&str> = head
+        .lines()
+        .filter(|l| {
+            !l.split_once(':').is_some_and(|(k, _)| {
+                let k = k.trim();
+                k.eq_ignore_ascii_case("connection") || k.eq_ignore_ascii_case("content-length")
+            })
+        })
+        .collect();
+    let request = format!(
+        "{}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        kept.join("\r\n"),
+        body.len()
+    );
+    let Ok(mut up) = TcpStream::connect(upstream).await else {
+        return true;
+    };
+    if up.write_all(request.as_bytes()).await.is_err() {
+        return true;
+    }
+    let mut response = Vec::new();
+    if up.read_to_end(&mut response).await.is_err() {
+        return true;
+    }
+    let text = String::from_utf8_lossy(&response);
+    !text.starts_with("HTTP/1.1 200") || text.contains("<instanceId>")
 }
 
 #[cfg(test)]

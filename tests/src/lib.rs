@@ -49,6 +49,7 @@ pub mod operator;
 pub mod otlp;
 pub mod partition;
 mod peers;
+pub mod placement;
 mod process;
 pub mod prometheus;
 pub mod trainer;

@@ -111,6 +111,20 @@ except iam.exceptions.EntityAlreadyExistsException:\n    pass\n";
         Ok(())
     }
 
+    /// One of moto's stock machine images.
+    pub async fn ami(&self) -> String {
+        self.ec2_client()
+            .await
+            .describe_images()
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("DescribeImages: {e:?}\n{}", self.log_tail()))
+            .images()
+            .iter()
+            .find_map(|i| i.image_id().map(str::to_string))
+            .expect("moto ships at least one AMI")
+    }
+
     /// The tail of moto's log.
     pub fn log_tail(&self) -> String {
         self.server

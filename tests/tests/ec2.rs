@@ -168,6 +168,15 @@ async fn instance_type_facts_and_spot_prices_through_the_provider() {
         .find(|t| t.instance_type == "p4d.24xlarge")
         .expect("p4d.24xlarge described");
     assert_eq!((p4d.gpus, p4d.gpu_model.as_str()), (8, "A100"));
+    // EFA as moto's copy of EC2's type data says.
+    let efa = |t: &str| {
+        facts
+            .iter()
+            .find(|f| f.instance_type == t)
+            .map(|f| f.efa_supported)
+    };
+    assert_eq!(efa("p4d.24xlarge"), Some(Some(true)));
+    assert_eq!(efa("g6.xlarge"), Some(Some(false)));
     assert!(
         facts.iter().all(|t| t.instance_type != "p9.nonexistent"),
         "unknown types are left out"
@@ -219,6 +228,101 @@ async fn instance_type_facts_and_spot_prices_through_the_provider() {
         "{applied:?}"
     );
     assert!(applied.iter().all(|o| o.gpu_model.as_str() == "L4"));
+}
+
+/// A gang's placement group through [`spillway_aws::Ec2Provider`], against the proxy that
+/// serves placement groups in front of moto: made with the launch's tags (twice is fine),
+/// listed by the cluster tag, launched into with every instance tagged with it and an EFA
+/// interface, refused deletion while an instance is in it, deleted after (twice is fine).
+#[tokio::test]
+async fn a_placement_group_through_the_provider() {
+    use spillway_cloud::{CloudProvider, Image, LaunchRequest};
+    let moto = MotoServer::shared().await;
+    let proxy = spillway_tests::faults::FaultProxy::start(&moto.endpoint)
+        .await
+        .expect("proxy");
+    let ec2 = aws_sdk_ec2::Client::new(&moto.sdk_config(Some(&proxy.endpoint)).await);
+    let provider = spillway_aws::Ec2Provider::new(ec2, Default::default());
+    let cluster = spillway_tests::unique_name("pg");
+    let ami = moto.ami().await;
+    let mut request = LaunchRequest {
+        cluster: cluster.clone(),
+        pool: "aws".into(),
+        job: "ns/train".into(),
+        queue: "q".into(),
+        need: "ns/train#0".into(),
+        instance_type: "g5.8xlarge".into(),
+        capacity_type: spillway_core::CapacityType::OnDemand,
+        zone: None,
+        count: 2,
+        image: Image::Ami(ami),
+        subnet_ids: vec![],
+        security_group_ids: vec![],
+        iam_instance_profile: None,
+        tags: Default::default(),
+        user_data: None,
+        token_generation: 0,
+        placement_group: None,
+        efa: true,
+    };
+    let name = request.placement_group_name();
+    request.placement_group = Some(name.clone());
+    provider
+        .create_placement_group(&request)
+        .await
+        .expect("made");
+    provider
+        .create_placement_group(&request)
+        .await
+        .expect("made again: fine");
+    let groups = provider.placement_groups(&cluster).await.expect("listed");
+    assert_eq!(groups.len(), 1, "{groups:?}");
+    assert_eq!(
+        (
+            groups[0].name.as_str(),
+            groups[0].need.as_str(),
+            groups[0].pool.as_str()
+        ),
+        (name.as_str(), "ns/train#0", "aws")
+    );
+    assert!(!groups[0].gone);
+    assert!(
+        provider
+            .placement_groups("another-cluster")
+            .await
+            .expect("listed")
+            .is_empty()
+    );
+    let launched = provider.launch(&request).await.expect("launched");
+    assert_eq!(launched.len(), 2);
+    assert!(
+        launched.iter().all(|i| i.placement_group == name),
+        "{launched:?}"
+    );
+    let run = proxy.runs().pop().expect("a RunInstances");
+    assert_eq!(run.group(), Some(name.as_str()));
+    assert_eq!(run.counts(), (2, 2));
+    assert_eq!(run.get("NetworkInterface.1.InterfaceType"), Some("efa"));
+    let err = provider
+        .delete_placement_group(&name)
+        .await
+        .expect_err("in use");
+    assert!(
+        err.to_string().contains("InvalidPlacementGroup.InUse"),
+        "{err}"
+    );
+    let ids: Vec<String> = launched.iter().map(|i| i.id.clone()).collect();
+    provider.terminate(&ids).await.expect("terminated");
+    provider
+        .delete_placement_group(&name)
+        .await
+        .expect("deleted");
+    provider
+        .delete_placement_group(&name)
+        .await
+        .expect("gone already: fine");
+    let groups = provider.placement_groups(&cluster).await.expect("listed");
+    assert!(groups.iter().all(|g| g.gone), "{groups:?}");
 }
 
 /// `DescribeImages` through [`spillway_aws::Ec2Provider`]: an image's tags, which state the

@@ -337,6 +337,9 @@ pub struct GpuJobStatus {
     /// replicas run in, `<level>=<value>[,<value>...]` (one value when `required`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology_domain: Option<String>,
+    /// For a job whose instances were launched into an EC2 cluster placement group: its name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_group: Option<String>,
     /// The latest scheduling decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<DecisionStatus>,

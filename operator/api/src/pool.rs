@@ -273,6 +273,23 @@ pub struct AwsPool {
     /// rebalancing before it moves without a new checkpoint, such as `10m` (the default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rebalance_deadline: Option<String>,
+    /// Launch each gang that needs more than one instance (and every gang with
+    /// `spec.topology`) into an EC2 cluster placement group made for it, all in one
+    /// availability zone; the group is deleted once its instances are gone. Default true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_placement: Option<bool>,
+    /// Give instances an Elastic Fabric Adapter interface (instead of a plain one) where the
+    /// instance type supports it, and send gangs with `spec.topology` only to such types.
+    /// Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub efa: bool,
+}
+
+impl AwsPool {
+    /// Whether gangs go into cluster placement groups (`clusterPlacement`, default true).
+    pub fn cluster_placement(&self) -> bool {
+        self.cluster_placement.unwrap_or(true)
+    }
 }
 
 /// What a rebalance recommendation does to an instance's node.

@@ -7,15 +7,16 @@ use aws_sdk_ec2::Client;
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 use aws_sdk_ec2::operation::RequestId;
 use aws_sdk_ec2::types::{
-    Filter, IamInstanceProfileSpecification, InstanceMarketOptionsRequest, InstanceStateName,
-    InstanceType, LaunchTemplateSpecification, MarketType, Placement, ResourceType, Tag,
-    TagSpecification,
+    Filter, IamInstanceProfileSpecification, InstanceMarketOptionsRequest,
+    InstanceNetworkInterfaceSpecification, InstanceStateName, InstanceType,
+    LaunchTemplateSpecification, MarketType, Placement, PlacementGroupState, PlacementStrategy,
+    ResourceType, Tag, TagSpecification,
 };
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use spillway_cloud::{
     BoxFuture, CallPolicy, CloudError, CloudInstance, CloudProvider, Image, ImageInfo,
-    InstanceState, InstanceTypeInfo, LaunchRequest, SpotPrice, tags,
+    InstanceState, InstanceTypeInfo, LaunchRequest, PlacementGroup, SpotPrice, tags,
 };
 use spillway_core::{CapacityType, Time};
 
@@ -203,7 +204,33 @@ fn to_cloud_instance(i: &aws_sdk_ec2::types::Instance) -> Option<CloudInstance> 
             .launch_time()
             .map(|t| Time::from_millis(t.to_millis().unwrap_or(0)))
             .unwrap_or(Time::from_millis(0)),
+        placement_group: Some(tag(tags::PLACEMENT_GROUP))
+            .filter(|g| !g.is_empty())
+            .or_else(|| i.placement()?.group_name().map(str::to_string))
+            .unwrap_or_default(),
     })
+}
+
+/// The tags Spillway puts on what it makes for one launch (instances, placement groups).
+fn launch_tags(r: &LaunchRequest) -> Vec<(String, String)> {
+    let mut all: Vec<(String, String)> =
+        r.tags.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    all.extend([
+        (tags::CLUSTER.to_string(), r.cluster.clone()),
+        (tags::POOL.to_string(), r.pool.clone()),
+        (tags::JOB.to_string(), r.job.clone()),
+        (tags::QUEUE.to_string(), r.queue.clone()),
+        (tags::NEED.to_string(), r.need.clone()),
+    ]);
+    all
+}
+
+fn tag_specification(kind: ResourceType, tags: &[(String, String)]) -> TagSpecification {
+    let mut spec = TagSpecification::builder().resource_type(kind);
+    for (k, v) in tags {
+        spec = spec.tags(Tag::builder().key(k).value(v).build());
+    }
+    spec.build()
 }
 
 impl CloudProvider for Ec2Provider {
@@ -252,25 +279,18 @@ impl CloudProvider for Ec2Provider {
         r: &'a LaunchRequest,
     ) -> BoxFuture<'a, Result<Vec<CloudInstance>, CloudError>> {
         Box::pin(async move {
-            let mut tag_spec = TagSpecification::builder().resource_type(ResourceType::Instance);
-            let mut all_tags: Vec<(String, String)> =
-                r.tags.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            let mut all_tags = launch_tags(r);
             all_tags.extend([
-                (tags::CLUSTER.to_string(), r.cluster.clone()),
-                (tags::POOL.to_string(), r.pool.clone()),
-                (tags::JOB.to_string(), r.job.clone()),
-                (tags::QUEUE.to_string(), r.queue.clone()),
-                (tags::NEED.to_string(), r.need.clone()),
                 (
                     tags::CAPACITY_TYPE.to_string(),
                     r.capacity_type.as_str().to_string(),
                 ),
                 ("Name".to_string(), format!("spillway-{}", r.pool)),
             ]);
-            for (k, v) in &all_tags {
-                tag_spec = tag_spec.tags(Tag::builder().key(k).value(v).build());
+            if let Some(group) = &r.placement_group {
+                all_tags.push((tags::PLACEMENT_GROUP.to_string(), group.clone()));
             }
-            let tag_spec = tag_spec.build();
+            let tag_spec = tag_specification(ResourceType::Instance, &all_tags);
             let token = r.client_token();
             let launched = self
                 .call("RunInstances", || {
@@ -281,11 +301,7 @@ impl CloudProvider for Ec2Provider {
                         .min_count(r.count as i32)
                         .max_count(r.count as i32)
                         .client_token(&token)
-                        .tag_specifications(tag_spec.clone())
-                        .set_security_group_ids(
-                            (!r.security_group_ids.is_empty())
-                                .then(|| r.security_group_ids.clone()),
-                        );
+                        .tag_specifications(tag_spec.clone());
                     req = match &r.image {
                         Image::Ami(ami) => req.image_id(ami),
                         Image::LaunchTemplate { id, name, version } => req.launch_template(
@@ -296,12 +312,39 @@ impl CloudProvider for Ec2Provider {
                                 .build(),
                         ),
                     };
-                    if !r.subnet_ids.is_empty() {
-                        // Spread needs over the subnets (and so over their zones).
+                    // Spread needs over the subnets (and so over their zones). One request, one
+                    // subnet: a gang's instances share a zone.
+                    let subnet = (!r.subnet_ids.is_empty()).then(|| {
                         let i = token.bytes().map(usize::from).sum::<usize>() % r.subnet_ids.len();
-                        req = req.subnet_id(&r.subnet_ids[i]);
-                    } else if let Some(zone) = &r.zone {
-                        req = req.placement(Placement::builder().availability_zone(zone).build());
+                        r.subnet_ids[i].clone()
+                    });
+                    let groups =
+                        (!r.security_group_ids.is_empty()).then(|| r.security_group_ids.clone());
+                    if r.efa {
+                        // The interface carries the subnet and security groups (EC2 refuses
+                        // them beside a network interface).
+                        req = req.network_interfaces(
+                            InstanceNetworkInterfaceSpecification::builder()
+                                .device_index(0)
+                                .interface_type("efa")
+                                .delete_on_termination(true)
+                                .set_subnet_id(subnet.clone())
+                                .set_groups(groups)
+                                .build(),
+                        );
+                    } else {
+                        req = req
+                            .set_subnet_id(subnet.clone())
+                            .set_security_group_ids(groups);
+                    }
+                    let zone = r.zone.as_ref().filter(|_| subnet.is_none());
+                    if zone.is_some() || r.placement_group.is_some() {
+                        req = req.placement(
+                            Placement::builder()
+                                .set_availability_zone(zone.cloned())
+                                .set_group_name(r.placement_group.clone())
+                                .build(),
+                        );
                     }
                     if let Some(profile) = &r.iam_instance_profile {
                         let spec = if profile.starts_with("arn:") {
@@ -463,6 +506,101 @@ impl CloudProvider for Ec2Provider {
         })
     }
 
+    fn create_placement_group<'a>(
+        &'a self,
+        r: &'a LaunchRequest,
+    ) -> BoxFuture<'a, Result<(), CloudError>> {
+        Box::pin(async move {
+            let Some(name) = &r.placement_group else {
+                return Ok(());
+            };
+            let spec = tag_specification(ResourceType::PlacementGroup, &launch_tags(r));
+            let made = self
+                .call("CreatePlacementGroup", || {
+                    let req = self
+                        .client
+                        .create_placement_group()
+                        .group_name(name)
+                        .strategy(PlacementStrategy::Cluster)
+                        .tag_specifications(spec.clone());
+                    async move { sent(req.send().await) }
+                })
+                .await;
+            match made {
+                // Made by an earlier try of this launch.
+                Err(CloudError::Refused { code, .. })
+                    if code == "InvalidPlacementGroup.Duplicate" =>
+                {
+                    Ok(())
+                }
+                r => r.map(|_| ()),
+            }
+        })
+    }
+
+    fn placement_groups<'a>(
+        &'a self,
+        cluster: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<PlacementGroup>, CloudError>> {
+        Box::pin(async move {
+            let page = self
+                .call("DescribePlacementGroups", || {
+                    let req = self
+                        .client
+                        .describe_placement_groups()
+                        .filters(tag_filter(tags::CLUSTER, cluster));
+                    async move { sent(req.send().await) }
+                })
+                .await?;
+            Ok(page
+                .placement_groups()
+                .iter()
+                .filter_map(|g| {
+                    let tag = |k: &str| {
+                        g.tags()
+                            .iter()
+                            .find(|t| t.key() == Some(k))
+                            .and_then(|t| t.value())
+                            .unwrap_or_default()
+                            .to_string()
+                    };
+                    Some(PlacementGroup {
+                        name: g.group_name()?.to_string(),
+                        need: tag(tags::NEED),
+                        pool: tag(tags::POOL),
+                        gone: matches!(
+                            g.state(),
+                            Some(PlacementGroupState::Deleting | PlacementGroupState::Deleted)
+                        ),
+                    })
+                })
+                .collect())
+        })
+    }
+
+    fn delete_placement_group<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<(), CloudError>> {
+        Box::pin(async move {
+            let r = self
+                .call("DeletePlacementGroup", || {
+                    let req = self.client.delete_placement_group().group_name(name);
+                    async move { sent(req.send().await) }
+                })
+                .await;
+            match r {
+                // Already gone.
+                Err(CloudError::Refused { code, .. })
+                    if code == "InvalidPlacementGroup.Unknown" =>
+                {
+                    Ok(())
+                }
+                r => r.map(|_| ()),
+            }
+        })
+    }
+
     fn image<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<ImageInfo>, CloudError>> {
         Box::pin(async move {
             let r = self
@@ -521,5 +659,6 @@ fn to_type_info(t: &aws_sdk_ec2::types::InstanceTypeInfo) -> Option<InstanceType
             .and_then(|m| m.size_in_mib())
             .unwrap_or(0)
             .max(0) as u64,
+        efa_supported: t.network_info().and_then(|n| n.efa_supported()),
     })
 }

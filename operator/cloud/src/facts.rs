@@ -122,6 +122,7 @@ mod tests {
                 gpus: 8,
                 gpu_model: "A100".into(),
                 gpu_memory_mib: 81920,
+                efa_supported: Some(true),
             },
         );
         let out = apply(catalog(), &facts, &[]);

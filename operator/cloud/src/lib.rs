@@ -35,6 +35,8 @@ pub mod tags {
     pub const QUEUE: &str = "spillway.io/queue";
     pub const NEED: &str = "spillway.io/need";
     pub const CAPACITY_TYPE: &str = "spillway.io/capacity-type";
+    /// On an instance: the cluster placement group it was launched into.
+    pub const PLACEMENT_GROUP: &str = "spillway.io/placement-group";
     /// On a machine image: the NVIDIA driver version it installs (`550.54.15`).
     pub const IMAGE_DRIVER: &str = "spillway.io/nvidia-driver-version";
     /// On a machine image: the CUDA version its driver supports (`12.4`).
@@ -96,6 +98,11 @@ pub struct LaunchRequest {
     /// How many times this need's token was spent on instances that are gone since (0 for a
     /// need's first launch); part of the idempotency token.
     pub token_generation: u32,
+    /// The cluster placement group to launch every instance into (made first with
+    /// [`CloudProvider::create_placement_group`]; one request, so one zone), if any.
+    pub placement_group: Option<String>,
+    /// Give each instance an EFA network interface (device 0) instead of a plain one.
+    pub efa: bool,
 }
 
 impl LaunchRequest {
@@ -104,6 +111,33 @@ impl LaunchRequest {
     pub fn client_token(&self) -> String {
         client_token_of(&self.cluster, &self.need, self.token_generation)
     }
+
+    /// The name of the cluster placement group for this launch: one per need, token
+    /// generation and offering (instance type, capacity type, pinned zone), so a retry of the
+    /// same launch finds its group again and a launch elsewhere after a capacity error gets a
+    /// fresh one. `spillway-pg-` and an FNV-1a hash, hex: 28 characters.
+    pub fn placement_group_name(&self) -> String {
+        let parts = [
+            self.cluster.as_str(),
+            self.need.as_str(),
+            &self.token_generation.to_string(),
+            self.instance_type.as_str(),
+            self.capacity_type.as_str(),
+            self.zone.as_deref().unwrap_or(""),
+        ];
+        let bytes = parts.iter().flat_map(|p| p.bytes().chain([0u8]));
+        format!("spillway-pg-{:016x}", fnv1a(bytes))
+    }
+}
+
+/// FNV-1a of the bytes.
+fn fnv1a(bytes: impl Iterator<Item = u8>) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
 }
 
 /// `spillway-` and an FNV-1a hash of cluster and need, hex: 25 characters. The token of a
@@ -115,16 +149,14 @@ pub fn client_token(cluster: &str, need: &str) -> String {
 /// The token of a need's launch of `generation` (0: the first; a later one is asked for only
 /// when EC2 answered an earlier token with instances that are gone).
 pub fn client_token_of(cluster: &str, need: &str, generation: u32) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let generation = generation.to_string();
     let tail = (generation != "0").then_some(generation.as_bytes());
-    for b in cluster.bytes().chain([0u8]).chain(need.bytes()).chain(
-        tail.into_iter()
-            .flat_map(|g| [0u8].into_iter().chain(g.iter().copied())),
-    ) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
+    let h = fnv1a(
+        cluster.bytes().chain([0u8]).chain(need.bytes()).chain(
+            tail.into_iter()
+                .flat_map(|g| [0u8].into_iter().chain(g.iter().copied())),
+        ),
+    );
     format!("spillway-{h:016x}")
 }
 
@@ -165,6 +197,20 @@ pub struct CloudInstance {
     pub zone: String,
     pub state: InstanceState,
     pub launched_at: Time,
+    /// The cluster placement group it was launched into (its [`tags::PLACEMENT_GROUP`] tag),
+    /// empty when none.
+    pub placement_group: String,
+}
+
+/// A cluster placement group with Spillway's cluster tag.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlacementGroup {
+    pub name: String,
+    /// The need it was made for (its `spillway.io/need` tag).
+    pub need: String,
+    pub pool: String,
+    /// Being deleted or deleted already.
+    pub gone: bool,
 }
 
 /// Why a cloud call failed.
@@ -262,6 +308,8 @@ pub struct InstanceTypeInfo {
     pub gpu_model: String,
     /// Memory of one GPU, MiB.
     pub gpu_memory_mib: u64,
+    /// Whether the type supports Elastic Fabric Adapter interfaces (`None`: not said).
+    pub efa_supported: Option<bool>,
 }
 
 /// One recent spot price of an instance type in one zone.
@@ -311,6 +359,36 @@ pub trait CloudProvider: Send + Sync {
     fn image<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<ImageInfo>, CloudError>> {
         let _ = id;
         Box::pin(async { Ok(None) })
+    }
+
+    /// Makes the cluster placement group `request.placement_group` (strategy `cluster`),
+    /// tagged with the request's cluster, pool, job and need; one that exists already is
+    /// fine. A provider with no placement groups (the simulator) keeps this default: nothing
+    /// to make.
+    fn create_placement_group<'a>(
+        &'a self,
+        request: &'a LaunchRequest,
+    ) -> BoxFuture<'a, Result<(), CloudError>> {
+        let _ = request;
+        Box::pin(async { Ok(()) })
+    }
+
+    /// The placement groups tagged with `cluster`. Default: none.
+    fn placement_groups<'a>(
+        &'a self,
+        cluster: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<PlacementGroup>, CloudError>> {
+        let _ = cluster;
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    /// Deletes a placement group (one already gone is fine). Default: nothing to delete.
+    fn delete_placement_group<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<(), CloudError>> {
+        let _ = name;
+        Box::pin(async { Ok(()) })
     }
 
     /// Those of `ids` that carry the cluster tag `cluster`, in any state (terminated ones
@@ -376,6 +454,47 @@ mod tests {
         assert_ne!(a, client_token("prod", "ns/job#1"));
         assert_ne!(a, client_token("staging", "ns/job#0"));
         assert!(a.len() <= 64);
+    }
+
+    #[test]
+    fn placement_groups_are_named_per_need_and_offering() {
+        let r = LaunchRequest {
+            cluster: "prod".into(),
+            pool: "aws".into(),
+            job: "ns/train".into(),
+            queue: "q".into(),
+            need: "ns/train#0".into(),
+            instance_type: "p5.48xlarge".into(),
+            capacity_type: CapacityType::OnDemand,
+            zone: None,
+            count: 4,
+            image: Image::Ami("ami-1".into()),
+            subnet_ids: vec![],
+            security_group_ids: vec![],
+            iam_instance_profile: None,
+            tags: BTreeMap::new(),
+            user_data: None,
+            token_generation: 0,
+            placement_group: None,
+            efa: true,
+        };
+        let name = r.placement_group_name();
+        assert_eq!(name, r.clone().placement_group_name(), "stable");
+        assert!(
+            name.starts_with("spillway-pg-") && name.len() == 28,
+            "{name}"
+        );
+        let other = |f: fn(&mut LaunchRequest)| {
+            let mut o = r.clone();
+            f(&mut o);
+            o.placement_group_name()
+        };
+        assert_ne!(name, other(|o| o.instance_type = "p4d.24xlarge".into()));
+        assert_ne!(name, other(|o| o.zone = Some("us-east-1a".into())));
+        assert_ne!(name, other(|o| o.capacity_type = CapacityType::Spot));
+        assert_ne!(name, other(|o| o.token_generation = 1));
+        assert_ne!(name, other(|o| o.need = "ns/train#1".into()));
+        assert_eq!(name, other(|o| o.count = 8), "the count is not the group's");
     }
 
     #[test]

@@ -57,6 +57,7 @@ fn snapshot(pending: usize, nodes: usize, spread_s: i64) -> Snapshot {
             unavailable_until: None,
             gpu_memory_gib: 0.0,
             recent_interruptions: 0,
+            efa: Default::default(),
             environment: Environment::Cloud,
         })
         .collect();

@@ -193,6 +193,7 @@ pub fn offerings(
                 unavailable_until: None,
                 gpu_memory_gib: r.gpu_model.memory_gib().unwrap_or(0.0),
                 recent_interruptions: 0,
+                efa: Default::default(),
                 environment: crate::Environment::Cloud,
                 facts: crate::Facts {
                     product: Some(r.gpu_model.as_str().to_string()),

@@ -58,6 +58,10 @@ use crate::{
 /// GPUs per replica and acceptable models.
 pub(super) type ReplicaShape = (u32, Vec<crate::GpuModel>, crate::Requirements);
 
+/// A replica's shape for the cloud's offerings: GPUs per replica, bound by a topology (only
+/// EFA-capable types of an EFA pool), acceptable models.
+pub(super) type OfferingShape = (u32, bool, Vec<crate::GpuModel>, crate::Requirements);
+
 /// A gang's shape for fit memos: GPUs per replica, acceptable models, may use reserved GPUs.
 type Shape = (u32, Vec<crate::GpuModel>, crate::Requirements, bool);
 
@@ -185,7 +189,7 @@ struct Cycle<'a> {
     offering_pool: std::cell::OnceCell<Vec<Option<&'a crate::Pool>>>,
     /// Per gang shape (GPUs per replica, models): the offerings whose instances hold one
     /// replica, in snapshot order; found at the shape's first pricing in the cycle.
-    offerings_for: std::cell::RefCell<Vec<(ReplicaShape, std::rc::Rc<[usize]>)>>,
+    offerings_for: std::cell::RefCell<Vec<(OfferingShape, std::rc::Rc<[usize]>)>>,
     /// The cheapest on-demand GPU-hour per queue, once computed this cycle.
     gpu_hour: FastMap<&'a str, f64>,
     /// A priced wait's GPU-hour price per replica shape (the address of its `offerings_for`

@@ -38,7 +38,7 @@ pub use environment::{Facts, Requirements, Version};
 pub use error::ErrorCategory;
 pub use gpu::{GpuModel, NodeShape};
 pub use model::{
-    BurstSettings, Dataset, Instance, Job, JobState, Node, Offering, Packing, Pool, PoolKind,
+    BurstSettings, Dataset, Efa, Instance, Job, JobState, Node, Offering, Packing, Pool, PoolKind,
     Queue, QueueOrder, Settings, Snapshot, TopologyWish, WaitMode,
 };
 pub use plan::{

@@ -248,6 +248,20 @@ pub struct TopologyWish {
     pub required: bool,
 }
 
+/// Whether an offering's instances get Elastic Fabric Adapter interfaces (the pool's
+/// `spec.aws.efa`, and what the provider says of the instance type).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Efa {
+    /// The pool does not ask for EFA.
+    #[default]
+    NotAsked,
+    /// The pool asks for EFA and the type supports it: its instances get an EFA interface.
+    Given,
+    /// The pool asks for EFA and the provider does not say the type supports it: its
+    /// instances get a plain interface, and gangs with `spec.topology` do not use it.
+    Unsupported,
+}
+
 /// Something a cloud pool can launch: an instance type bought one way in one zone.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Offering {
@@ -272,6 +286,7 @@ pub struct Offering {
     /// What its instances come with, as its pool promises (driver and CUDA of the image) and
     /// its instance type says (GPU model and memory).
     pub facts: crate::Facts,
+    pub efa: Efa,
 }
 
 /// A Dataset.

@@ -256,6 +256,10 @@ pub struct Launch {
     pub need: String,
     pub offering: OfferingChoice,
     pub count: u32,
+    /// The instances should share a network spine: the gang needs more than one of them, or
+    /// it states a topology (`spec.topology`). A provider that can places them in one cluster
+    /// placement group.
+    pub together: bool,
 }
 
 /// Drain and terminate a cloud node (and its instance).

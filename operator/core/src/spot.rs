@@ -93,6 +93,7 @@ mod tests {
             unavailable_until: None,
             gpu_memory_gib: 24.0,
             recent_interruptions: 0,
+            efa: Default::default(),
             environment: crate::Environment::Cloud,
         }
     }

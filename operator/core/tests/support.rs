@@ -47,6 +47,7 @@ pub fn offering(
         unavailable_until: None,
         gpu_memory_gib: 0.0,
         recent_interruptions: 0,
+        efa: Default::default(),
         environment: Environment::Cloud,
     }
 }

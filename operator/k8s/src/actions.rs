@@ -217,6 +217,8 @@ pub enum Action {
         node: Option<String>,
         why: String,
     },
+    /// Deletes a cluster placement group no instance is in any more.
+    DeletePlacementGroup { region: String, name: String },
     /// Deletes a Node whose instance is gone.
     DeleteNode { node: String, why: String },
     /// Adds or removes the cloud finalizer of a GpuJob (reading it afresh on each attempt).
@@ -277,6 +279,7 @@ impl Action {
             Action::MarkNode { .. } => ActionKind::MarkNode,
             Action::DeleteNotice { .. } => ActionKind::DeleteNotice,
             Action::Terminate { .. } => ActionKind::Terminate,
+            Action::DeletePlacementGroup { .. } => ActionKind::DeletePlacementGroup,
             Action::DeleteNode { .. } => ActionKind::DeleteNode,
             Action::PatchFinalizer { .. } => ActionKind::PatchFinalizer,
             Action::ApplySecret(_) => ActionKind::ApplySecret,
@@ -348,6 +351,7 @@ impl Action {
             | Action::DeleteNode { node, .. }
             | Action::MarkNode { node, .. } => Key::new("Node", node.clone()),
             Action::DeleteNotice { message } => Key::new("Notice", message.clone()),
+            Action::DeletePlacementGroup { name, .. } => Key::new("PlacementGroup", name.clone()),
             Action::Terminate { instance, node, .. } => match node {
                 Some(n) => Key::new("Node", n.clone()),
                 None => Key::new("Instance", instance.clone()),

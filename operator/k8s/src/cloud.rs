@@ -9,6 +9,7 @@
 
 pub mod notices;
 mod offerings;
+pub mod placement;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -122,6 +123,10 @@ struct State {
     spot: SpotHistory,
     health: HashMap<String, LaunchHealth>,
     notices: notices::NoticeState,
+    /// Placement groups made or listed, by name.
+    groups: HashMap<String, placement::Group>,
+    /// When each region's placement groups were last listed.
+    groups_listed: HashMap<String, Time>,
 }
 
 /// How long an instance a launch returned is kept in the view while listings do not show it.
@@ -190,6 +195,8 @@ pub struct CloudView {
     pub notices: Vec<notices::PendingMessage>,
     /// Instances of this cluster the notices name that no listing shows any more.
     pub gone: HashSet<String>,
+    /// Cluster placement groups made or listed.
+    pub placement_groups: Vec<placement::GroupView>,
 }
 
 impl Cloud {
@@ -369,6 +376,7 @@ impl Cloud {
                 self.refresh_facts(&region, types, provider.as_ref(), now)
                     .await;
             }
+            self.list_groups(&region, provider.as_ref(), now).await;
         }
         interrupted
     }
@@ -465,6 +473,7 @@ impl Cloud {
             health: st.health.clone(),
             notices: st.notices.pending.values().cloned().collect(),
             gone: st.notices.gone.clone(),
+            placement_groups: Cloud::group_views(&st),
         }
     }
 
@@ -533,7 +542,7 @@ impl Cloud {
                     });
                 }
             };
-            let request = LaunchRequest {
+            let mut request = LaunchRequest {
                 cluster: self.config.cluster.clone(),
                 pool: pool.name_any(),
                 job: launch.job.clone(),
@@ -550,8 +559,16 @@ impl Cloud {
                 tags: aws.tags.clone(),
                 user_data,
                 token_generation: self.state().token_generation.get(&launch.need).copied().unwrap_or(0),
+                placement_group: None,
+                efa: false,
             };
-            provider.launch(&request).await
+            self.arrange(aws, launch, &mut request);
+            self.make_group(provider.as_ref(), &aws.region, &request).await?;
+            let launched = provider.launch(&request).await;
+            if launched.as_ref().is_err_and(|e| !e.may_have_acted()) {
+                self.drop_group(provider.as_ref(), &request).await;
+            }
+            launched
         }
         .await;
         let now = crate::clock::now();

@@ -370,7 +370,8 @@ impl KubeEffects {
         self.metrics.cloud_call("launch", r.is_ok());
         let list = r?;
         let ids: Vec<&str> = list.iter().map(|i| i.id.as_str()).collect();
-        tracing::info!(job = %l.job, need = %l.need, instances = ?ids, "launched");
+        let group = list.first().map_or("", |i| i.placement_group.as_str());
+        tracing::info!(job = %l.job, need = %l.need, instances = ?ids, placement_group = group, "launched");
         Ok(())
     }
 
@@ -460,7 +461,13 @@ impl Effects for KubeEffects {
         match (action, &self.cloud) {
             (Action::Launch(l), Some(cloud)) => cloud.start_launch(&l.launch),
             (Action::Terminate { instance, .. }, Some(cloud)) => cloud.start_terminate(instance),
-            (Action::Launch(_) | Action::Terminate { .. }, None) => false,
+            (Action::DeletePlacementGroup { name, .. }, Some(cloud)) => {
+                cloud.start_group_delete(name)
+            }
+            (
+                Action::Launch(_) | Action::Terminate { .. } | Action::DeletePlacementGroup { .. },
+                None,
+            ) => false,
             _ => true,
         }
     }
@@ -538,6 +545,16 @@ impl Effects for KubeEffects {
                     node,
                     why,
                 } => self.terminate(instance, node.as_deref(), why, fence).await,
+                Action::DeletePlacementGroup { region, name } => {
+                    let Some(cloud) = &self.cloud else {
+                        return Ok(());
+                    };
+                    tracing::info!(group = %name, region = %region, "deleting placement group");
+                    fence.check()?;
+                    let r = cloud.delete_placement_group(region, name).await;
+                    self.metrics.cloud_call("delete_placement_group", r.is_ok());
+                    Ok(r?)
+                }
                 Action::DeleteNode { node, why } => {
                     tracing::info!(node = %node, why = %why, "deleting node");
                     self.delete_node(node, fence).await
@@ -615,6 +632,9 @@ impl Effects for KubeEffects {
         match (action, &self.cloud) {
             (Action::Launch(l), Some(cloud)) => cloud.cancel_launch(&l.launch.need),
             (Action::Terminate { instance, .. }, Some(cloud)) => cloud.cancel_terminate(instance),
+            (Action::DeletePlacementGroup { name, .. }, Some(cloud)) => {
+                cloud.cancel_group_delete(name)
+            }
             _ => {}
         }
     }

@@ -115,10 +115,11 @@ impl Default for RetryPolicy {
 
 impl RetryPolicy {
     /// Attempts an action of `kind` gets: launches are re-planned by the loop instead (a failed
-    /// launch cools its offering down), and an Event is worth a few tries only.
+    /// launch cools its offering down), a placement group's delete is asked again by the loop
+    /// (its instances may take minutes to leave it), and an Event is worth a few tries only.
     pub fn attempts_for(&self, kind: ActionKind) -> u32 {
         match kind {
-            ActionKind::Launch => 1,
+            ActionKind::Launch | ActionKind::DeletePlacementGroup => 1,
             ActionKind::Publish => self.attempts.min(3),
             _ => self.attempts,
         }

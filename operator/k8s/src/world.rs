@@ -166,6 +166,8 @@ pub struct Built {
     pub node_pool: HashMap<String, String>,
     /// Problems with queues, pools and datasets (by `Kind/name`), which the core skips.
     pub invalid_objects: BTreeMap<String, String>,
+    /// The cluster placement group of each need whose listed instances are in one.
+    pub cloud_groups: HashMap<String, String>,
 }
 
 /// The GPUs a pod asks for (limits, else requests, summed over its containers; an init

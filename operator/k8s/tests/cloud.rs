@@ -42,6 +42,7 @@ fn instance(id: &str, need: &str) -> CloudInstance {
         zone: "us-east-1a".into(),
         state: InstanceState::Running,
         launched_at: Time::from_millis(0),
+        placement_group: String::new(),
     }
 }
 
@@ -171,6 +172,7 @@ fn launch(need: &str) -> Launch {
             gpus_per_instance: 1,
         },
         count: 1,
+        together: false,
     }
 }
 
@@ -257,6 +259,7 @@ async fn provider_facts_and_spot_interruptions_shape_the_offerings() {
             gpus: 1,
             gpu_model: "L4".into(),
             gpu_memory_mib: 22888,
+            efa_supported: None,
         }],
         // moto's placeholder price in us-east-1b is not believed.
         spot: vec![price("us-east-1a", 0.35), price("us-east-1b", 0.00001)],
@@ -312,6 +315,7 @@ async fn a_failed_spot_price_read_keeps_the_other_facts_and_is_not_retried_every
             gpus: 1,
             gpu_model: "L4".into(),
             gpu_memory_mib: 22888,
+            efa_supported: None,
         }],
         spot_error: Some(CloudError::from_code(
             "UnauthorizedOperation",

@@ -313,6 +313,7 @@ pub fn situation_snapshot(
                 .or_else(|| GpuModel::normalize(&o.gpu_model).memory_gib())
                 .unwrap_or(0.0),
             recent_interruptions: o.recent_interruptions,
+            efa: Default::default(),
             environment: Environment::Cloud,
         });
     }

@@ -262,6 +262,7 @@ fn offering() -> Offering {
         unavailable_until: None,
         gpu_memory_gib: 40.0,
         recent_interruptions: 3,
+        efa: Default::default(),
         environment: spillway_core::Environment::Cloud,
     }
 }

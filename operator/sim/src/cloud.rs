@@ -212,6 +212,7 @@ impl Inner {
                 zone: r.zone.clone().unwrap_or_default(),
                 state: InstanceState::Pending,
                 launched_at: Time::from_millis(self.now),
+                placement_group: r.placement_group.clone().unwrap_or_default(),
             };
             self.by_id.insert(instance.id.clone(), i);
             self.by_need.entry(r.need.clone()).or_default().push(i);
@@ -281,6 +282,7 @@ impl CloudProvider for SimCloud {
                     gpus: o.gpus,
                     gpu_model: o.gpu_model.as_str().to_string(),
                     gpu_memory_mib: (o.gpu_memory_gib * 1024.0).round() as u64,
+                    efa_supported: None,
                 });
             }
         }
@@ -342,6 +344,8 @@ mod tests {
             tags: Default::default(),
             user_data: None,
             token_generation: 0,
+            placement_group: None,
+            efa: false,
         }
     }
 

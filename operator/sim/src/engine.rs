@@ -631,6 +631,8 @@ impl<'a> Engine<'a> {
                 tags: Default::default(),
                 user_data: None,
                 token_generation: 0,
+                placement_group: None,
+                efa: false,
             };
             let launched: Vec<CloudInstance> = match now_or_error(self.cloud.launch(&request)) {
                 Ok(l) => l,

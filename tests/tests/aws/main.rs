@@ -7,6 +7,7 @@ mod identity;
 mod interruptions;
 mod lifecycle;
 mod locality;
+mod placement;
 mod repatriation;
 mod spend;
 mod telemetry;

@@ -30,6 +30,11 @@ pub struct World {
     pub ami: String,
     pub api_server: String,
     pub ca_pem: String,
+    /// The proxy in front of moto the test's operators call EC2 through (it serves the
+    /// placement groups moto lacks, and records launches).
+    pub proxy: FaultProxy,
+    /// An EC2 client that goes through `proxy`.
+    pub proxied: aws_sdk_ec2::Client,
 }
 
 /// Requests one EC2 call of the test operator may send, its SDK retries included.
@@ -42,18 +47,12 @@ impl World {
         let (cluster, client) = TestCluster::with_crds().await;
         let moto = MotoServer::shared().await;
         let ec2 = moto.ec2_client().await;
-        let ami = ec2
-            .describe_images()
-            .send()
-            .await
-            .expect("images")
-            .images()
-            .iter()
-            .find_map(|i| i.image_id().map(str::to_string))
-            .expect("an AMI");
+        let ami = moto.ami().await;
         spillway_tests::operator::clean_up_earlier_tests(&client, &["aws-"]).await;
         let ns = cluster.namespace(&client, prefix).await.expect("namespace");
         let kubelet = Arc::new(FakeKubelet::start(client.clone()));
+        let proxy = FaultProxy::start(&moto.endpoint).await.expect("proxy");
+        let proxied = aws_sdk_ec2::Client::new(&moto.sdk_config(Some(&proxy.endpoint)).await);
         let w = World {
             queue: ns.clone(),
             aws_pool: format!("{ns}-aws"),
@@ -65,6 +64,8 @@ impl World {
             ami,
             api_server: cluster.server_url.clone(),
             ca_pem: std::fs::read_to_string(&cluster.ca_file).expect("CA"),
+            proxy,
+            proxied,
         };
         // Each test's queue bursts only to its own pool (every test's pools are in the cluster).
         let mut burst = json!({"enabled": true, "maxWait": "2s", "capacityTypes": ["on-demand"],
@@ -117,8 +118,9 @@ impl World {
         w
     }
 
+    /// The test's cloud: EC2 through the world's proxy.
     pub fn cloud(&self) -> CloudConfig {
-        self.cloud_with(self.ec2.clone())
+        self.cloud_with(self.proxied.clone())
     }
 
     pub fn cloud_with(&self, ec2: aws_sdk_ec2::Client) -> CloudConfig {

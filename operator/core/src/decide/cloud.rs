@@ -333,6 +333,7 @@ impl<'a> Cycle<'a> {
                     need: job.need_key(),
                     offering: offering.clone(),
                     count,
+                    together: count > 1 || job.topology.is_some(),
                 });
                 self.plan.decisions.push(Decision {
                     estimated_wait: Some(self.settings.cloud_ready_delay),
@@ -404,15 +405,16 @@ impl<'a> Cycle<'a> {
     }
 
     /// The offerings whose instances hold one replica of `job` (enough GPUs, a model it
-    /// accepts), in snapshot order: found once per gang shape and cycle, so that pricing a
-    /// job looks only at those.
+    /// accepts; for a gang with a topology, not a type its EFA pool cannot give EFA), in
+    /// snapshot order: found once per gang shape and cycle, so that pricing a job looks only
+    /// at those.
     pub(super) fn offerings_for(&self, job: &Job) -> std::rc::Rc<[usize]> {
         let mut memo = self.offerings_for.borrow_mut();
         let g = job.gpus_per_replica;
-        if let Some((_, found)) = memo
-            .iter()
-            .find(|((mg, models, req), _)| *mg == g && job.same_accepts(models, req))
-        {
+        let bound = job.topology.is_some();
+        if let Some((_, found)) = memo.iter().find(|((mg, mb, models, req), _)| {
+            *mg == g && *mb == bound && job.same_accepts(models, req)
+        }) {
             return found.clone();
         }
         let found: std::rc::Rc<[usize]> = self
@@ -420,11 +422,15 @@ impl<'a> Cycle<'a> {
             .offerings
             .iter()
             .enumerate()
-            .filter(|(_, o)| o.gpus >= g && job.accepts(Some(&o.gpu_model), &o.facts))
+            .filter(|(_, o)| {
+                o.gpus >= g
+                    && !(bound && o.efa == crate::Efa::Unsupported)
+                    && job.accepts(Some(&o.gpu_model), &o.facts)
+            })
             .map(|(i, _)| i)
             .collect();
         memo.push((
-            (g, job.gpu_models.clone(), job.requirements.clone()),
+            (g, bound, job.gpu_models.clone(), job.requirements.clone()),
             found.clone(),
         ));
         found

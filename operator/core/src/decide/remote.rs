@@ -343,6 +343,7 @@ impl<'a> Cycle<'a> {
             hourly_price: gpu_cost_per_hour * job.gpus_per_replica as f64,
             unavailable_until: None,
             recent_interruptions: 0,
+            efa: Default::default(),
             environment: Environment::Remote,
             facts: crate::Facts::default(),
         };

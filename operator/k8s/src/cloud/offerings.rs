@@ -77,7 +77,16 @@ impl CloudConfig {
                 aws.capacity_types.is_empty() || aws.capacity_types.contains(&o.capacity_type)
             });
             let promised = promised(p, view);
+            let types = view.facts.get(&aws.region).map(|f| &f.types);
             for o in &mut offers {
+                let efa_supported = types
+                    .and_then(|t| t.get(&o.instance_type))
+                    .is_some_and(|t| t.efa_supported == Some(true));
+                o.efa = match (aws.efa, efa_supported) {
+                    (false, _) => core::Efa::NotAsked,
+                    (true, true) => core::Efa::Given,
+                    (true, false) => core::Efa::Unsupported,
+                };
                 o.facts = core::Facts {
                     product: Some(o.gpu_model.as_str().to_string()),
                     gpu_memory_mib: (o.gpu_memory_gib > 0.0)

@@ -79,6 +79,9 @@ impl State {
             .filter_map(|n| Some((n.instance_id.clone()?, n.name.clone())))
             .collect();
         for i in &view.instances {
+            if !i.placement_group.is_empty() {
+                (built.cloud_groups).insert(i.need.clone(), i.placement_group.clone());
+            }
             let (gpus, price) = cloud.config.describe(i, view);
             built.snapshot.instances.push(core::Instance {
                 id: i.id.clone(),

@@ -178,6 +178,7 @@ impl State {
                 on_node.entry(n).or_insert(i);
             }
         }
+        let groups = super::placement::groups_by_need(built);
         let mut last_pool: Option<(&str, Option<&Arc<ComputePool>>)> = None;
         for view in built.jobs.values() {
             // A workload's pods are its controller's to delete (it is suspended when they must go).
@@ -259,6 +260,7 @@ impl State {
                 rate,
                 launched,
                 domain: crate::topology::job_domain(view, &built.snapshot.nodes),
+                group: super::placement::group_of(view, &on_node, &groups),
             };
             self.write_job_status(view, decision, placed, metrics, now);
         }
@@ -431,6 +433,7 @@ impl State {
             rate,
             launched,
             domain,
+            group,
         } = placed;
         // Build on what was last written, so a write in flight is not repeated.
         let written = self.written.jobs.get(&view.id);
@@ -443,13 +446,21 @@ impl State {
         }
         let base_status = written.or(view.job.status.as_ref());
         let mut desired = status::desired(view, base_status, decision, environment, rate, now);
-        if matches!(view.lifecycle, Lifecycle::Running { .. }) {
-            desired.topology_domain = domain;
-        } else if !matches!(
-            view.lifecycle,
-            Lifecycle::Suspended { .. } | Lifecycle::Broken { .. }
-        ) {
-            desired.topology_domain = None;
+        match view.lifecycle {
+            Lifecycle::Running { .. } => {
+                desired.topology_domain = domain;
+                desired.placement_group = group;
+            }
+            Lifecycle::Provisioning { .. } => {
+                desired.topology_domain = None;
+                desired.placement_group = group;
+            }
+            // Where it last ran stays said.
+            Lifecycle::Suspended { .. } | Lifecycle::Broken { .. } => {}
+            _ => {
+                desired.topology_domain = None;
+                desired.placement_group = None;
+            }
         }
         if Some(&desired) == base_status {
             if written.is_some() && view.job.status.as_ref() == Some(&desired) {
@@ -718,6 +729,8 @@ struct Placed {
     launched: Option<Time>,
     /// `status.topologyDomain`: the domains of its topology level its replicas run in.
     domain: Option<String>,
+    /// `status.placementGroup`: the cluster placement group of its instances.
+    group: Option<String>,
 }
 
 /// When the first of the instances a running cloud job's replicas sit on was launched.

@@ -31,6 +31,7 @@ mod indicators;
 mod interruptions;
 mod jobs;
 mod objects;
+mod placement;
 pub(crate) mod policies;
 mod reclaim;
 mod remote;
@@ -365,6 +366,7 @@ impl State {
             self.launches_and_terminations(&plan, &pools, &built, c, now);
             self.release_deleted_jobs(&built, &inputs, c);
             self.collect_garbage(&built, &inputs, c, metrics, now);
+            self.collect_placement_groups(c, now);
         }
         self.collect_remote_garbage();
         let wake = self.jobs(&plan, &built, &inputs, &pools, metrics, now);

@@ -47,25 +47,6 @@ fn a_job_past_its_max_wait_launches_the_cheapest_fitting_instance() {
     assert_eq!(l0[0].pool.metadata.name.as_deref(), Some("aws"));
 }
 
-/// A launch of one g6.xlarge (0.8048 USD/h) for `need` of queue `q`, as the executor took it.
-fn launch_of(need: &str) -> spillway_core::Launch {
-    spillway_core::Launch {
-        job: need.split_once('#').map_or(need, |(j, _)| j).into(),
-        queue: "q".into(),
-        need: need.into(),
-        offering: spillway_core::OfferingChoice {
-            pool: "aws".into(),
-            instance_type: "g6.xlarge".into(),
-            capacity_type: spillway_core::CapacityType::OnDemand,
-            region: "us-east-1".into(),
-            zone: "use1-az1".into(),
-            hourly_price: 0.8048,
-            gpus_per_instance: 1,
-        },
-        count: 1,
-    }
-}
-
 #[test]
 fn a_launching_need_is_provisioning_and_not_launched_again() {
     let mut i = bursting("0s", None);

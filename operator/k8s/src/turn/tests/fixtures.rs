@@ -248,6 +248,7 @@ impl Cloudy {
             zone: "us-east-1a".into(),
             state: InstanceState::Running,
             launched_at: launched,
+            placement_group: String::new(),
         });
         self.view.regions.insert(id.into(), "us-east-1".into());
     }
@@ -430,4 +431,24 @@ pub fn evictions(t: &Turn) -> Vec<(String, i64)> {
             _ => None,
         })
         .collect()
+}
+
+/// A launch of one g6.xlarge (0.8048 USD/h) for `need` of queue `q`, as the executor took it.
+pub fn launch_of(need: &str) -> spillway_core::Launch {
+    spillway_core::Launch {
+        job: need.split_once('#').map_or(need, |(j, _)| j).into(),
+        queue: "q".into(),
+        need: need.into(),
+        offering: spillway_core::OfferingChoice {
+            pool: "aws".into(),
+            instance_type: "g6.xlarge".into(),
+            capacity_type: spillway_core::CapacityType::OnDemand,
+            region: "us-east-1".into(),
+            zone: "use1-az1".into(),
+            hourly_price: 0.8048,
+            gpus_per_instance: 1,
+        },
+        count: 1,
+        together: false,
+    }
 }

@@ -11,6 +11,7 @@ mod interruptions;
 mod jobs;
 mod kept;
 mod objects;
+mod placement;
 mod pod_groups;
 mod reclaim;
 mod remote;
