@@ -132,6 +132,17 @@ fn a_required_gang_no_rack_could_ever_hold_is_never_private() {
         Outcome::StartCloud,
         Reason::NoPrivateCapacity,
     );
+    // Where it may not burst, it is rejected, and says why.
+    s.queues[0].burst.enabled = false;
+    let d = run(&s, 1).decision("ml/train").cloned().expect("decision");
+    assert_eq!(d.outcome, Outcome::Reject, "{}", d.message);
+    assert!(
+        d.message.starts_with(
+            "No spillway.io/rack domain could ever hold the whole gang (2 x 8 GPUs): the largest holds 1 of them."
+        ),
+        "{}",
+        d.message
+    );
 }
 
 #[test]
@@ -148,7 +159,14 @@ fn one_replica_ignores_the_wish_and_unlabelled_nodes_are_in_no_rack() {
     s.jobs = vec![gang("two", 2, true)];
     let plan = run(&s, 1);
     let d = plan.decision("ml/two").unwrap();
-    assert_ne!(d.outcome, Outcome::StartPrivate, "{}", d.message);
+    assert_eq!(d.outcome, Outcome::Reject, "{}", d.message);
+    assert!(
+        d.message.starts_with(
+            "No spillway.io/rack domain could ever hold the whole gang (2 x 8 GPUs): no node of its pools is in a spillway.io/rack domain."
+        ),
+        "{}",
+        d.message
+    );
     // Preferred: unlabelled nodes each count as a domain of their own.
     s.jobs = vec![gang("two", 2, false)];
     assert_eq!(nodes_of(&run(&s, 1), "two"), ["x1", "x2"]);

@@ -58,6 +58,8 @@ pub struct World {
     pub checkpoint_interval: Option<Duration>,
     /// Decide at every instant, never skipping one the last plan shows unchanged.
     pub decide_every_event: bool,
+    /// Bind every gang of more than one replica to one rack (`--private-topology`).
+    pub bind_gangs: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -185,6 +187,7 @@ impl<'a> Engine<'a> {
                         gpus: j.gpus * j.replicas,
                         runtime_s: j.runtime_s,
                         gpu_percent: j.gpu_percent,
+                        replicas: j.replicas.max(1),
                         ..Default::default()
                     })
                     .collect(),
@@ -301,6 +304,9 @@ impl<'a> Engine<'a> {
                 && plan.preemptions.is_empty()
                 && plan.moves.is_empty());
             self.apply_plan(plan, t);
+            if self.world.bind_gangs {
+                self.note_rack_waits();
+            }
             let changed = progressed || self.out.instances_launched != launched_before;
             if only_wakes && !changed && self.next_arrival >= self.trace.len() && self.running == 0
             {
@@ -367,6 +373,9 @@ impl<'a> Engine<'a> {
         self.ids.insert(id.clone(), i);
         let mut job = Job::new(id, queue, tj.gpus, Time::from_millis(t));
         job.replicas = tj.replicas.max(1);
+        if self.world.bind_gangs && job.replicas > 1 {
+            job.topology = Some(crate::topology::wish());
+        }
         job.priority = tj.priority;
         job.restartable = tj.restartable;
         if let Some(kind) = &tj.kind {
@@ -544,6 +553,21 @@ impl<'a> Engine<'a> {
         self.snap.instances_mut().retain(|x| x.id != id);
     }
 
+    /// Marks each bound gang that waits although its replicas would fit on the private nodes
+    /// if it could span racks.
+    fn note_rack_waits(&mut self) {
+        let snap = self.snap.snapshot();
+        for (p, job) in snap.jobs.iter().enumerate() {
+            if job.topology.is_some()
+                && matches!(job.state, JobState::Pending)
+                && crate::topology::held_by_racks(snap, job)
+                && let Some(&i) = self.trace_of.get(p)
+            {
+                self.out.jobs[i].waited_for_domain = true;
+            }
+        }
+    }
+
     fn apply_plan(&mut self, plan: Plan, t: i64) {
         for d in &plan.decisions {
             if d.outcome == spillway_core::Outcome::Reject
@@ -573,6 +597,10 @@ impl<'a> Engine<'a> {
             };
             let Some(p) = self.pos.get(i) else { continue };
             let g = self.snap.snapshot().jobs[p].gpus_per_replica;
+            if self.out.jobs[i].start_s.is_none() && self.out.jobs[i].replicas > 1 {
+                self.out.jobs[i].racks =
+                    crate::topology::racks_spanned(self.snap.snapshot(), start.nodes.iter());
+            }
             let environment = start.environment;
             let cloud = environment == spillway_core::Environment::Cloud;
             for n in &start.nodes {

@@ -18,6 +18,7 @@ mod seeded;
 pub mod setup;
 pub mod strategy;
 pub mod sweep;
+pub mod topology;
 pub mod trace;
 
 use std::time::Instant;
@@ -65,6 +66,10 @@ pub struct Options {
     /// jobs that just arrived cannot change it ([`spillway_core::Quiet`]). Results are the
     /// same either way (tests compare both); off, the replay skips those cycles.
     pub decide_every_event: bool,
+    /// Racks of the private nodes (`--private-topology`; the snapshot's nodes must be in them
+    /// already, [`topology::apply`]): each replay binds gangs to one rack, and is replayed again
+    /// ignoring racks for the summary's `topology` figures.
+    pub racks: Option<topology::Racks>,
 }
 
 impl Default for Options {
@@ -78,6 +83,7 @@ impl Default for Options {
             estimates: Estimates::Trace,
             checkpoint_interval: None,
             decide_every_event: false,
+            racks: None,
         }
     }
 }
@@ -143,12 +149,19 @@ pub fn replay(
         estimates,
         checkpoint_interval: options.checkpoint_interval,
         decide_every_event: options.decide_every_event,
+        bind_gangs: options.racks.is_some(),
     };
     let started = Instant::now();
     let outcome = engine::run_with_progress(&world, trace, policy, progress);
     let wall = started.elapsed().as_secs_f64();
-    (
-        report::summarize(&strategy.to_string(), &outcome, wall),
-        outcome,
-    )
+    let mut summary = report::summarize(&strategy.to_string(), &outcome, wall);
+    if let Some(racks) = options.racks {
+        let ignoring = World {
+            bind_gangs: false,
+            ..world
+        };
+        let other = engine::run_with_progress(&ignoring, trace, policy, &mut |_, _| {});
+        summary.topology = Some(report::summarize_topology(racks, &outcome, &other));
+    }
+    (summary, outcome)
 }

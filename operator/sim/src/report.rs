@@ -67,6 +67,9 @@ pub struct Summary {
     /// Trace jobs still running when the trace was cut that were left out of the replay
     /// (`spillway simulate --keep-censored` keeps them; then 0).
     pub censored_jobs_left_out: u64,
+    /// With `--private-topology`: what binding gangs to one rack cost them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topology: Option<TopologySummary>,
 }
 
 /// What one pool's jobs used over a replay.
@@ -88,7 +91,7 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-fn mean(v: &[f64]) -> f64 {
+pub(crate) fn mean(v: &[f64]) -> f64 {
     if v.is_empty() {
         0.0
     } else {
@@ -211,6 +214,7 @@ pub fn summarize(strategy: &str, out: &Outcome, wall_s: f64) -> Summary {
         cycles_skipped: out.cycles_skipped,
         makespan_s: round(makespan, 1),
         censored_jobs_left_out: 0,
+        topology: None,
     }
 }
 
@@ -230,7 +234,7 @@ fn utilization(out: &Outcome) -> (f64, f64) {
     (round(ratio, 3), round(idle / 3600.0, 2))
 }
 
-fn round(v: f64, digits: i32) -> f64 {
+pub(crate) fn round(v: f64, digits: i32) -> f64 {
     let f = 10f64.powi(digits);
     (v * f).round() / f
 }
@@ -341,6 +345,91 @@ fn aligned(cells: &[Vec<String>]) -> String {
             out.push_str(&"-".repeat(widths.iter().sum::<usize>() + 2 * (widths.len() - 1)));
             out.push('\n');
         }
+    }
+    out
+}
+
+/// What binding gangs to one rack cost them, against placement that ignores racks.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct TopologySummary {
+    /// `RACKSxNODES`.
+    pub racks: String,
+    /// Gangs of more than one replica: bound to one rack.
+    pub gangs: u64,
+    /// Of those, gangs that waited at some instant although the private nodes' free GPUs held
+    /// all of their replicas across racks: held back by the rack alone.
+    pub gangs_waited_for_rack: u64,
+    /// The gangs' mean and 95th-percentile wait, seconds, bound to one rack...
+    pub gang_avg_wait_s: f64,
+    pub gang_p95_wait_s: f64,
+    /// ...and in the replay that ignores racks.
+    pub ignoring_gang_avg_wait_s: f64,
+    pub ignoring_gang_p95_wait_s: f64,
+    /// Gangs whose private placement spanned more than one rack in the replay that ignores
+    /// racks (in the bound replay, none can).
+    pub ignoring_split_gangs: u64,
+    /// The whole trace's mean wait, bound and ignoring racks.
+    pub avg_wait_s: f64,
+    pub ignoring_avg_wait_s: f64,
+}
+
+/// The gangs' waits (sorted) and the whole trace's mean wait.
+fn gang_waits(out: &Outcome) -> (Vec<f64>, f64) {
+    let mut gangs: Vec<f64> = out
+        .jobs
+        .iter()
+        .filter(|j| j.replicas > 1)
+        .filter_map(|j| j.start_s.map(|s| (s - j.arrival_s).max(0.0)))
+        .collect();
+    gangs.sort_by(f64::total_cmp);
+    let all = waits(out);
+    (gangs, mean(&all))
+}
+
+/// The figures of a bound replay and the replay of the same trace ignoring racks.
+pub fn summarize_topology(
+    racks: crate::topology::Racks,
+    bound: &Outcome,
+    ignoring: &Outcome,
+) -> TopologySummary {
+    let (b, b_all) = gang_waits(bound);
+    let (i, i_all) = gang_waits(ignoring);
+    let r = |x: f64| round(x, 1);
+    TopologySummary {
+        racks: racks.to_string(),
+        gangs: bound.jobs.iter().filter(|j| j.replicas > 1).count() as u64,
+        gangs_waited_for_rack: bound.jobs.iter().filter(|j| j.waited_for_domain).count() as u64,
+        gang_avg_wait_s: r(mean(&b)),
+        gang_p95_wait_s: r(percentile(&b, 95.0)),
+        ignoring_gang_avg_wait_s: r(mean(&i)),
+        ignoring_gang_p95_wait_s: r(percentile(&i, 95.0)),
+        ignoring_split_gangs: ignoring
+            .jobs
+            .iter()
+            .filter(|j| j.replicas > 1 && j.racks > 1)
+            .count() as u64,
+        avg_wait_s: r(b_all),
+        ignoring_avg_wait_s: r(i_all),
+    }
+}
+
+/// One line per row with `--private-topology` figures: what binding gangs to a rack cost.
+pub fn topology_lines(rows: &[Summary]) -> String {
+    let mut out = String::new();
+    for r in rows {
+        let Some(t) = &r.topology else { continue };
+        out.push_str(&format!(
+            "racks {} ({}): {} gangs bound to one rack, {} waited for one (gang wait mean {:.0} s, p95 {:.0} s); ignoring racks: mean {:.0} s, p95 {:.0} s, {} gangs split across racks\n",
+            t.racks,
+            r.strategy,
+            t.gangs,
+            t.gangs_waited_for_rack,
+            t.gang_avg_wait_s,
+            t.gang_p95_wait_s,
+            t.ignoring_gang_avg_wait_s,
+            t.ignoring_gang_p95_wait_s,
+            t.ignoring_split_gangs,
+        ));
     }
     out
 }

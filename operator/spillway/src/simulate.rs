@@ -27,6 +27,12 @@ pub struct SimulateArgs {
     /// Private inventory as NODESxGPUS[:MODEL], for example 4x8 or 2x8:H100.
     #[arg(long, value_name = "NODESxGPUS[:MODEL]")]
     private_gpus: Option<String>,
+    /// Racks of the private nodes, RACKSxNODES such as 4x2 (in inventory order; they must
+    /// hold every private node): each gang of more than one replica is bound to one rack
+    /// (spec.topology.required), and each strategy is replayed again ignoring racks, to report
+    /// how often gangs waited for a rack against placement that splits them.
+    #[arg(long, value_name = "RACKSxNODES")]
+    private_topology: Option<String>,
     /// The NVIDIA driver and CUDA versions of the private nodes, DRIVER/CUDA such as
     /// 535.104.05/12.2 (either may be empty), for jobs with requirements (the trace's
     /// min_driver_version, min_cuda_version columns). Default: unknown, which meets none.
@@ -218,6 +224,17 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode, InputError> {
     };
     let mut base = setup::snapshot(manifests.as_ref(), &inventory, &rows).map_err(InputError)?;
     setup::add_remote_clusters(&mut base, &args.remote_cluster).map_err(InputError)?;
+    let racks = args
+        .private_topology
+        .as_deref()
+        .map(|s| {
+            let racks: spillway_sim::topology::Racks = s
+                .parse()
+                .map_err(|e| InputError(format!("--private-topology {e}")))?;
+            spillway_sim::topology::apply(&mut base, racks).map_err(InputError)?;
+            Ok(racks)
+        })
+        .transpose()?;
     let environment = |flag: &str, v: &Option<String>| {
         v.as_deref()
             .map(|s| {
@@ -271,6 +288,7 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode, InputError> {
         spot_interruptions_per_hour: args.spot_interruption_rate,
         interruption_warning,
         checkpoint_interval,
+        racks,
         ..Options::default()
     };
     if args.sweep {
@@ -352,6 +370,7 @@ fn simulate(args: SimulateArgs) -> Result<ExitCode, InputError> {
             jobs.len()
         );
         print!("{}", report::table(&summaries));
+        print!("{}", report::topology_lines(&summaries));
     }
     if let (Some(path), Some((_, out))) = (&args.jobs_out, runs.first()) {
         let start = trace_start.unwrap_or_else(|| {

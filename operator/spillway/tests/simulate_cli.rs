@@ -677,3 +677,74 @@ fn replays_honour_requirements_against_each_sides_environment() {
         String::from_utf8_lossy(&bad.stderr)
     );
 }
+
+#[test]
+fn private_topology_reports_what_binding_gangs_to_a_rack_costs() {
+    let dir = tmp("topology");
+    let trace = dir.join("gangs.csv");
+    std::fs::write(
+        &trace,
+        "job_id,arrival_s,runtime_s,num_gpus,replicas\n\
+         a,0,50,8,1\nb,0,1000,8,1\nc,0,1000,8,1\ngang,100,300,8,2\n",
+    )
+    .unwrap();
+    let args = [
+        "simulate",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--private-gpus",
+        "4x8",
+        "--private-topology",
+        "2x2",
+        "--strategy",
+        "never-burst",
+    ];
+    let out = spillway(&[&args[..], &["--json"]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let t = &json[0]["topology"];
+    assert_eq!(t["racks"], "2x2", "{json}");
+    assert_eq!(t["gangs"], 1);
+    assert_eq!(t["gangs_waited_for_rack"], 1);
+    assert_eq!(t["gang_avg_wait_s"], 900.0);
+    assert_eq!(t["ignoring_split_gangs"], 1);
+    let out = spillway(&args);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("racks 2x2 (never-burst): 1 gangs bound to one rack, 1 waited for one"),
+        "{text}"
+    );
+    // Racks that do not hold the inventory: exit 2, saying why.
+    let out = spillway(&[
+        "simulate",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--private-gpus",
+        "5x8",
+        "--private-topology",
+        "2x2",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--private-topology 2x2 puts 4 nodes in racks"),
+        "{err}"
+    );
+    // Without the flag the JSON has no topology key.
+    let out = spillway(&[
+        "simulate",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--private-gpus",
+        "4x8",
+        "--strategy",
+        "never-burst",
+        "--json",
+    ]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(json[0].get("topology").is_none(), "{json}");
+}

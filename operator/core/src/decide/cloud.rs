@@ -27,12 +27,17 @@ impl<'a> Cycle<'a> {
         let blocker = self.cloud_blocker(job, w.effects());
         if let Some((reason, message, rule)) = blocker {
             if w.never_private || forced.is_some() {
-                let why = if forced.is_some() {
-                    "it may not run privately"
-                } else {
-                    "no private node could ever hold it"
-                };
-                let message = self.say(|| format!("{message} It cannot run anywhere: {why}."));
+                let message = self.say(|| match (&forced, &w.topology_unfit) {
+                    (None, Some(topology)) => {
+                        format!("{topology} {message} It cannot run anywhere.")
+                    }
+                    (Some(_), _) => {
+                        format!("{message} It cannot run anywhere: it may not run privately.")
+                    }
+                    (None, None) => format!(
+                        "{message} It cannot run anywhere: no private node could ever hold it."
+                    ),
+                });
                 self.decide_job(job, Outcome::Reject, Reason::NeverFits, message, rule);
             } else {
                 self.wait(job, &w, reason, message, rule, None);
@@ -365,8 +370,19 @@ impl<'a> Cycle<'a> {
                         && !wants_cloud
                         && self.could_ever_fit_remote(job, queue))
                 {
-                    self.decide_job(job, Outcome::Reject, Reason::NeverFits,
-                        format!("No private node and no cloud offering could ever hold one replica of {} GPUs{}.", job.gpus_per_replica, models_text(job)), None);
+                    let message = match &w.topology_unfit {
+                        Some(topology) => format!(
+                            "{topology} No cloud offering could ever hold one replica of {} GPUs{}.",
+                            job.gpus_per_replica,
+                            models_text(job)
+                        ),
+                        None => format!(
+                            "No private node and no cloud offering could ever hold one replica of {} GPUs{}.",
+                            job.gpus_per_replica,
+                            models_text(job)
+                        ),
+                    };
+                    self.decide_job(job, Outcome::Reject, Reason::NeverFits, message, None);
                 } else {
                     let message =
                         self.say(|| format!("The job {trigger_text}, but cannot burst: {message}"));

@@ -183,8 +183,9 @@ impl<'a> Cycle<'a> {
                         None
                     }
                     TopologyFit::NoRoom => None,
-                    TopologyFit::Never => {
+                    TopologyFit::Never(message) => {
                         w.never_private = true;
+                        w.topology_unfit = Some(message);
                         waiting.push(w);
                         continue;
                     }

@@ -27,8 +27,9 @@ pub(super) enum TopologyFit {
     Fits(Vec<(Vec<usize>, Vec<String>)>),
     /// A required domain: none holds it now (the message says which is the largest).
     Unfit(String),
-    /// A required domain: none could hold it even with every job gone.
-    Never,
+    /// A required domain: none could hold it even with every job gone (the message says so,
+    /// and how many replicas the largest could hold).
+    Never(String),
     /// Preferred: not enough free GPUs anywhere.
     NoRoom,
 }
@@ -107,10 +108,21 @@ impl<'a> Cycle<'a> {
                 .iter()
                 .filter(|(_, d)| d.capacity >= job.replicas)
                 .max_by_key(|(key, d)| (d.free, Reverse(**key)));
-            let Some((key, d)) = largest else {
-                return TopologyFit::Never;
-            };
             let level = &wish.level;
+            let Some((key, d)) = largest else {
+                let most = domains.values().map(|d| d.capacity).max().unwrap_or(0);
+                return TopologyFit::Never(self.say(|| {
+                    let held = if domains.is_empty() {
+                        format!("no node of its pools is in a {level} domain")
+                    } else {
+                        format!("the largest holds {most} of them")
+                    };
+                    format!(
+                        "No {level} domain could ever hold the whole gang ({} x {g} GPUs): {held}.",
+                        job.replicas
+                    )
+                }));
+            };
             let name = key.1;
             return TopologyFit::Unfit(self.say(|| {
                 format!(

@@ -19,6 +19,11 @@ pub struct JobRecord {
     pub moves: u32,
     /// How busy its GPUs were (percent), when the trace says.
     pub gpu_percent: Option<f64>,
+    pub replicas: u32,
+    /// Waited at least once for one domain with room for the whole gang (`TopologyUnfit`).
+    pub waited_for_domain: bool,
+    /// Racks its first start spanned (`--private-topology`; 0 without racks).
+    pub racks: u32,
 }
 
 /// A point of the time series.
