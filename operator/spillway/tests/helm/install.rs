@@ -140,6 +140,9 @@ pub struct LocalOperator {
     child: Child,
     pub log: PathBuf,
     pub metrics_port: u16,
+    /// The proxy in front of moto its EC2 calls go through: it serves the placement groups
+    /// moto lacks (`spillway_tests::placement`).
+    _ec2: spillway_tests::faults::FaultProxy,
 }
 
 impl LocalOperator {
@@ -187,7 +190,10 @@ impl LocalOperator {
             }
         }
         let moto = MotoServer::shared().await;
-        cmd.env("AWS_ENDPOINT_URL_EC2", &moto.endpoint)
+        let ec2 = spillway_tests::faults::FaultProxy::start(&moto.endpoint)
+            .await
+            .expect("the EC2 proxy");
+        cmd.env("AWS_ENDPOINT_URL_EC2", &ec2.endpoint)
             .env("AWS_ACCESS_KEY_ID", "testing")
             .env("AWS_SECRET_ACCESS_KEY", "testing")
             .env("AWS_REGION", "us-east-1")
@@ -199,6 +205,7 @@ impl LocalOperator {
             child,
             log,
             metrics_port,
+            _ec2: ec2,
         }
     }
 
