@@ -287,6 +287,7 @@ impl CloudError {
             }
             c if c.starts_with("Invalid")
                 || c.starts_with("Missing")
+                || c == "IdempotentParameterMismatch"
                 || c == "UnauthorizedOperation"
                 || c == "AuthFailure"
                 || c == "OptInRequired" =>

@@ -574,14 +574,17 @@ impl Cloud {
         let now = crate::clock::now();
         // EC2 answers a token it has seen with that launch's instances, even once they are
         // gone: a need launched again after its instances were terminated (by the collector,
-        // or idle) would get them back, dead, and wait for them. Such an answer spends the
-        // token; the need's next launch asks under a new one.
+        // or idle) would get them back, dead, and wait for them; and it refuses the token
+        // outright (`IdempotentParameterMismatch`) when the need is launched again otherwise
+        // (another offering, new user data). Either answer spends the token; the need's next
+        // launch asks under a new one.
         let spent = match &result {
             Ok(list) => {
                 let st = self.state();
                 list.iter()
                     .any(|i| i.state.is_gone() || st.retired.contains_key(&i.id))
             }
+            Err(CloudError::Refused { code, .. }) => code == "IdempotentParameterMismatch",
             Err(_) => false,
         };
         let result = if spent {

@@ -516,6 +516,46 @@ async fn a_need_launched_again_after_its_instances_were_terminated_asks_under_a_
     assert_eq!(c.view(&regions).instances.len(), 1);
 }
 
+/// EC2 refuses a token a launch with other parameters used (`IdempotentParameterMismatch`: the
+/// need launched again with new user data, or into another offering): the token is spent, the
+/// offering is not to blame, and the next launch asks under a new token.
+#[tokio::test]
+async fn a_token_refused_for_other_parameters_is_spent_not_the_offerings_fault() {
+    let fake = Arc::new(Fake {
+        fail_with: Some(CloudError::from_code(
+            "IdempotentParameterMismatch",
+            "the client token was used by a request with other parameters",
+        )),
+        ..Fake::default()
+    });
+    let c = cloud(fake.clone());
+    let pools = vec![pool("on-demand")];
+    let regions = ["us-east-1".to_string()].into_iter().collect();
+    c.refresh(&pools).await;
+    let err = c
+        .launch(&pools[0], &launch("ns/j#0"), None, &Notify::new())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("new token"), "{err}");
+    let view = c.view(&regions);
+    assert!(view.launching.is_empty(), "EC2 did nothing");
+    assert!(view.cooldowns.is_empty(), "the offering is not to blame");
+    let _ = c
+        .launch(&pools[0], &launch("ns/j#0"), None, &Notify::new())
+        .await;
+    let tokens: Vec<String> = fake
+        .launches
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.client_token())
+        .collect();
+    assert_ne!(
+        tokens[0], tokens[1],
+        "a new token once the first was refused"
+    );
+}
+
 /// A pool that states no `aws.environment` promises what its image's tags say; one that states
 /// it is believed over the tags, field by field.
 #[tokio::test]
