@@ -160,14 +160,7 @@ fn live_states() -> Filter {
 }
 
 fn to_cloud_instance(i: &aws_sdk_ec2::types::Instance) -> Option<CloudInstance> {
-    let tag = |k: &str| {
-        i.tags()
-            .iter()
-            .find(|t| t.key() == Some(k))
-            .and_then(|t| t.value())
-            .unwrap_or_default()
-            .to_string()
-    };
+    let tag = |k: &str| tag_value(i.tags(), k);
     let state = match i.state().and_then(|s| s.name()) {
         Some(InstanceStateName::Pending) => InstanceState::Pending,
         Some(InstanceStateName::Running) => InstanceState::Running,
@@ -209,6 +202,15 @@ fn to_cloud_instance(i: &aws_sdk_ec2::types::Instance) -> Option<CloudInstance> 
             .or_else(|| i.placement()?.group_name().map(str::to_string))
             .unwrap_or_default(),
     })
+}
+
+/// The value of tag `key` among `tags` (empty when it is missing).
+fn tag_value(tags: &[Tag], key: &str) -> String {
+    tags.iter()
+        .find(|t| t.key() == Some(key))
+        .and_then(|t| t.value())
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// The tags Spillway puts on what it makes for one launch (instances, placement groups).
@@ -556,14 +558,7 @@ impl CloudProvider for Ec2Provider {
                 .placement_groups()
                 .iter()
                 .filter_map(|g| {
-                    let tag = |k: &str| {
-                        g.tags()
-                            .iter()
-                            .find(|t| t.key() == Some(k))
-                            .and_then(|t| t.value())
-                            .unwrap_or_default()
-                            .to_string()
-                    };
+                    let tag = |k: &str| tag_value(g.tags(), k);
                     Some(PlacementGroup {
                         name: g.group_name()?.to_string(),
                         need: tag(tags::NEED),
