@@ -88,6 +88,7 @@ pub fn pool(p: &ComputePool) -> Result<core::Pool, FieldErrors> {
         max_gpus: limits.max_gpus.map(|v| v.max(0) as u32),
         max_hourly_usd: limits.max_hourly_usd,
         idle_timeout: duration(&spec.idle_timeout),
+        refuses_copies: None,
     })
 }
 
@@ -159,10 +160,16 @@ pub fn job(j: &GpuJob, queued_at: core::Time) -> Result<core::Job, FieldErrors> 
             .unwrap_or_default(),
         labels: j.metadata.labels.clone().unwrap_or_default(),
         not_portable: match &spec.workload_ref {
-            Some(w) => Some(format!(
-                "it runs a {} ({}): Spillway does not create workloads in other clusters yet",
-                w.kind, w.api_version
-            )),
+            Some(w) => match (j.metadata.annotations.as_ref())
+                .and_then(|a| a.get(crate::job::PORTABILITY_ANNOTATION))
+            {
+                Some(v) if v == crate::job::PORTABLE => None,
+                Some(why) => Some(why.clone()),
+                None => Some(format!(
+                    "whether its {} ({}) can run elsewhere is not checked yet",
+                    w.kind, w.api_version
+                )),
+            },
             None => crate::portable::problem(spec.pod_spec()),
         },
         kind: spec

@@ -197,6 +197,14 @@ pub const CHECKPOINT_ANNOTATION: &str = "spillway.io/checkpoint-time";
 /// where the queue allows it (`spec.idle.allowExempt`).
 pub const IDLE_EXEMPT_ANNOTATION: &str = "spillway.io/idle-exempt";
 
+/// On a GpuJob that stands for a workload, written by the operator: whether a copy of the
+/// workload may run in another cluster: [`PORTABLE`], else why not. A GpuJob without it (made
+/// by an operator from before it) is placed in no other cluster until the operator writes it.
+pub const PORTABILITY_ANNOTATION: &str = "spillway.io/portability";
+
+/// The value of [`PORTABILITY_ANNOTATION`] for a workload a cluster pool may run a copy of.
+pub const PORTABLE: &str = "portable";
+
 /// The largest gang one GpuJob may ask for: 1,024 pods (16,384 GPUs at 16 per pod).
 pub const MAX_REPLICAS: i32 = 1024;
 

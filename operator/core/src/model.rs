@@ -145,6 +145,9 @@ pub struct Pool {
     pub max_gpus: Option<u32>,
     pub max_hourly_usd: Option<f64>,
     pub idle_timeout: Duration,
+    /// Why a cluster pool takes no copy of a workload (a job whose `kind` is not `GpuJob`):
+    /// the operator cannot watch or create them there. `None`: it takes them.
+    pub refuses_copies: Option<String>,
 }
 
 impl Pool {
@@ -158,6 +161,7 @@ impl Pool {
             max_gpus: None,
             max_hourly_usd: None,
             idle_timeout: Duration::from_secs(600),
+            refuses_copies: None,
         }
     }
 
@@ -172,6 +176,7 @@ impl Pool {
             max_gpus: None,
             max_hourly_usd: None,
             idle_timeout: Duration::from_secs(600),
+            refuses_copies: None,
         }
     }
 

@@ -350,3 +350,34 @@ fn moving_data_to_a_cluster_costs_egress_unless_a_copy_is_there() {
         Reason::RemoteCapacity,
     );
 }
+
+#[test]
+fn a_pool_that_refuses_copies_takes_gpu_jobs_but_no_workload() {
+    let mut s = with_remotes();
+    s.pools
+        .iter_mut()
+        .find(|p| p.name == "far")
+        .expect("far")
+        .refuses_copies = Some("its Jobs cannot be watched".into());
+    let mut workload = job("w", 4, 0);
+    workload.kind = "Job".into();
+    s.jobs = vec![workload, job("g", 4, 1)];
+    let plan = run(&s, 16);
+    // The batch Job skips the cheaper pool that refuses copies; the GpuJob takes it.
+    assert_eq!(start_of(&plan, "w").pool, "near");
+    assert_eq!(start_of(&plan, "g").pool, "far");
+    // With no other cluster, the workload is told why.
+    s.pools.retain(|p| p.name != "near");
+    s.nodes.retain(|n| n.pool != "near");
+    s.jobs.truncate(1);
+    s.queues[0].burst.pools = vec!["far".into()];
+    let plan = run(&s, 16);
+    let d = plan.decision("ml/w").expect("decision");
+    assert_eq!(d.reason, Reason::NotPortable, "{d:?}");
+    assert!(
+        d.message
+            .contains("pool far takes no copy of a Job: its Jobs cannot be watched"),
+        "{}",
+        d.message
+    );
+}

@@ -179,6 +179,22 @@ pub enum Action {
         uid: String,
         grace_seconds: Option<i64>,
     },
+    /// Creates a workload's copy (a batch Job) in the other cluster of cluster pool `pool` (an
+    /// existing copy of that name for the same job, cluster and attempt counts as done). A
+    /// failure drops the start's assumption.
+    CreateRemoteCopy {
+        pool: String,
+        job: String,
+        copy: Box<k8s_openapi::api::batch::v1::Job>,
+    },
+    /// Deletes a workload's copy in the other cluster of `pool`, only if it is still the one
+    /// with `uid`; its pods go with it (gone already is done).
+    DeleteRemoteCopy {
+        pool: String,
+        namespace: String,
+        name: String,
+        uid: String,
+    },
     /// Writes a Secret (the identity tokens of the pool's jobs) in the other cluster of
     /// `pool`, by server-side apply.
     ApplyRemoteSecret { pool: String, secret: SecretApply },
@@ -269,6 +285,8 @@ impl Action {
             Action::DeletePod { .. } => ActionKind::DeletePod,
             Action::CreateRemotePod { .. } => ActionKind::CreateRemotePod,
             Action::DeleteRemotePod { .. } => ActionKind::DeleteRemotePod,
+            Action::CreateRemoteCopy { .. } => ActionKind::CreateRemoteCopy,
+            Action::DeleteRemoteCopy { .. } => ActionKind::DeleteRemoteCopy,
             Action::ApplyRemoteSecret { .. } => ActionKind::ApplyRemoteSecret,
             Action::DeleteRemoteSecret { .. } => ActionKind::DeleteRemoteSecret,
             Action::EvictPod { .. } => ActionKind::EvictPod,
@@ -328,6 +346,20 @@ impl Action {
                 name,
                 ..
             } => Key::new("RemotePod", format!("{pool}/{namespace}/{name}")),
+            Action::CreateRemoteCopy { pool, copy, .. } => Key::new(
+                "RemoteCopy",
+                format!(
+                    "{pool}/{}/{}",
+                    copy.metadata.namespace.as_deref().unwrap_or_default(),
+                    copy.metadata.name.as_deref().unwrap_or_default()
+                ),
+            ),
+            Action::DeleteRemoteCopy {
+                pool,
+                namespace,
+                name,
+                ..
+            } => Key::new("RemoteCopy", format!("{pool}/{namespace}/{name}")),
             Action::ApplyRemoteSecret { pool, secret } => Key::new(
                 "RemoteSecret",
                 format!("{pool}/{}/{}", secret.namespace(), secret.name()),
@@ -404,7 +436,9 @@ impl Action {
     /// The job id (`namespace/name`) an action is for, when it is for one.
     pub fn job(&self) -> Option<&str> {
         match self {
-            Action::CreatePod { job, .. } | Action::CreateRemotePod { job, .. } => Some(job),
+            Action::CreatePod { job, .. }
+            | Action::CreateRemotePod { job, .. }
+            | Action::CreateRemoteCopy { job, .. } => Some(job),
             Action::PatchWorkload(p) => p.job.as_deref(),
             Action::Launch(l) => Some(&l.launch.job),
             _ => None,

@@ -4,6 +4,8 @@
 //! more. Outcomes that mean the work is done count as success: a pod that already exists
 //! (created before a restart), a pod, node or job already gone.
 
+mod remote;
+
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -107,48 +109,6 @@ impl KubeEffects {
             Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
                 self.metrics.api_write("pod", true);
                 Ok(())
-            }
-            r => self.wrote("pod", r, &[]),
-        }
-    }
-
-    /// Creates a pod in another cluster. A pod of that name there already is this one when it
-    /// carries the same job uid, home cluster, attempt and replica (made before a restart);
-    /// anything else is refused, not taken for it.
-    async fn create_remote_pod(
-        &self,
-        client: &Client,
-        pod: &Pod,
-        fence: &Fence,
-    ) -> Result<(), Error> {
-        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-        let name = pod.metadata.name.as_deref().unwrap_or_default();
-        let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-        let params = PostParams {
-            field_manager: Some(labels::FIELD_MANAGER.into()),
-            ..PostParams::default()
-        };
-        fence.check()?;
-        match api.create(&params, pod).await {
-            Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
-                fence.check()?;
-                let there = api.get(name).await.map_err(Error::Kube)?;
-                let same = [
-                    labels::JOB_UID_LABEL,
-                    labels::HOME_CLUSTER_LABEL,
-                    labels::ATTEMPT_LABEL,
-                    labels::REPLICA_LABEL,
-                ]
-                .iter()
-                .all(|k| there.labels().get(*k) == pod.labels().get(*k));
-                self.metrics.api_write("pod", same);
-                if same {
-                    Ok(())
-                } else {
-                    Err(Error::Taken(format!(
-                        "pod {namespace}/{name} exists there and is not this replica's"
-                    )))
-                }
             }
             r => self.wrote("pod", r, &[]),
         }
@@ -507,6 +467,20 @@ impl Effects for KubeEffects {
                 } => {
                     let client = self.remote(pool)?;
                     self.delete_pod(&client, namespace, name, uid, *grace_seconds, fence)
+                        .await
+                }
+                Action::CreateRemoteCopy { pool, copy, .. } => {
+                    self.create_remote_copy(&self.remote(pool)?, copy, fence)
+                        .await
+                }
+                Action::DeleteRemoteCopy {
+                    pool,
+                    namespace,
+                    name,
+                    uid,
+                } => {
+                    let client = self.remote(pool)?;
+                    self.delete_remote_copy(&client, (namespace, name, uid), fence)
                         .await
                 }
                 Action::ApplyRemoteSecret { pool, secret } => {

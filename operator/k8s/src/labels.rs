@@ -34,6 +34,9 @@ pub const JOB_NAMESPACE_LABEL: &str = "spillway.io/job-namespace";
 /// cluster's id ([`crate::remote::view::home_cluster_id`]). Only what carries this cluster's
 /// id is collected as garbage: several home clusters may share a namespace there.
 pub const HOME_CLUSTER_LABEL: &str = "spillway.io/home-cluster";
+/// On a workload's copy in another cluster: the workload it copies,
+/// `<home namespace>/<Kind>/<name>`.
+pub const WORKLOAD_ANNOTATION: &str = "spillway.io/workload";
 /// On the home view of a pod in another cluster (never written): the cluster pool it is in.
 pub const CLUSTER_ANNOTATION: &str = "spillway.io/cluster";
 /// On the home view of a pod in another cluster (never written): its namespace there.

@@ -11,6 +11,7 @@ mod rayjobs;
 mod reclaim;
 mod remote;
 mod remote_isolation;
+mod remote_workloads;
 mod telemetry;
 mod topology;
 mod trainjobs;

@@ -239,7 +239,7 @@ async fn pool_condition(w: &World, pool: &str, type_: &str) -> Option<(String, S
         .map(|c| (c.status, c.reason, c.message))
 }
 
-async fn wait_pool_ready(w: &World, pool: &str, want: (&str, &str)) -> String {
+pub(crate) async fn wait_pool_ready(w: &World, pool: &str, want: (&str, &str)) -> String {
     eventually(
         Duration::from_secs(90),
         &format!("pool {pool} Ready {want:?}"),
@@ -263,7 +263,7 @@ fn env_of(pod: &Pod, name: &str) -> Option<String> {
 }
 
 /// A burst queue of the test that may spill to `pools`, in that order, at once.
-async fn burst_queue(w: &World, pools: &[&str]) -> String {
+pub(crate) async fn burst_queue(w: &World, pools: &[&str]) -> String {
     let name = format!("{}-burst", w.ns);
     w.create_queue(
         &name,

@@ -17,7 +17,13 @@ use crate::world::World;
 
 /// A batch Job of `parallelism` pods of 4 GPUs that run `seconds` each; labelled with `queue`
 /// when given.
-fn batch_job(name: &str, queue: Option<&str>, parallelism: i32, seconds: u32, gpus: u32) -> Job {
+pub(crate) fn batch_job(
+    name: &str,
+    queue: Option<&str>,
+    parallelism: i32,
+    seconds: u32,
+    gpus: u32,
+) -> Job {
     let labels = queue
         .map(|q| json!({"spillway.io/queue": q}))
         .unwrap_or(json!({}));

@@ -176,6 +176,16 @@ impl<'a> Cycle<'a> {
             else {
                 continue;
             };
+            if let Some(why) = pool
+                .refuses_copies
+                .as_ref()
+                .filter(|_| job.kind != "GpuJob")
+            {
+                exclude(self, Reason::NotPortable, None, &|| {
+                    format!("pool {} takes no copy of a {}: {why}", pool.name, job.kind)
+                });
+                continue;
+            }
             if let Some(r) = &effects.regions
                 && !location.as_ref().is_some_and(|l| r.value.contains(l))
             {
@@ -300,12 +310,14 @@ impl<'a> Cycle<'a> {
             }
             return Ok(());
         }
-        // The most telling exclusion: budget, then limits, then caps, then rules.
+        // The most telling exclusion: budget, then limits, then caps, then rules, then a pool
+        // that takes no copy of this kind.
         for reason in [
             Reason::BudgetExhausted,
             Reason::PoolLimitReached,
             Reason::OverCostCap,
             Reason::ForbiddenByPolicy,
+            Reason::NotPortable,
         ] {
             if let Some(e) = excluded.iter().find(|(r, _, _)| *r == reason) {
                 return Err(Some(e.clone()));

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use spillway_core::Time;
 
@@ -31,6 +32,10 @@ pub struct RemoteCluster {
     pub nodes: Vec<Arc<Node>>,
     /// Spillway's pods there (labelled with their job's uid), as that cluster has them.
     pub pods: Vec<Arc<Pod>>,
+    /// Spillway's copies of workloads there (batch Jobs labelled with their job's uid).
+    pub jobs: Vec<Arc<Job>>,
+    /// Why its Jobs cannot be read (not listed yet, or the watch fails): it then takes no copy.
+    pub jobs_problem: Option<String>,
     /// A place the pool no longer uses (the pool was deleted, or its kubeconfig now names
     /// another server, or its `namespace` changed), watched until this cluster's pods there
     /// are gone: `pool` is then `<pool>#<n>`, the key its deletions go through.

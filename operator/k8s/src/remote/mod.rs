@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -36,14 +37,18 @@ use crate::labels;
 /// What the watches of one connection have seen.
 #[derive(Debug, Default)]
 struct Health {
-    /// Both caches have listed at least once.
-    listed: [bool; 2],
+    /// The nodes' and the pods' caches have listed at least once (the connection's state), and
+    /// the Jobs' (copies of workloads may be sent there).
+    listed: [bool; 3],
+    /// Why the Jobs' cache fails, while it does (the worker Role of an older chart grants no
+    /// Jobs): the pool then takes no copy of a workload, and its state is left alone.
     /// The first failure of the watches' current run of failures.
     failing_since: Option<Time>,
     error: Option<String>,
     /// The first failure of the probe's current run of failures, and its error: a watch can
     /// sit on a dead connection without an error for a while, the probe cannot.
     probe_failing: Option<(Time, String)>,
+    jobs_error: Option<String>,
 }
 
 impl Health {
@@ -70,6 +75,7 @@ struct Connection {
     client: Option<Client>,
     nodes: Option<Store<Node>>,
     pods: Option<Store<Pod>>,
+    jobs: Option<Store<Job>>,
     health: Arc<Mutex<Health>>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -181,7 +187,7 @@ impl Remotes {
 impl Connection {
     fn view(&self, key: &str, retiring: bool) -> RemoteCluster {
         let h = self.health.lock().unwrap_or_else(|p| p.into_inner());
-        let listed = h.listed.iter().all(|l| *l);
+        let listed = h.listed[0] && h.listed[1];
         let state = match (h.failing(), listed) {
             (None, true) => RemoteState::Connected,
             (Some((since, error)), true) => RemoteState::Unreachable { since, error },
@@ -195,6 +201,12 @@ impl Connection {
             state,
             nodes: self.nodes.as_ref().map(|s| s.state()).unwrap_or_default(),
             pods: self.pods.as_ref().map(|s| s.state()).unwrap_or_default(),
+            jobs: self.jobs.as_ref().map(|s| s.state()).unwrap_or_default(),
+            jobs_problem: match (&h.jobs_error, h.listed[2]) {
+                (Some(e), _) => Some(format!("its Jobs cannot be watched there: {e}")),
+                (None, false) => Some("its Jobs are not listed yet".into()),
+                (None, true) => None,
+            },
             retiring,
         }
     }
@@ -271,6 +283,7 @@ async fn connect(
             client: None,
             nodes: None,
             pods: None,
+            jobs: None,
             health: Arc::new(Mutex::new(Health {
                 failing_since: Some(now()),
                 error: Some(error),
@@ -371,6 +384,14 @@ async fn connect(
         changed.clone(),
         &mut tasks,
     );
+    let jobs = watch(
+        Api::namespaced(client.clone(), &spec.namespace),
+        watcher::Config::default().labels(labels::JOB_UID_LABEL),
+        |j: &mut Job| j.metadata.managed_fields = None,
+        (2, health.clone()),
+        changed.clone(),
+        &mut tasks,
+    );
     tasks.push(tokio::spawn(probe(
         client.clone(),
         health.clone(),
@@ -382,6 +403,7 @@ async fn connect(
         client: Some(client),
         nodes: Some(nodes),
         pods: Some(pods),
+        jobs: Some(jobs),
         health,
         tasks,
     })
@@ -516,6 +538,30 @@ where
         let mut stream = std::pin::pin!(stream);
         while let Some(item) = stream.next().await {
             let mut h = health.lock().unwrap_or_else(|p| p.into_inner());
+            if slot == 2 {
+                // The Jobs' cache: its failures are its own (see `Health::jobs_error`).
+                let was = h.jobs_error.is_some();
+                match item {
+                    Ok(e) => {
+                        h.jobs_error = None;
+                        let done = matches!(e, watcher::Event::InitDone);
+                        h.listed[2] |= done;
+                        if was
+                            || done
+                            || matches!(e, watcher::Event::Apply(_) | watcher::Event::Delete(_))
+                        {
+                            changed.notify_one();
+                        }
+                    }
+                    Err(e) => {
+                        h.jobs_error = Some(e.to_string());
+                        if !was {
+                            changed.notify_one();
+                        }
+                    }
+                }
+                continue;
+            }
             match item {
                 Ok(e) => {
                     let was_failing = h.failing_since.take().is_some();

@@ -52,6 +52,19 @@ pub fn remote_pod_name(job: &str, uid: &str, attempt: u32, replica: u32) -> Stri
     format!("{head}{tail}")
 }
 
+/// The name of a workload's copy in another cluster: the job's name (shortened so that the
+/// Job controller's label of the copy's name on its pods fits 63 characters), the first eight
+/// characters of the job's uid, and the attempt.
+pub fn remote_copy_name(job: &str, uid: &str, attempt: u32) -> String {
+    let tail = format!("-{}-{attempt}", uid.get(..8).unwrap_or(uid));
+    let room = 63usize.saturating_sub(tail.len());
+    let mut head = job.get(..room.min(job.len())).unwrap_or(job).to_string();
+    while head.ends_with(['-', '.']) {
+        head.pop();
+    }
+    format!("{head}{tail}")
+}
+
 /// The Secret that holds one job's identity token in another cluster (one Secret per job, so
 /// no pod there can mount another job's token), under [`REMOTE_TOKEN_KEY`].
 pub fn remote_token_secret(job_uid: &str) -> String {
@@ -160,6 +173,66 @@ pub struct Overlay {
     pub orphans: Vec<(String, String, Arc<Pod>)>,
     /// This cluster's id ([`home_cluster_id`]), once known.
     pub home: Option<String>,
+    /// This cluster's copies of workloads in the pools' clusters whose GpuJob exists.
+    pub copies: Vec<RemoteCopy>,
+    /// Copies whose GpuJob is gone, or left in a place a pool no longer uses.
+    pub orphan_copies: Vec<RemoteCopy>,
+    /// The cluster pools that take no copy of a workload, and why.
+    pub refuses_copies: BTreeMap<String, String>,
+}
+
+/// A copy of a workload this cluster made in another (a batch Job labelled like the pods).
+#[derive(Clone, Debug)]
+pub struct RemoteCopy {
+    /// The pool (or retiring place) its deletion goes through.
+    pub pool: String,
+    /// Its namespace and name there, and its uid.
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// Its GpuJob's uid and the attempt it runs.
+    pub job_uid: String,
+    pub attempt: Option<u32>,
+    pub object: Arc<k8s_openapi::api::batch::v1::Job>,
+}
+
+impl RemoteCopy {
+    fn of(pool: &str, job: &Arc<k8s_openapi::api::batch::v1::Job>) -> Option<RemoteCopy> {
+        let l = job.metadata.labels.as_ref()?;
+        Some(RemoteCopy {
+            pool: pool.to_string(),
+            namespace: job.namespace().unwrap_or_default(),
+            name: job.name_any(),
+            uid: job.metadata.uid.clone()?,
+            job_uid: l.get(labels::JOB_UID_LABEL)?.clone(),
+            attempt: l.get(labels::ATTEMPT_LABEL).and_then(|a| a.parse().ok()),
+            object: job.clone(),
+        })
+    }
+}
+
+/// Whether an object there, labelled `l`, was made by this cluster (`home`) for pool `pool`:
+/// another home cluster's is neither seen nor collected; one from before the id label existed
+/// is this cluster's when one of its jobs has its uid (`known`).
+fn ours(l: &BTreeMap<String, String>, pool: &str, home: &Option<String>, known: bool) -> bool {
+    l.get(labels::POOL_LABEL).map(String::as_str) == Some(pool)
+        && match (l.get(labels::HOME_CLUSTER_LABEL), home) {
+            (Some(theirs), Some(home)) => theirs == home,
+            (Some(_), None) => false,
+            (None, _) => known,
+        }
+}
+
+/// Whether `pod` is run by one of `copies` (its controller is a Job among them): its copy's
+/// deletion takes it, so it is not collected on its own.
+fn run_by_copy(pod: &Pod, copies: &[Arc<k8s_openapi::api::batch::v1::Job>]) -> bool {
+    pod.owner_references().iter().any(|o| {
+        o.controller == Some(true)
+            && o.kind == "Job"
+            && copies
+                .iter()
+                .any(|j| j.metadata.uid.as_deref() == Some(&o.uid))
+    })
 }
 
 /// The home views made at the last turn, by what they were made from, so that an unchanged
@@ -217,15 +290,15 @@ pub fn overlay(inputs: &mut Inputs, kept: &mut Translations, now: Time) -> Overl
         if cluster.retiring {
             if cluster.state == RemoteState::Connected {
                 let pool = cluster.pool_name();
+                for j in &cluster.jobs {
+                    if ours(j.labels(), pool, &out.home, true)
+                        && let Some(c) = RemoteCopy::of(&cluster.pool, j)
+                    {
+                        out.orphan_copies.push(c);
+                    }
+                }
                 for p in &cluster.pods {
-                    let l = p.labels();
-                    let ours = l.get(labels::POOL_LABEL).map(String::as_str) == Some(pool)
-                        && match (l.get(labels::HOME_CLUSTER_LABEL), &out.home) {
-                            (Some(theirs), Some(home)) => theirs == home,
-                            (Some(_), None) => false,
-                            (None, _) => true,
-                        };
-                    if ours {
+                    if ours(p.labels(), pool, &out.home, true) && !run_by_copy(p, &cluster.jobs) {
                         out.orphans.push((
                             cluster.pool.clone(),
                             p.namespace().unwrap_or_default(),
@@ -241,6 +314,8 @@ pub fn overlay(inputs: &mut Inputs, kept: &mut Translations, now: Time) -> Overl
             state,
             nodes: there,
             pods: theirs,
+            jobs: copies,
+            jobs_problem,
             ..
         } = cluster;
         let Some(spec) = inputs
@@ -280,25 +355,35 @@ pub fn overlay(inputs: &mut Inputs, kept: &mut Translations, now: Time) -> Overl
         if unseen.contains(pool) {
             continue;
         }
-        for p in theirs {
-            let l = p.labels();
-            // Another pool's pods (two pools may share a namespace there): that pool's.
-            if l.get(labels::POOL_LABEL) != Some(pool) {
+        if let Some(why) = jobs_problem {
+            out.refuses_copies.insert(pool.clone(), why.clone());
+        }
+        for j in copies {
+            let uid = j.labels().get(labels::JOB_UID_LABEL);
+            let known = uid.is_some_and(|u| uids.contains(u.as_str()));
+            if !ours(j.labels(), pool, &out.home, known) {
                 continue;
             }
+            if let Some(c) = RemoteCopy::of(pool, j) {
+                if known {
+                    out.copies.push(c);
+                } else {
+                    out.orphan_copies.push(c);
+                }
+            }
+        }
+        for p in theirs {
+            let l = p.labels();
+            // Another pool's pods (two pools may share a namespace there) are that pool's.
             let uid = l.get(labels::JOB_UID_LABEL);
             let known = uid.is_some_and(|u| uids.contains(u.as_str()));
-            // What another home cluster made there is neither seen nor collected. A pod from
-            // before the id label existed is this cluster's when one of its jobs has its uid.
-            let ours = match (l.get(labels::HOME_CLUSTER_LABEL), &out.home) {
-                (Some(theirs), Some(home)) => theirs == home,
-                (Some(_), None) => false,
-                (None, _) => known,
-            };
-            if !ours {
+            if !ours(l, pool, &out.home, known) {
                 continue;
             }
             if !known {
+                if run_by_copy(p, copies) {
+                    continue;
+                }
                 out.orphans
                     .push((pool.clone(), p.namespace().unwrap_or_default(), p.clone()));
                 continue;
@@ -389,6 +474,8 @@ mod tests {
                     p.metadata.name = Some("old-0-0".into());
                     Arc::new(p)
                 }],
+                jobs: Vec::new(),
+                jobs_problem: None,
                 retiring: false,
             }],
             ..Inputs::default()

@@ -52,8 +52,13 @@ impl State {
             };
             let pool = pools.get(&start.pool).cloned();
             if view.job.spec.workload_ref.is_some() {
-                // Its workload's controller makes the pods, from the placement written into it.
-                if self.run_workload(view, start, pool.as_deref()) {
+                // Its workload's controller makes the pods, from the placement written into it
+                // (at home) or into its copy (in another cluster).
+                let ran = match pool.as_deref().filter(|p| p.spec.cluster.is_some()) {
+                    Some(p) => self.dispatch_workload(view, start, p, queues, &built.snapshot),
+                    None => self.run_workload(view, start, pool.as_deref()),
+                };
+                if ran {
                     metrics.job_waited(
                         &view.job.spec.queue,
                         now.since(view.queued_at).as_secs_f64(),
@@ -62,20 +67,6 @@ impl State {
                 }
                 continue;
             }
-            let identity = self.pod_identity(view, queues);
-            let mut kept = std::collections::BTreeSet::new();
-            let (trace, _) = telemetry::of_job(&view.job);
-            let endpoint = pool
-                .as_ref()
-                .and_then(|p| p.spec.telemetry.as_ref())
-                .and_then(|t| t.otlp_endpoint.clone())
-                .or_else(|| {
-                    queues
-                        .get(&view.job.spec.queue)
-                        .and_then(|q| q.spec.telemetry.as_ref())
-                        .and_then(|t| t.otlp_endpoint.clone())
-                })
-                .or_else(|| self.settings.pod_otlp_endpoint.clone());
             let cluster = pool.as_ref().and_then(|p| p.spec.cluster.as_ref());
             let home = self.remote.home.clone();
             if cluster.is_some() && home.is_none() {
@@ -85,7 +76,8 @@ impl State {
                 self.assumed.remove(&start.job);
                 continue;
             }
-            let uid = view.job.metadata.uid.clone().unwrap_or_default();
+            let extras = self.pod_extras(view, pool.as_deref(), queues);
+            let mut kept = std::collections::BTreeSet::new();
             for (r, node) in start.nodes.iter().enumerate() {
                 // A remote node is seen as POOL/NODE; the pod there names it as that cluster does.
                 let node_there = match cluster {
@@ -99,27 +91,8 @@ impl State {
                     node_there,
                     pool.as_deref(),
                 );
-                if let Some(id) = &identity {
-                    let id = match cluster {
-                        Some(_) => pods::PodIdentity {
-                            secret: remote::remote_token_secret(&uid),
-                            key: remote::REMOTE_TOKEN_KEY.into(),
-                            ..id.clone()
-                        },
-                        None => id.clone(),
-                    };
-                    kept.extend(pods::inject_identity(&mut pod, &id));
-                }
                 let placement = placement_of(start, node, pool.as_deref(), &built.snapshot);
-                telemetry::inject(
-                    &mut pod,
-                    &telemetry::PodTelemetry {
-                        service_name: view.job.name_any(),
-                        endpoint: endpoint.clone(),
-                        traceparent: trace.header(),
-                        attributes: telemetry::attributes(&view.job, &placement),
-                    },
-                );
+                kept.extend(extras.add_to(&mut pod, &view.job, &placement));
                 self.out.push(match cluster {
                     Some(c) => Action::CreateRemotePod {
                         pool: start.pool.clone(),
@@ -642,7 +615,7 @@ impl State {
 }
 
 /// Where one replica of a start runs, for its resource attributes.
-fn placement_of(
+pub(super) fn placement_of(
     start: &core::Start,
     node: &str,
     pool: Option<&ComputePool>,

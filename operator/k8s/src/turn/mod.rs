@@ -25,7 +25,9 @@
 //! only while all of that is unchanged; everything else is derived again each turn.
 
 mod cloud;
+mod dispatch;
 mod environment;
+mod extras;
 mod identity;
 mod indicators;
 mod interruptions;
@@ -300,6 +302,7 @@ impl State {
         }
         metrics.job_views(derived, kept);
         self.check_queue_identity(&mut built, &inputs);
+        self.mark_refusing_pools(&mut built);
         let ring = self.keys(&inputs, now);
         let queues: HashMap<String, Arc<GpuQueue>> = inputs
             .queues
@@ -369,6 +372,7 @@ impl State {
             self.collect_placement_groups(c, now);
         }
         self.collect_remote_garbage();
+        self.keep_copies(&built);
         let wake = self.jobs(&plan, &built, &inputs, &pools, metrics, now);
         if let Some(samples) = inputs.utilization.clone() {
             self.utilization(&built, &samples, &queues, metrics, now);
@@ -406,7 +410,9 @@ impl State {
     /// Takes back what a failed action assumed; returns what to do about it now.
     pub fn feedback(&mut self, f: &Failure) -> Vec<Action> {
         match &f.action {
-            Action::CreatePod { job, .. } | Action::CreateRemotePod { job, .. } => {
+            Action::CreatePod { job, .. }
+            | Action::CreateRemotePod { job, .. }
+            | Action::CreateRemoteCopy { job, .. } => {
                 tracing::warn!(job = %job, error = %f.error, "creating pods failed; deciding again");
                 self.assumed.remove(job);
                 Vec::new()
@@ -424,6 +430,12 @@ impl State {
             Action::ApplyWorkloadJob(j) => {
                 tracing::warn!(job = ?j.metadata.name, namespace = ?j.metadata.namespace, error = %f.error, "writing a workload's GpuJob failed; writing it again at the next turn");
                 self.forget_workload_job(j);
+                Vec::new()
+            }
+            Action::DeleteRemoteCopy { pool, uid, .. } => {
+                // Asked again at the next turn (the other cluster may be back by then).
+                tracing::warn!(pool = %pool, error = %f.error, "deleting a workload's copy in another cluster failed; asking again at the next turn");
+                self.deleting.remove(uid);
                 Vec::new()
             }
             Action::DeleteRemotePod { pool, uid, .. } => {

@@ -42,7 +42,7 @@ fn key(namespace: &str, kind: &str, name: &str) -> String {
     format!("{namespace}/{kind}/{name}")
 }
 
-fn reference(w: &DynamicObject) -> ObjectReference {
+pub(super) fn reference(w: &DynamicObject) -> ObjectReference {
     let t = w.types.clone().unwrap_or_default();
     let (name, uid) = wl::kind_of(w).map_or_else(
         || (w.name_any(), w.metadata.uid.clone().unwrap_or_default()),
@@ -59,8 +59,18 @@ fn reference(w: &DynamicObject) -> ObjectReference {
     }
 }
 
-/// What of a GpuJob its workload decides: its spec, the workload's end and its owners' uids.
-type Print = (spillway_api::GpuJobSpec, Option<String>, Vec<String>);
+/// What of a GpuJob its workload decides: its spec, the workload's end and portability (the
+/// annotations), and its owners' uids.
+type Print = (spillway_api::GpuJobSpec, [Option<String>; 2], Vec<String>);
+
+/// The annotations of a GpuJob its workload decides.
+fn decided(job: &spillway_api::GpuJob) -> [Option<String>; 2] {
+    let a = job.annotations();
+    [
+        a.get(wl::FINISHED_ANNOTATION).cloned(),
+        a.get(spillway_api::job::PORTABILITY_ANNOTATION).cloned(),
+    ]
+}
 
 fn owner_uids(job: &spillway_api::GpuJob) -> Vec<String> {
     let mut uids: Vec<String> = job
@@ -73,18 +83,12 @@ fn owner_uids(job: &spillway_api::GpuJob) -> Vec<String> {
 }
 
 fn fingerprint(job: &spillway_api::GpuJob) -> Print {
-    (
-        job.spec.clone(),
-        job.annotations().get(wl::FINISHED_ANNOTATION).cloned(),
-        owner_uids(job),
-    )
+    (job.spec.clone(), decided(job), owner_uids(job))
 }
 
 /// Whether `job` is what `print` says.
 fn matches(job: &spillway_api::GpuJob, print: &Print) -> bool {
-    job.spec == print.0
-        && job.annotations().get(wl::FINISHED_ANNOTATION) == print.1.as_ref()
-        && owner_uids(job) == print.2
+    job.spec == print.0 && decided(job) == print.1 && owner_uids(job) == print.2
 }
 
 impl State {
@@ -175,6 +179,21 @@ impl State {
                 }
                 Ok(made) => {
                     let mut desired = (*made).clone();
+                    // A copy in another cluster that finished ends the job as the workload's
+                    // own end would.
+                    if let Some(f) = view
+                        .filter(|_| kind.finished(w).is_none())
+                        .and_then(|v| self.copy_finished(v))
+                    {
+                        (desired
+                            .metadata
+                            .annotations
+                            .get_or_insert_with(Default::default))
+                        .insert(
+                            wl::FINISHED_ANNOTATION.into(),
+                            serde_json::to_string(&f).unwrap_or_default(),
+                        );
+                    }
                     self.workloads.warned.remove(&uid);
                     if let Some(v) = view {
                         let admitted = v
@@ -329,6 +348,21 @@ impl State {
         self.publish(reference(w), true, reason, "Queue", message);
     }
 
+    /// The workload `view` stands for, and its kind, from this turn's index.
+    pub(super) fn workload_of(
+        &self,
+        view: &JobView,
+    ) -> Option<(Arc<DynamicObject>, &'static dyn WorkloadKind)> {
+        let r = view.job.spec.workload_ref.as_ref()?;
+        let ns = view.job.metadata.namespace.as_deref().unwrap_or_default();
+        (self
+            .workloads
+            .index
+            .get(&key(ns, &r.kind, &r.name))
+            .cloned())
+        .zip(wl::by_kind(&r.api_version, &r.kind))
+    }
+
     /// Carries out a start of `view`, a job standing for a workload: runs the workload with
     /// the placement. Returns false (and the start is dropped) when it cannot.
     pub(super) fn run_workload(
@@ -337,18 +371,8 @@ impl State {
         start: &core::Start,
         pool: Option<&ComputePool>,
     ) -> bool {
-        let Some(r) = view.job.spec.workload_ref.as_ref() else {
-            return false;
-        };
-        let ns = view.job.metadata.namespace.clone().unwrap_or_default();
-        let found = (self
-            .workloads
-            .index
-            .get(&key(&ns, &r.kind, &r.name))
-            .cloned())
-        .zip(wl::by_kind(&r.api_version, &r.kind));
-        let Some((w, kind)) = found else {
-            tracing::warn!(job = %view.id, workload = %r.name, "the workload of a start is not in the cache; deciding again");
+        let Some((w, kind)) = self.workload_of(view) else {
+            tracing::warn!(job = %view.id, "the workload of a start is not in the cache; deciding again");
             self.assumed.remove(&view.id);
             return false;
         };

@@ -2,9 +2,11 @@
 //! the GPUs of its pod template; it is held with `spec.suspend` and run by lifting it with the
 //! placement written into the template (Kubernetes lets a suspended Job that has not started
 //! since its last suspension change its template's node affinity, tolerations and labels; the
-//! Job controller clears `status.startTime` when it suspends one).
+//! Job controller clears `status.startTime` when it suspends one). It is the one kind copied to
+//! another cluster ([`WorkloadKind::copy`]): the copy runs there, the Job at home stays
+//! suspended.
 
-use k8s_openapi::api::core::v1::PodSpec;
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use kube::core::DynamicObject;
 use serde_json::{Value, json};
 
@@ -117,4 +119,53 @@ impl WorkloadKind for BatchJob {
     fn hold_ops(&self, _object: &Value) -> Vec<Value> {
         vec![json!({"op": "add", "path": "/spec/suspend", "value": true})]
     }
+
+    fn portable(&self, w: &DynamicObject) -> Result<(), String> {
+        match spillway_api::portable::problem(Some(&pod_spec(w)?)) {
+            Some(why) => Err(why),
+            None => Ok(()),
+        }
+    }
+
+    fn copy(&self, w: &DynamicObject, template: &mut dyn FnMut(&mut Pod)) -> Result<Value, String> {
+        self.portable(w)?;
+        let mut spec = w.data.get("spec").cloned().ok_or("the Job has no spec")?;
+        let t = spec.get("template").cloned().unwrap_or_default();
+        let mut pod: Pod = serde_json::from_value(json!({
+            "metadata": t.get("metadata").cloned().unwrap_or_else(|| json!({})),
+            "spec": t.get("spec").cloned().unwrap_or_else(|| json!({})),
+        }))
+        .map_err(|e| format!("spec.template: {e}"))?;
+        // The labels the Job controller put on the template name the home Job.
+        if let Some(l) = pod.metadata.labels.as_mut() {
+            l.retain(|k, _| !HOME_JOB_LABELS.contains(&k.as_str()));
+        }
+        template(&mut pod);
+        let obj = spec.as_object_mut().ok_or("spec: not an object")?;
+        // The other API server picks the copy's own selector; the copy is run by that
+        // cluster's Job controller, now; and it stays until Spillway deletes it (its end is
+        // read from it first).
+        for field in [
+            "selector",
+            "manualSelector",
+            "managedBy",
+            "ttlSecondsAfterFinished",
+        ] {
+            obj.remove(field);
+        }
+        obj.insert("suspend".into(), Value::Bool(false));
+        obj.insert(
+            "template".into(),
+            json!({"metadata": pod.metadata, "spec": pod.spec}),
+        );
+        Ok(json!({"apiVersion": "batch/v1", "kind": "Job", "spec": spec}))
+    }
 }
+
+/// The labels the Job controller puts on a Job's pod template, naming that Job.
+const HOME_JOB_LABELS: [&str; 4] = [
+    "controller-uid",
+    "batch.kubernetes.io/controller-uid",
+    "job-name",
+    "batch.kubernetes.io/job-name",
+];

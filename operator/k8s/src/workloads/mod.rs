@@ -21,11 +21,12 @@ mod train_job;
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use spillway_api::job::WorkloadRef;
+use spillway_api::job::{PORTABILITY_ANNOTATION, PORTABLE, WorkloadRef};
 use spillway_api::{ComputePool, GpuJob, GpuJobSpec};
 
 use crate::labels;
@@ -286,6 +287,28 @@ pub trait WorkloadKind: Send + Sync {
     fn suspend(&self, w: &DynamicObject) -> Vec<Write>;
     /// The JSON patch operations that hold `object` as it is admitted (the mutating webhook's).
     fn hold_ops(&self, object: &Value) -> Vec<Value>;
+    /// Whether a copy of it may run in another cluster (a cluster pool), or why not. Only the
+    /// kinds that implement [`WorkloadKind::copy`] can.
+    fn portable(&self, _w: &DynamicObject) -> Result<(), String> {
+        Err(format!(
+            "it is a {}: Spillway dispatches only batch/v1 Jobs to other clusters",
+            self.kind()
+        ))
+    }
+    /// The copy of `w` that runs in another cluster (`apiVersion`, `kind` and `spec`, running;
+    /// the caller names and labels it), its pod template made by `template` from the
+    /// workload's (the template's metadata and spec as a Pod).
+    fn copy(
+        &self,
+        w: &DynamicObject,
+        _template: &mut dyn FnMut(&mut Pod),
+    ) -> Result<Value, String> {
+        self.portable(w)?;
+        Err(format!(
+            "a {} cannot be copied to another cluster",
+            self.kind()
+        ))
+    }
     /// The owners of its GpuJob (deleting them deletes it): by default the workload itself.
     fn owners(&self, w: &DynamicObject) -> Vec<OwnerReference> {
         let t = w.types.clone().unwrap_or_default();
@@ -417,15 +440,20 @@ pub fn gpu_job_for(k: &dyn WorkloadKind, w: &DynamicObject) -> Result<GpuJob, St
     };
     annotations::apply(w.metadata.annotations.as_ref(), &mut spec)?;
     spillway_api::validate::gpu_job(&spec).map_err(|e| e.to_string())?;
-    let finished = k
-        .finished(w)
-        .map(|f| serde_json::to_string(&f).unwrap_or_default());
+    let mut annotations = BTreeMap::from([(
+        PORTABILITY_ANNOTATION.to_string(),
+        k.portable(w).err().unwrap_or_else(|| PORTABLE.to_string()),
+    )]);
+    if let Some(f) = k.finished(w) {
+        let f = serde_json::to_string(&f).unwrap_or_default();
+        annotations.insert(FINISHED_ANNOTATION.to_string(), f);
+    }
     let mut job = GpuJob::new(&gpu_job_name(k.kind(), &name), spec);
     job.metadata = ObjectMeta {
         name: job.metadata.name.take(),
         namespace: w.metadata.namespace.clone(),
         owner_references: Some(k.owners(w)),
-        annotations: finished.map(|f| BTreeMap::from([(FINISHED_ANNOTATION.to_string(), f)])),
+        annotations: Some(annotations),
         ..ObjectMeta::default()
     };
     Ok(job)

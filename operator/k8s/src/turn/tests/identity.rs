@@ -376,6 +376,8 @@ fn a_job_in_another_cluster_gets_its_token_there_with_the_same_issuer_and_subjec
         state: crate::remote::RemoteState::Connected,
         nodes: vec![remote_node("gpu-1", 8)],
         pods: Vec::new(),
+        jobs: Vec::new(),
+        jobs_problem: None,
         retiring: false,
     }];
     let mut j = job("train");

@@ -4,6 +4,7 @@
 mod fixtures;
 
 mod cloud;
+mod dispatch;
 mod environment;
 mod identity;
 mod indicators;

@@ -24,6 +24,8 @@ fn with_dc2(state: RemoteState) -> crate::world::Inputs {
         state,
         nodes: vec![remote_node("gpu-1", 8)],
         pods: Vec::new(),
+        jobs: Vec::new(),
+        jobs_problem: None,
         retiring: false,
     }];
     i
@@ -265,6 +267,8 @@ fn a_new_operator_that_cannot_reach_the_other_cluster_keeps_its_jobs_there() {
         },
         nodes: Vec::new(),
         pods: Vec::new(),
+        jobs: Vec::new(),
+        jobs_problem: None,
         retiring: false,
     };
     for m in [3, 5] {
@@ -358,6 +362,8 @@ fn the_pods_left_in_a_place_the_pool_no_longer_uses_are_deleted_through_it() {
         state: RemoteState::Connected,
         nodes: Vec::new(),
         pods: vec![made(HOME), made("another-home-cluster")],
+        jobs: Vec::new(),
+        jobs_problem: None,
         retiring: true,
     });
     let t = Loop::new().turn(&i, None, noon());

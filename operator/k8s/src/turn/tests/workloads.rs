@@ -13,7 +13,7 @@ use super::fixtures::*;
 use crate::actions::{Action, StatusKind, WorkloadPatch};
 
 /// A labelled batch Job of queue `q`: `parallelism` pods of 4 GPUs.
-fn workload(name: &str, parallelism: u32, suspend: bool) -> Value {
+pub(super) fn workload(name: &str, parallelism: u32, suspend: bool) -> Value {
     json!({
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "namespace": NS, "uid": format!("w-{name}"),
@@ -25,11 +25,11 @@ fn workload(name: &str, parallelism: u32, suspend: bool) -> Value {
     })
 }
 
-fn dynamic(v: &Value) -> Arc<DynamicObject> {
+pub(super) fn dynamic(v: &Value) -> Arc<DynamicObject> {
     Arc::new(serde_json::from_value(v.clone()).expect("a workload"))
 }
 
-fn applied(t: &crate::turn::Turn) -> Vec<GpuJob> {
+pub(super) fn applied(t: &crate::turn::Turn) -> Vec<GpuJob> {
     t.actions
         .iter()
         .filter_map(|a| match a {
@@ -39,7 +39,7 @@ fn applied(t: &crate::turn::Turn) -> Vec<GpuJob> {
         .collect()
 }
 
-fn patches(t: &crate::turn::Turn) -> Vec<WorkloadPatch> {
+pub(super) fn patches(t: &crate::turn::Turn) -> Vec<WorkloadPatch> {
     t.actions
         .iter()
         .filter_map(|a| match a {
@@ -50,7 +50,7 @@ fn patches(t: &crate::turn::Turn) -> Vec<WorkloadPatch> {
 }
 
 /// The GpuJob as the API server would store it after the apply.
-fn stored(mut j: GpuJob) -> Arc<GpuJob> {
+pub(super) fn stored(mut j: GpuJob) -> Arc<GpuJob> {
     j.metadata.uid = Some("gj-uid".into());
     j.metadata.generation = Some(1);
     j.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
