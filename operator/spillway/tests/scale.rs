@@ -1,6 +1,8 @@
 //! Spillway at the scale of a real cluster: GPU nodes kept by KWOK (`tests/src/kwok.rs`) on the
 //! real control plane, a stream of GpuJobs (1-8 GPU gangs, some of two 8-GPU nodes) arriving
-//! over time, the real operator binary placing them, private only.
+//! over time, the real operator binary placing them, private only. The same stream can be sent
+//! as labelled `batch/v1` Jobs (run by the Job controller once Spillway places them), and
+//! through Kueue as the very same Jobs with Kueue's label.
 //!
 //! In the suite it is the small form (100 nodes, 1,000 jobs) and checks correctness: every job
 //! ran once and succeeded, no node ever held more GPUs than it has. `scripts/scale.sh` runs it
@@ -43,11 +45,21 @@ pub struct Arrival {
     pub runtime_s: u32,
 }
 
-/// `jobs` arrivals from a fixed seed: a tenth are gangs of two 8-GPU nodes, the rest 1, 2, 4
-/// or 8 GPUs on one node; runtimes of 5 to 30 s; arrivals evenly random over the time the
-/// cluster's `gpus` need to run them all, so the cluster runs near full and jobs queue.
-pub fn stream(jobs: usize, gpus: u32) -> Vec<Arrival> {
-    let mut state = 0x5ca1_ab1e_u64;
+/// The stream's seed: `SPILLWAY_SCALE_SEED`, else the one the published figures used.
+fn seed() -> u64 {
+    std::env::var("SPILLWAY_SCALE_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_SEED)
+}
+
+const DEFAULT_SEED: u64 = 0x5ca1_ab1e;
+
+/// `jobs` arrivals from `seed`: a tenth are gangs of two 8-GPU nodes, the rest 1, 2, 4 or 8
+/// GPUs on one node; runtimes of 5 to 30 s; arrivals evenly random over the time the cluster's
+/// `gpus` need to run them all, so the cluster runs near full and jobs queue.
+pub fn stream(jobs: usize, gpus: u32, seed: u64) -> Vec<Arrival> {
+    let mut state = seed;
     let mut draw = || {
         state = state
             .wrapping_mul(6364136223846793005)
@@ -115,6 +127,9 @@ fn start_operator(cluster: &TestCluster) -> Operator {
 enum System {
     /// The operator binary, the jobs as GpuJobs of one GpuQueue on one private pool.
     Spillway,
+    /// The operator binary, the jobs as the same batch Jobs as Kueue's, labelled with the
+    /// GpuQueue instead (created suspended: no webhook runs here).
+    SpillwayJobs,
     /// Kueue's manager, the jobs as `batch/v1` Jobs of one LocalQueue, its ClusterQueue holding
     /// every node's GPUs as nominal quota.
     Kueue,
@@ -138,6 +153,12 @@ impl Controller {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_of_gangs_on_kwok_nodes_runs_each_job_once_within_capacity() {
     run(System::Spillway).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "scripts/scale.sh --peer kueue runs it (beside Kueue, the very same Jobs)"]
+async fn the_same_stream_as_labelled_batch_jobs_runs_each_job_once_within_capacity() {
+    run(System::SpillwayJobs).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,9 +189,13 @@ async fn spillway_queue(client: &kube::Client) {
 }
 
 /// Job `name` of the stream as `system` takes it: a GpuJob, or a suspended batch Job of the
-/// LocalQueue (Kueue's webhook would suspend it too) with one pod per replica.
+/// queue (either system's webhook would suspend it too) with one pod per replica.
 fn job_object(system: System, ns: &str, name: &str, a: &Arrival) -> serde_json::Value {
     let runtime = json!({kwok::COMPLETE_AFTER: format!("{}s", a.runtime_s)});
+    let label = match system {
+        System::Kueue => spillway_tests::kueue::QUEUE_LABEL,
+        _ => "spillway.io/queue",
+    };
     match system {
         System::Spillway => json!({
             "apiVersion": "spillway.io/v1alpha1", "kind": "GpuJob",
@@ -180,10 +205,9 @@ fn job_object(system: System, ns: &str, name: &str, a: &Arrival) -> serde_json::
                          "metadata": {"annotations": runtime},
                          "spec": {"containers": [{"name": "main", "image": "train"}]}}},
         }),
-        System::Kueue => json!({
+        System::Kueue | System::SpillwayJobs => json!({
             "apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": name, "namespace": ns,
-                         "labels": {spillway_tests::kueue::QUEUE_LABEL: "scale"}},
+            "metadata": {"name": name, "namespace": ns, "labels": {label: "scale"}},
             "spec": {"suspend": true, "parallelism": a.replicas, "completions": a.replicas,
                      "backoffLimit": 0,
                      "template": {
@@ -218,7 +242,7 @@ async fn run(system: System) {
     .expect("nodes");
     let gpus = (nodes * 8) as u32;
     let controller = match system {
-        System::Spillway => {
+        System::Spillway | System::SpillwayJobs => {
             spillway_queue(&client).await;
             Controller::Spillway(start_operator(cluster))
         }
@@ -259,12 +283,13 @@ async fn run(system: System) {
     let before = figures::api_requests(&client).await;
     let cpu_before = controller.pid().map(figures::process_usage);
 
-    let arrivals = stream(jobs, gpus);
+    let seed = seed();
+    let arrivals = stream(jobs, gpus, seed);
     let api: Api<DynamicObject> = match system {
         System::Spillway => {
             Api::namespaced_with(client.clone(), &ns, &ApiResource::erase::<GpuJob>(&()))
         }
-        System::Kueue => Api::namespaced_with(
+        System::Kueue | System::SpillwayJobs => Api::namespaced_with(
             client.clone(),
             &ns,
             &ApiResource::erase::<k8s_openapi::api::batch::v1::Job>(&()),
@@ -354,9 +379,14 @@ async fn run(system: System) {
         kubernetes,
     );
     figures.system = match system {
-        System::Spillway => "spillway",
+        System::Spillway | System::SpillwayJobs => "spillway",
         System::Kueue => "kueue",
     };
+    figures.jobs_as = match system {
+        System::Spillway => "GpuJob",
+        System::SpillwayJobs | System::Kueue => "batch/v1 Job",
+    };
+    figures.seed = seed;
     if system == System::Kueue {
         let t = spillway_tests::kueue::Tuning::from_env();
         figures.peer_settings = format!(

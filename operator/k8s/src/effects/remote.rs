@@ -100,8 +100,9 @@ impl KubeEffects {
     }
 
     /// Deletes a workload's copy in another cluster if it is still the one with `uid`, its
-    /// pods with it (that cluster's garbage collector deletes them, each with its own grace
-    /// period); gone already is done.
+    /// pods first (that cluster's garbage collector deletes them, each with its own grace
+    /// period, and the copy shows until they are gone: the job is not placed again before);
+    /// gone already is done.
     pub(super) async fn delete_remote_copy(
         &self,
         client: &Client,
@@ -114,7 +115,7 @@ impl KubeEffects {
                 uid: Some(uid.to_string()),
                 resource_version: None,
             }),
-            ..DeleteParams::background()
+            ..DeleteParams::foreground()
         };
         fence.check()?;
         // 404: gone already; 409: another object of that name now (not this copy).

@@ -36,6 +36,10 @@ pub struct RemoteCluster {
     pub jobs: Vec<Arc<Job>>,
     /// Why its Jobs cannot be read (not listed yet, or the watch fails): it then takes no copy.
     pub jobs_problem: Option<String>,
+    /// Whether what copies it holds is known: its Jobs were listed, or cannot be watched at
+    /// all (then it holds none of this operator's making). Until then, a workload's job that
+    /// may go there is placed nowhere (a copy made before a restart may run there).
+    pub jobs_known: bool,
     /// A place the pool no longer uses (the pool was deleted, or its kubeconfig now names
     /// another server, or its `namespace` changed), watched until this cluster's pods there
     /// are gone: `pool` is then `<pool>#<n>`, the key its deletions go through.

@@ -207,6 +207,7 @@ impl Connection {
                 (None, false) => Some("its Jobs are not listed yet".into()),
                 (None, true) => None,
             },
+            jobs_known: h.listed[2] || h.jobs_error.is_some(),
             retiring,
         }
     }

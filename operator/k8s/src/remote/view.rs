@@ -179,6 +179,8 @@ pub struct Overlay {
     pub orphan_copies: Vec<RemoteCopy>,
     /// The cluster pools that take no copy of a workload, and why.
     pub refuses_copies: BTreeMap<String, String>,
+    /// The cluster pools whose copies are not known yet ([`RemoteCluster::jobs_known`]).
+    pub copies_unseen: std::collections::BTreeSet<String>,
 }
 
 /// A copy of a workload this cluster made in another (a batch Job labelled like the pods).
@@ -358,6 +360,9 @@ pub fn overlay(inputs: &mut Inputs, kept: &mut Translations, now: Time) -> Overl
         if let Some(why) = jobs_problem {
             out.refuses_copies.insert(pool.clone(), why.clone());
         }
+        if !cluster.jobs_known {
+            out.copies_unseen.insert(pool.clone());
+        }
         for j in copies {
             let uid = j.labels().get(labels::JOB_UID_LABEL);
             let known = uid.is_some_and(|u| uids.contains(u.as_str()));
@@ -476,6 +481,7 @@ mod tests {
                 }],
                 jobs: Vec::new(),
                 jobs_problem: None,
+                jobs_known: true,
                 retiring: false,
             }],
             ..Inputs::default()

@@ -16,7 +16,7 @@ use spillway_core as core;
 
 use super::State;
 use crate::actions::Action;
-use crate::hashing::HashMap;
+use crate::hashing::{HashMap, HashSet};
 use crate::remote::view::{self as remote, RemoteCopy};
 use crate::workloads::{self as wl, WorkloadKind};
 use crate::world::{self, JobView, Lifecycle};
@@ -52,6 +52,12 @@ impl State {
             return false;
         };
         let uid = view.job.metadata.uid.clone().unwrap_or_default();
+        if !kind.ready_to_run(&w) {
+            // The workload runs at home, or is being suspended: placed again once it is held.
+            tracing::debug!(job = %view.id, "the workload is not held yet; deciding again");
+            self.assumed.remove(&view.id);
+            return false;
+        }
         // Remote nodes are seen as POOL/NODE; the copy names them as that cluster does.
         let nodes: Vec<String> = (start.nodes.iter())
             .map(|n| {
@@ -102,15 +108,18 @@ impl State {
         copy.metadata.name = Some(name.clone());
         copy.metadata.namespace = Some(cluster.namespace.clone());
         copy.metadata.labels = Some(tags);
-        copy.metadata.annotations = Some(BTreeMap::from([(
-            labels::WORKLOAD_ANNOTATION.to_string(),
-            format!(
-                "{}/{}/{}",
-                view.job.namespace().unwrap_or_default(),
-                kind.kind(),
-                w.name_any()
+        copy.metadata.annotations = Some(BTreeMap::from([
+            (
+                labels::WORKLOAD_ANNOTATION.to_string(),
+                format!(
+                    "{}/{}/{}",
+                    view.job.namespace().unwrap_or_default(),
+                    kind.kind(),
+                    w.name_any()
+                ),
             ),
-        )]));
+            (wl::NODES_ANNOTATION.to_string(), nodes.join(",")),
+        ]));
         let mut note = format!(
             "Copied to cluster pool {} as {} {}/{name}, on {}: it runs there, and this {} stays suspended here (its GpuJob {} shows the copy's progress and end).",
             start.pool,
@@ -140,6 +149,119 @@ impl State {
             copy: Box::new(copy),
         });
         true
+    }
+
+    /// Keeps a job with a live copy of its current attempt running on it, for the restarts
+    /// and lags the views cannot see through: an operator restarted between creating a copy
+    /// and seeing its pods, or a copy whose pods are being replaced there, would otherwise
+    /// find the job pending and place it a second time. A copy showing no pod (by the pods
+    /// seen and by its own count of active ones) is taken for the job's start, timed from when
+    /// it last showed one, so after the assume timeout it is given up: deleted, and the job
+    /// placed again once it is gone. A copy of a later attempt than the job's status says (its
+    /// status not written yet) raises the job's attempt to it.
+    pub(super) fn assume_copies(&mut self, inputs: &world::Inputs, now: core::Time) {
+        if self.remote.copies.is_empty() {
+            self.copy_waits.clear();
+            return;
+        }
+        // (job uid, attempt, pool) of the live pods seen.
+        let with_pods: HashSet<(&str, &str, &str)> = (inputs.pods.iter())
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| {
+                let l = p.labels();
+                Some((
+                    l.get(labels::JOB_UID_LABEL)?.as_str(),
+                    l.get(labels::ATTEMPT_LABEL)?.as_str(),
+                    l.get(labels::POOL_LABEL)?.as_str(),
+                ))
+            })
+            .collect();
+        let jobs: HashMap<&str, &Arc<spillway_api::GpuJob>> = (inputs.jobs.iter())
+            .filter_map(|j| Some((j.metadata.uid.as_deref()?, j)))
+            .collect();
+        let mut waits = std::mem::take(&mut self.copy_waits);
+        let mut kept = HashMap::default();
+        for c in &self.remote.copies {
+            let (Some(job), Some(attempt)) = (jobs.get(c.job_uid.as_str()), c.attempt) else {
+                continue;
+            };
+            if c.object.metadata.deletion_timestamp.is_some()
+                || finished(c).is_some()
+                || wl::finished_of(job).is_some()
+            {
+                continue;
+            }
+            let id = format!("{}/{}", job.namespace().unwrap_or_default(), job.name_any());
+            let restarts = job.status.as_ref().and_then(|s| s.restarts).unwrap_or(0);
+            let floor = self.attempt_floor.get(&id).copied().unwrap_or(0);
+            let current = (restarts.max(0) as u32).max(floor);
+            if attempt > current {
+                self.attempt_floor.insert(id.clone(), attempt);
+            } else if attempt < current {
+                continue;
+            }
+            let active = (c.object.status.as_ref()).is_some_and(|s| s.active.unwrap_or(0) > 0);
+            let key = (c.job_uid.as_str(), attempt.to_string(), c.pool.as_str());
+            if active || with_pods.contains(&(key.0, key.1.as_str(), key.2)) {
+                continue;
+            }
+            let since = waits.remove(&c.uid).unwrap_or(now);
+            kept.insert(c.uid.clone(), since);
+            let nodes: Vec<String> = (c.object.annotations().get(wl::NODES_ANNOTATION))
+                .map(|v| wl::annotated_nodes(v))
+                .unwrap_or_default()
+                .iter()
+                .map(|n| labels::node_name(&c.pool, n))
+                .collect();
+            if self.assumed.contains_key(&id) || nodes.is_empty() {
+                continue;
+            }
+            tracing::info!(job = %id, pool = %c.pool, "a copy of the job there shows no pod; taking it for the job's start");
+            self.assumed.insert(
+                id,
+                world::Assumed {
+                    attempt,
+                    pool: c.pool.clone(),
+                    environment: core::Environment::Remote,
+                    nodes,
+                    at: since,
+                },
+            );
+        }
+        self.copy_waits = kept;
+    }
+
+    /// Whether copies of `view`'s job are in the way of starting it anywhere: one not finished
+    /// (deleted now; the start waits until it is gone, its pods with it), one being deleted, or
+    /// one of its current attempt that finished (its end is mirrored instead).
+    pub(super) fn copies_in_the_way(&mut self, view: &JobView) -> bool {
+        let Some(uid) = view.job.metadata.uid.as_deref() else {
+            return false;
+        };
+        let mut blocked = false;
+        let mut delete = Vec::new();
+        for c in self.remote.copies.iter().filter(|c| c.job_uid == uid) {
+            let done = finished(c).is_some();
+            if done && c.attempt != Some(view.attempt) {
+                continue;
+            }
+            blocked = true;
+            if !done && c.object.metadata.deletion_timestamp.is_none() {
+                delete.push(c.clone());
+            }
+        }
+        for c in delete {
+            if self.deleting.insert(c.uid.clone()) {
+                tracing::warn!(job = %view.id, copy = %format!("{}/{}", c.namespace, c.name), "a copy of the job there does not run it; deleting it before placing the job again");
+                self.emit(Action::DeleteRemoteCopy {
+                    pool: c.pool,
+                    namespace: c.namespace,
+                    name: c.name,
+                    uid: c.uid,
+                });
+            }
+        }
+        blocked
     }
 
     /// How the copy of `view`'s current attempt finished, once it has.

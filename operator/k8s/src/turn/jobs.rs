@@ -53,7 +53,12 @@ impl State {
             let pool = pools.get(&start.pool).cloned();
             if view.job.spec.workload_ref.is_some() {
                 // Its workload's controller makes the pods, from the placement written into it
-                // (at home) or into its copy (in another cluster).
+                // (at home) or into its copy (in another cluster); never while a copy of it
+                // elsewhere is still there.
+                if self.copies_in_the_way(view) {
+                    self.assumed.remove(&start.job);
+                    continue;
+                }
                 let ran = match pool.as_deref().filter(|p| p.spec.cluster.is_some()) {
                     Some(p) => self.dispatch_workload(view, start, p, queues, &built.snapshot),
                     None => self.run_workload(view, start, pool.as_deref()),
@@ -252,12 +257,17 @@ impl State {
             self.pruned_at = ids;
         }
         if !self.deleting.is_empty() {
+            let copies = (self.remote.copies.iter())
+                .chain(&self.remote.orphan_copies)
+                .filter(|c| c.object.metadata.deletion_timestamp.is_none())
+                .map(|c| c.uid.as_str());
             let active_uids: HashSet<&str> = inputs
                 .pods
                 .iter()
                 .chain(self.remote.orphans.iter().map(|(_, _, p)| p))
                 .filter(|p| p.metadata.deletion_timestamp.is_none())
                 .filter_map(|p| p.metadata.uid.as_deref())
+                .chain(copies)
                 .collect();
             self.deleting.retain(|u| active_uids.contains(u.as_str()));
         }

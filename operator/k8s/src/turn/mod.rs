@@ -128,6 +128,9 @@ pub struct State {
     assumed: HashMap<String, Assumed>,
     /// Attempts jobs were moved to whose status write may not be visible yet.
     attempt_floor: HashMap<String, u32>,
+    /// Since when each live copy of a workload in another cluster (by its uid) has shown no
+    /// pod (`turn/dispatch.rs`).
+    copy_waits: HashMap<String, Time>,
     /// The labelled workloads of this turn, and what was asked of them.
     workloads: workloads::Kept,
     written: Written,
@@ -195,6 +198,7 @@ impl State {
             settings,
             assumed: HashMap::new(),
             attempt_floor: HashMap::new(),
+            copy_waits: HashMap::new(),
             workloads: workloads::Kept::default(),
             written: Written::default(),
             quiet: jobs::QuietTable::default(),
@@ -266,6 +270,7 @@ impl State {
             );
         }
         self.index_workloads(&inputs);
+        self.assume_copies(&inputs, now);
         let engine = self.policies.engine(&inputs);
         self.unreadable(&inputs, now);
 

@@ -110,7 +110,8 @@ impl State {
         inputs: &Inputs,
         now: Time,
     ) -> Option<Time> {
-        if inputs.unseen_pools.is_empty() {
+        let copies_unseen = &self.remote.copies_unseen;
+        if inputs.unseen_pools.is_empty() && copies_unseen.is_empty() {
             return None;
         }
         let unseen_for = |job: &str| -> Option<String> {
@@ -122,9 +123,10 @@ impl State {
                 .get(&view.job.spec.queue)
                 .and_then(|q| q.spec.burst.as_ref())
                 .filter(|b| b.enabled)?;
-            let mut unseen: Vec<&String> = inputs
-                .unseen_pools
-                .iter()
+            // A workload's copy may be in a cluster whose Jobs are not listed yet.
+            let copies = (copies_unseen.iter()).filter(|_| view.job.spec.workload_ref.is_some());
+            let mut unseen: Vec<&String> = (inputs.unseen_pools.iter())
+                .chain(copies)
                 .filter(|p| burst.pools.is_empty() || burst.pools.contains(p))
                 .collect();
             unseen.sort();

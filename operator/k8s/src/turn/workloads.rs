@@ -180,19 +180,20 @@ impl State {
                 Ok(made) => {
                     let mut desired = (*made).clone();
                     // A copy in another cluster that finished ends the job as the workload's
-                    // own end would.
-                    if let Some(f) = view
-                        .filter(|_| kind.finished(w).is_none())
-                        .and_then(|v| self.copy_finished(v))
-                    {
-                        (desired
+                    // own end would; once mirrored, that end stays (the copy may go).
+                    let mirrored = view.filter(|_| kind.finished(w).is_none()).and_then(|v| {
+                        let kept = v.job.annotations().get(wl::FINISHED_ANNOTATION).cloned();
+                        kept.or_else(|| {
+                            let f = self.copy_finished(v)?;
+                            Some(serde_json::to_string(&f).unwrap_or_default())
+                        })
+                    });
+                    if let Some(f) = mirrored {
+                        let a = desired
                             .metadata
                             .annotations
-                            .get_or_insert_with(Default::default))
-                        .insert(
-                            wl::FINISHED_ANNOTATION.into(),
-                            serde_json::to_string(&f).unwrap_or_default(),
-                        );
+                            .get_or_insert_with(Default::default);
+                        a.insert(wl::FINISHED_ANNOTATION.into(), f);
                     }
                     self.workloads.warned.remove(&uid);
                     if let Some(v) = view {
@@ -253,11 +254,22 @@ impl State {
         if kind.finished(w).is_some() {
             return;
         }
+        // Placed at home: a job placed in another cluster runs as a copy there, and the
+        // workload here stays held.
+        let home = |pool: Option<&String>| {
+            pool.is_none_or(|p| {
+                !(inputs.pools.iter())
+                    .any(|q| q.metadata.name.as_ref() == Some(p) && q.spec.cluster.is_some())
+            })
+        };
         let placed = view.filter(|v| !self.moved_on(v)).is_some_and(|v| {
             let uid = v.job.metadata.uid.as_deref().unwrap_or_default();
-            kind.placed_attempt(w, uid) == Some(v.attempt)
-                && (self.assumed.contains_key(&v.id)
-                    || matches!(v.lifecycle, Lifecycle::Running { .. }))
+            let at_home = match (self.assumed.get(&v.id), &v.lifecycle) {
+                (Some(a), _) => home(Some(&a.pool)),
+                (None, Lifecycle::Running { pool, .. }) => home(pool.as_ref()),
+                _ => false,
+            };
+            kind.placed_attempt(w, uid) == Some(v.attempt) && at_home
         });
         // A run that landed in part (some pods of a group; a TrainJob's placement written but
         // its suspension not lifted yet) is written again for the rest, on the job's nodes.

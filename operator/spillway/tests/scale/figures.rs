@@ -176,6 +176,10 @@ pub fn process_usage(pid: u32) -> (f64, f64) {
 #[derive(Debug, Serialize)]
 pub struct Figures {
     pub system: &'static str,
+    /// What the jobs were: `GpuJob`s, or `batch/v1` Jobs.
+    pub jobs_as: &'static str,
+    /// The stream's seed (`SPILLWAY_SCALE_SEED`).
+    pub seed: u64,
     pub kubernetes: String,
     /// Flags the run added to kube-controller-manager (`SPILLWAY_KCM_ARGS`).
     pub controller_manager_args: String,
@@ -253,6 +257,8 @@ impl Figures {
         let round = |v: f64| (v * 1000.0).round() / 1000.0;
         Figures {
             system: "spillway",
+            jobs_as: "GpuJob",
+            seed: 0,
             kubernetes,
             controller_manager_args: std::env::var("SPILLWAY_KCM_ARGS").unwrap_or_default(),
             peer_settings: String::new(),

@@ -31,6 +31,7 @@ fn with_dc2() -> crate::world::Inputs {
         pods: Vec::new(),
         jobs: Vec::new(),
         jobs_problem: None,
+        jobs_known: true,
         retiring: false,
     }];
     i
@@ -205,7 +206,7 @@ fn a_labelled_job_runs_as_a_copy_in_the_other_cluster_and_its_end_comes_home() {
 }
 
 #[test]
-fn a_copy_of_an_earlier_attempt_is_deleted() {
+fn a_copy_of_an_earlier_attempt_is_deleted_before_the_job_runs_anywhere_else() {
     let mut i = with_dc2();
     let w = workload("train", 2, true);
     i.workloads = vec![dynamic(&w)];
@@ -219,12 +220,58 @@ fn a_copy_of_an_earlier_attempt_is_deleted() {
     j.status = Some(serde_json::from_value(json!({"phase": "Queued", "restarts": 1})).unwrap());
     i.jobs = vec![stored(j)];
     i.remote[0].jobs = vec![copy_there(&copy, json!([]))];
+    // A home node has room now: the job is not run at home while the copy is there (a new
+    // operator, so that no start of the first is still assumed).
+    i.nodes = vec![node("a", "onprem", 8)];
+    let mut l = Loop::new();
     let t = l.turn(&i, None, noon() + minutes(2));
-    assert!(
-        copy_deletions(&t).contains(&"job-train-gj-uid-0".to_string()),
+    assert_eq!(
+        copy_deletions(&t),
+        ["job-train-gj-uid-0"],
         "{:?}",
         kinds(&t)
     );
+    assert!(patches(&t).is_empty(), "{:?}", kinds(&t));
+    // Being deleted (its pods first): still not.
+    let mut going = (*i.remote[0].jobs[0]).clone();
+    going.metadata.deletion_timestamp = Some(crate::clock::k8s_time(noon() + minutes(2)));
+    i.remote[0].jobs = vec![Arc::new(going)];
+    let t = l.turn(&i, None, noon() + minutes(3));
+    assert!(
+        patches(&t).is_empty() && copy_deletions(&t).is_empty(),
+        "{:?}",
+        kinds(&t)
+    );
+    // Gone: it runs at home, at its new attempt.
+    i.remote[0].jobs.clear();
+    let t = l.turn(&i, None, noon() + minutes(4));
+    let p = patches(&t);
+    assert_eq!(p.len(), 1, "{:?}", kinds(&t));
+    assert_eq!(p[0].what, "run");
+}
+
+#[test]
+fn a_pool_whose_copies_are_not_listed_yet_holds_a_workload_that_may_go_there() {
+    let mut i = with_dc2();
+    i.remote[0].jobs_known = false;
+    i.nodes = vec![node("a", "onprem", 8)];
+    let w = workload("train", 2, true);
+    i.workloads = vec![dynamic(&w)];
+    let mut l = Loop::new();
+    let made = applied(&l.turn(&i, None, noon()));
+    i.jobs = vec![stored(made[0].clone())];
+    let t = l.turn(&i, None, noon() + minutes(1));
+    assert!(
+        patches(&t).is_empty() && copies(&t).is_empty(),
+        "{:?}",
+        kinds(&t)
+    );
+    let st = status_of(&t, StatusKind::GpuJob, "job-train").expect("status");
+    assert_eq!(st["decision"]["reason"], "ClusterUnseen", "{st}");
+    // Listed: it runs (at home, where there is room).
+    i.remote[0].jobs_known = true;
+    let t = l.turn(&i, None, noon() + minutes(2));
+    assert_eq!(patches(&t).len(), 1, "{:?}", kinds(&t));
 }
 
 #[test]
@@ -261,5 +308,60 @@ fn a_job_that_cannot_run_elsewhere_and_a_pool_that_takes_no_copy_are_said_so() {
     assert!(
         message.contains("pool dc2 takes no copy of a Job: its Jobs cannot be watched there"),
         "{message}"
+    );
+}
+
+#[test]
+fn an_operator_restarted_before_the_copys_pods_appear_takes_the_copy_for_the_start() {
+    let mut i = with_dc2();
+    let w = workload("train", 2, true);
+    i.workloads = vec![dynamic(&w)];
+    let made = applied(&Loop::new().turn(&i, None, noon()));
+    i.jobs = vec![stored(made[0].clone())];
+    let (_, copy) = copies(&Loop::new().turn(&i, None, noon() + minutes(1))).remove(0);
+    let mut there = (*copy_there(&copy, json!([]))).clone();
+    there.metadata.creation_timestamp = Some(crate::clock::k8s_time(noon() + minutes(1)));
+    i.remote[0].jobs = vec![Arc::new(there)];
+
+    // A new operator: the copy is there, its pods not yet. The job is not placed again.
+    let mut l = Loop::new();
+    let t = l.turn(&i, None, noon() + minutes(2));
+    assert!(
+        copies(&t).is_empty() && copy_deletions(&t).is_empty(),
+        "{:?}",
+        kinds(&t)
+    );
+    assert!(
+        patches(&t).is_empty(),
+        "the Job at home is not run: {:?}",
+        kinds(&t)
+    );
+    let st = status_of(&t, StatusKind::GpuJob, "job-train").expect("status");
+    assert_eq!(
+        (st["phase"].as_str(), st["pool"].as_str()),
+        (Some("Running"), Some("dc2"))
+    );
+
+    // Its pods never come: past the assume timeout from when it was first seen without one,
+    // the copy goes; the job is placed nowhere until it is gone.
+    let t = l.turn(&i, None, noon() + minutes(3));
+    assert!(copy_deletions(&t).is_empty(), "{:?}", kinds(&t));
+    let t = l.turn(&i, None, noon() + minutes(5));
+    assert_eq!(
+        copy_deletions(&t),
+        ["job-train-gj-uid-0"],
+        "{:?}",
+        kinds(&t)
+    );
+    assert!(
+        copies(&t).is_empty() && patches(&t).is_empty(),
+        "{:?}",
+        kinds(&t)
+    );
+    let t = l.turn(&i, None, noon() + minutes(6));
+    assert!(
+        copies(&t).is_empty() && copy_deletions(&t).is_empty(),
+        "{:?}",
+        kinds(&t)
     );
 }

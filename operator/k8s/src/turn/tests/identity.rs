@@ -378,6 +378,7 @@ fn a_job_in_another_cluster_gets_its_token_there_with_the_same_issuer_and_subjec
         pods: Vec::new(),
         jobs: Vec::new(),
         jobs_problem: None,
+        jobs_known: true,
         retiring: false,
     }];
     let mut j = job("train");

@@ -26,6 +26,7 @@ fn with_dc2(state: RemoteState) -> crate::world::Inputs {
         pods: Vec::new(),
         jobs: Vec::new(),
         jobs_problem: None,
+        jobs_known: true,
         retiring: false,
     }];
     i
@@ -269,6 +270,7 @@ fn a_new_operator_that_cannot_reach_the_other_cluster_keeps_its_jobs_there() {
         pods: Vec::new(),
         jobs: Vec::new(),
         jobs_problem: None,
+        jobs_known: true,
         retiring: false,
     };
     for m in [3, 5] {
@@ -364,6 +366,7 @@ fn the_pods_left_in_a_place_the_pool_no_longer_uses_are_deleted_through_it() {
         pods: vec![made(HOME), made("another-home-cluster")],
         jobs: Vec::new(),
         jobs_problem: None,
+        jobs_known: true,
         retiring: true,
     });
     let t = Loop::new().turn(&i, None, noon());
