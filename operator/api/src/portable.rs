@@ -2,8 +2,8 @@
 //!
 //! A pod there runs in a namespace the home operator shares with other teams' jobs (and, with
 //! several home clusters, with other clusters' jobs). Its template may therefore name nothing of
-//! that namespace: no Secret (as a volume, a projected source, an environment variable or
-//! `envFrom`), no ServiceAccount token, no host path (which reaches the kubelet's copies of
+//! that namespace: no Secret (as a volume, a projected source, an environment variable,
+//! `envFrom` or an image pull Secret), no ServiceAccount token, no host path (which reaches the kubelet's copies of
 //! every pod's Secrets on the node) and no CSI volume (a secrets-store driver reads that
 //! cluster's credentials). Its ServiceAccount is not carried there: the pod runs as that
 //! namespace's `default`, with no token mounted, and Spillway gives it its own identity token
@@ -16,6 +16,12 @@ use k8s_openapi::api::core::v1::{Container, EnvFromSource, EnvVar, PodSpec, Volu
 pub fn problem(spec: Option<&PodSpec>) -> Option<String> {
     let spec = spec?;
     let at = "spec.template.spec";
+    if let Some(s) = spec.image_pull_secrets.iter().flatten().next() {
+        return Some(format!(
+            "{at}.imagePullSecrets[0] ({}): a Secret of its namespace (there, another team's could be used)",
+            s.name
+        ));
+    }
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
         if let Some(why) = volume_problem(v) {
             return Some(format!("{at}.volumes[{i}] ({}): {why}", v.name));
@@ -130,6 +136,10 @@ mod tests {
             (
                 json!({"volumes": [{"name": "v", "csi": {"driver": "secrets-store.csi.k8s.io"}}]}),
                 "CSI",
+            ),
+            (
+                json!({"imagePullSecrets": [{"name": "registry"}]}),
+                "imagePullSecrets[0] (registry): a Secret of its namespace",
             ),
         ];
         for (extra, want) in cases {
