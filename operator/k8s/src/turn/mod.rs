@@ -64,6 +64,9 @@ use crate::metrics::Metrics;
 use crate::spend::Ledger;
 use crate::world::{self, Assumed, Inputs};
 
+/// How many assume timeouts a workload's landed run (`State::run_landed`) waits for its pods.
+const WORKLOAD_PATIENCE: u64 = 10;
+
 /// The turn's knobs.
 #[derive(Clone, Debug)]
 pub struct TurnSettings {
@@ -290,7 +293,15 @@ impl State {
                     .map(|v| v.pods.len())
                     .unwrap_or(usize::MAX);
                 let done = visible >= a.nodes.len();
-                if !done && now.since(a.at) > timeout {
+                // A workload's run that landed waits longer for its controller's pods: a Job
+                // controller behind on thousands of Jobs makes them minutes late, and the GPUs
+                // they were placed on must not be handed out meanwhile.
+                let patience = match built.jobs.get(id.as_str()) {
+                    Some(v) if self.run_landed(v, a.attempt) => WORKLOAD_PATIENCE,
+                    _ => 1,
+                };
+                let waited = core::Duration::from_millis(timeout.as_millis().saturating_mul(patience));
+                if !done && now.since(a.at) > waited {
                     tracing::warn!(job = %id, "pods of an assumed start did not all appear; dropping the assumption");
                     return true;
                 }

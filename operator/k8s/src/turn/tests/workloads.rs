@@ -441,3 +441,41 @@ fn a_train_job_is_placed_then_resumed_in_the_next_turn() {
     let t = l.turn(&i, None, noon() + minutes(3));
     assert!(patches(&t).is_empty(), "{:?}", patches(&t));
 }
+
+#[test]
+fn a_run_whose_job_controller_is_late_keeps_its_gpus_for_ten_assume_timeouts() {
+    let mut i = cluster();
+    i.nodes = vec![node("a", "onprem", 8)];
+    let mut w = workload("train", 2, true);
+    i.workloads = vec![dynamic(&w)];
+    let mut l = Loop::new();
+    let made = applied(&l.turn(&i, None, noon()));
+    i.jobs = vec![stored(made[0].clone())];
+    let t = l.turn(&i, None, noon() + minutes(1));
+    let p = patches(&t);
+    assert_eq!(p[0].what, "run", "{:?}", kinds(&t));
+    // The run landed (unsuspended, placed), but the Job controller makes no pod for a while:
+    // the job keeps its placement and a second Job cannot take its GPUs.
+    merge(&mut w, &p[0].patch);
+    w["metadata"]["resourceVersion"] = json!("2");
+    let other = workload("other", 2, true);
+    i.workloads = vec![dynamic(&w), dynamic(&other)];
+    let made = applied(&l.turn(&i, None, noon() + minutes(2)));
+    i.jobs.push(stored(made[0].clone()));
+    for m in [4, 12, 20] {
+        let t = l.turn(&i, None, noon() + minutes(m));
+        assert!(patches(&t).is_empty(), "{m}: {:?}", patches(&t));
+        let st = status_of(&t, StatusKind::GpuJob, "job-train");
+        assert!(
+            st.as_ref().is_none_or(|s| s["phase"] == "Running"),
+            "{m}: {st:?}"
+        );
+    }
+    // Ten assume timeouts without a pod: given up, the Job is held again.
+    let t = l.turn(&i, None, noon() + minutes(22));
+    let p = patches(&t);
+    assert!(
+        p.iter().any(|p| p.name == "train" && p.what == "suspend"),
+        "{p:?}"
+    );
+}
