@@ -251,15 +251,10 @@ impl State {
             }
         }
         for c in delete {
-            if self.deleting.insert(c.uid.clone()) {
-                tracing::warn!(job = %view.id, copy = %format!("{}/{}", c.namespace, c.name), "a copy of the job there does not run it; deleting it before placing the job again");
-                self.emit(Action::DeleteRemoteCopy {
-                    pool: c.pool,
-                    namespace: c.namespace,
-                    name: c.name,
-                    uid: c.uid,
-                });
-            }
+            self.delete_copy(
+                c,
+                "a copy of the job there does not run it; deleting it before placing the job again",
+            );
         }
         blocked
     }
@@ -315,19 +310,29 @@ impl State {
             }
         }
         for c in gone {
-            if c.object.metadata.deletion_timestamp.is_some()
-                || !self.deleting.insert(c.uid.clone())
-            {
-                continue;
+            if c.object.metadata.deletion_timestamp.is_none() {
+                self.delete_copy(
+                    c,
+                    "deleting a workload's copy in another cluster that its job no longer runs",
+                );
             }
-            tracing::info!(pool = %c.pool, copy = %format!("{}/{}", c.namespace, c.name), "deleting a workload's copy in another cluster that its job no longer runs");
-            self.emit(Action::DeleteRemoteCopy {
-                pool: c.pool,
-                namespace: c.namespace,
-                name: c.name,
-                uid: c.uid,
-            });
         }
+    }
+}
+
+impl State {
+    /// Asks for copy `c`'s deletion once (logged with `why`) until the cache shows it going.
+    fn delete_copy(&mut self, c: RemoteCopy, why: &str) {
+        if !self.deleting.insert(c.uid.clone()) {
+            return;
+        }
+        tracing::info!(pool = %c.pool, copy = %format!("{}/{}", c.namespace, c.name), "{why}");
+        self.emit(Action::DeleteRemoteCopy {
+            pool: c.pool,
+            namespace: c.namespace,
+            name: c.name,
+            uid: c.uid,
+        });
     }
 }
 
