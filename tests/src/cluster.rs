@@ -263,7 +263,9 @@ impl TestCluster {
         }
         // The default namespace is usable once its service account has a token.
         let client = cluster.client().await?;
-        cluster.wait_for_service_account(&client, "default").await?;
+        cluster
+            .wait_for_service_account(&client, "default", false)
+            .await?;
         eprintln!(
             "test control plane up in {:.1}s at {} (logs in {})",
             started.elapsed().as_secs_f64(),
@@ -382,20 +384,40 @@ current-context: spillway-test
         Api::<Namespace>::all(client.clone())
             .create(&PostParams::default(), &ns)
             .await?;
-        self.wait_for_service_account(client, &name).await?;
+        self.wait_for_service_account(client, &name, true).await?;
         Ok(name)
     }
 
     /// Waits for the namespace's `default` ServiceAccount (made by the controller manager):
     /// the API server refuses pods that name a ServiceAccount that does not exist yet. Their
-    /// tokens are projected (TokenRequest), so no token Secret is waited for.
-    async fn wait_for_service_account(&self, client: &Client, ns: &str) -> anyhow::Result<()> {
+    /// tokens are projected (TokenRequest), so no token Secret is waited for. If the controller
+    /// manager has not made it within 5 s (its informers back off for up to a minute after
+    /// another test of a shared cluster restarted the API server), the harness creates it, as
+    /// the controller would: an empty ServiceAccount named `default` (`or_make`; at start the
+    /// wait proves the controller manager works, so it does not).
+    async fn wait_for_service_account(
+        &self,
+        client: &Client,
+        ns: &str,
+        or_make: bool,
+    ) -> anyhow::Result<()> {
         let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(60);
         loop {
             self.check_alive()?;
             if sas.get_opt("default").await?.is_some() {
                 return Ok(());
+            }
+            if or_make && started.elapsed() > Duration::from_secs(5) {
+                let sa: ServiceAccount = serde_json::from_value(serde_json::json!({
+                    "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}
+                }))?;
+                match sas.create(&PostParams::default(), &sa).await {
+                    Ok(_) => return Ok(()),
+                    Err(kube::Error::Api(e)) if e.code == 409 => return Ok(()),
+                    Err(e) => return Err(e.into()),
+                }
             }
             if Instant::now() > deadline {
                 bail!(
