@@ -259,23 +259,6 @@ impl State {
         blocked
     }
 
-    /// Whether the run of `view`'s job at `attempt` landed where its controller acts on it: its
-    /// workload at home runs with that attempt's placement, or a live copy of that attempt is
-    /// in another cluster.
-    pub(super) fn run_landed(&self, view: &JobView, attempt: u32) -> bool {
-        let Some((w, kind)) = self.workload_of(view) else {
-            return false;
-        };
-        let uid = view.job.metadata.uid.as_deref().unwrap_or_default();
-        let at_home = !kind.suspended(&w) && kind.placed_attempt(&w, uid) == Some(attempt);
-        at_home
-            || (self.remote.copies.iter()).any(|c| {
-                c.job_uid == uid
-                    && c.attempt == Some(attempt)
-                    && c.object.metadata.deletion_timestamp.is_none()
-            })
-    }
-
     /// How the copy of `view`'s current attempt finished, once it has.
     pub(super) fn copy_finished(&self, view: &JobView) -> Option<wl::Finished> {
         let uid = view.job.metadata.uid.as_deref()?;

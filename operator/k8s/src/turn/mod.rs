@@ -64,7 +64,8 @@ use crate::metrics::Metrics;
 use crate::spend::Ledger;
 use crate::world::{self, Assumed, Inputs};
 
-/// How many assume timeouts a workload's landed run (`State::run_landed`) waits for its pods.
+/// How many assume timeouts a workload's run (its home object patched, or a copy made in
+/// another cluster) waits for its pods.
 const WORKLOAD_PATIENCE: u64 = 10;
 
 /// The turn's knobs.
@@ -293,11 +294,14 @@ impl State {
                     .map(|v| v.pods.len())
                     .unwrap_or(usize::MAX);
                 let done = visible >= a.nodes.len();
-                // A workload's run that landed waits longer for its controller's pods: a Job
-                // controller behind on thousands of Jobs makes them minutes late, and the GPUs
-                // they were placed on must not be handed out meanwhile.
+                // A workload's run waits longer for its controller's pods: a Job controller
+                // behind on thousands of Jobs makes them minutes late, and the GPUs they were
+                // placed on must not be handed out meanwhile. Its write may show in this
+                // cache late too: a run decided again while the first one landed unseen would
+                // be refused (a started Job's template is immutable). A write refused drops
+                // the assumption at once (`feedback`).
                 let patience = match built.jobs.get(id.as_str()) {
-                    Some(v) if self.run_landed(v, a.attempt) => WORKLOAD_PATIENCE,
+                    Some(v) if v.job.spec.workload_ref.is_some() => WORKLOAD_PATIENCE,
                     _ => 1,
                 };
                 let waited = core::Duration::from_millis(timeout.as_millis().saturating_mul(patience));

@@ -276,12 +276,32 @@ pub(super) fn add_usage(
             added = true;
         }
     }
+    if view.job.spec.workload_ref.is_some() {
+        // A workload's pods carry no replica number and its controller binds them in any
+        // order: its replicas' nodes (`Lifecycle::Running`) that no pod of it is bound to
+        // (pods not made yet, or made and not scheduled) are taken by it, the rest by its pods.
+        if let Lifecycle::Running { nodes, .. } = &view.lifecycle {
+            let mut bound: Vec<&str> = (view.pods.iter())
+                .filter(|p| pod_phase(p) != "Failed")
+                .filter_map(|p| pod_node_name(p))
+                .collect();
+            for node in nodes {
+                match bound.iter().position(|b| b == node) {
+                    Some(at) => {
+                        bound.swap_remove(at);
+                    }
+                    None => {
+                        *used.entry(node.clone()).or_default() +=
+                            view.job.spec.gpus_per_replica.max(0) as u32;
+                        added = true;
+                    }
+                }
+            }
+        }
+        return added;
+    }
     if let (Some(a), Lifecycle::Running { .. }) = (assumed, &view.lifecycle) {
-        // A workload's pods carry no replica number: the first replicas count as visible.
-        let visible: Vec<u32> = match view.job.spec.workload_ref {
-            Some(_) => (0..view.pods.len() as u32).collect(),
-            None => view.pods.iter().filter_map(|p| pod_replica(p)).collect(),
-        };
+        let visible: Vec<u32> = view.pods.iter().filter_map(|p| pod_replica(p)).collect();
         for (r, node) in a.nodes.iter().enumerate() {
             if !visible.contains(&(r as u32)) {
                 *used.entry(node.clone()).or_default() +=

@@ -89,10 +89,17 @@ pub(super) fn lifecycle(
         .collect();
     live.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let mut nodes: Vec<String> = live.iter().filter_map(|p| pod_node(p)).collect();
-    let chosen = assumed
+    let mut chosen = assumed
         .map(|a| a.nodes.clone())
         .or_else(|| status.filter(|_| this_attempt).map(|s| s.nodes.clone()))
         .unwrap_or_default();
+    // The pods' controller binds them to the chosen nodes in any order: the nodes they are on
+    // are not chosen twice.
+    for n in &nodes {
+        if let Some(at) = chosen.iter().position(|c| c == n) {
+            chosen.remove(at);
+        }
+    }
     for n in chosen {
         if nodes.len() >= replicas as usize {
             break;

@@ -11,6 +11,8 @@ use spillway_api::GpuJob;
 
 use super::fixtures::*;
 use crate::actions::{Action, StatusKind, WorkloadPatch};
+use crate::error::api_error;
+use crate::executor::Failure;
 
 /// A labelled batch Job of queue `q`: `parallelism` pods of 4 GPUs.
 pub(super) fn workload(name: &str, parallelism: u32, suspend: bool) -> Value {
@@ -478,4 +480,95 @@ fn a_run_whose_job_controller_is_late_keeps_its_gpus_for_ten_assume_timeouts() {
         p.iter().any(|p| p.name == "train" && p.what == "suspend"),
         "{p:?}"
     );
+}
+
+#[test]
+fn a_run_not_seen_in_the_cache_yet_is_not_decided_again_for_ten_assume_timeouts() {
+    // At a thousand nodes the run's patch reached the cache minutes late: deciding the job
+    // again meanwhile wrote a second placement, which the API server refused (a started Job's
+    // template is immutable), and the first run's GPUs were handed to another job.
+    let mut i = cluster();
+    i.nodes = vec![node("a", "onprem", 8)];
+    let w = workload("train", 2, true);
+    i.workloads = vec![dynamic(&w)];
+    let mut l = Loop::new();
+    let made = applied(&l.turn(&i, None, noon()));
+    i.jobs = vec![stored(made[0].clone())];
+    let t = l.turn(&i, None, noon() + minutes(1));
+    let run = (t.actions.iter())
+        .find(|a| matches!(a, Action::PatchWorkload(p) if p.what == "run"))
+        .cloned()
+        .expect("a run");
+    // The cache still shows the Job suspended, unplaced; a second Job wants the GPUs.
+    let other = workload("other", 2, true);
+    i.workloads = vec![dynamic(&w), dynamic(&other)];
+    let made = applied(&l.turn(&i, None, noon() + minutes(2)));
+    i.jobs.push(stored(made[0].clone()));
+    for m in [4, 12, 20] {
+        let t = l.turn(&i, None, noon() + minutes(m));
+        assert!(patches(&t).is_empty(), "{m}: {:?}", patches(&t));
+    }
+    // A refused write gives the start up at once: the GPUs go to the job decided next.
+    let again = l.state.feedback(&Failure {
+        action: run,
+        error: api_error(422, "Invalid", "spec.template: field is immutable"),
+    });
+    assert!(again.is_empty());
+    let t = l.turn(&i, None, noon() + minutes(21));
+    assert_eq!(patches(&t).len(), 1, "{:?}", kinds(&t));
+    assert_eq!(patches(&t)[0].what, "run");
+}
+
+#[test]
+fn pods_made_but_not_yet_scheduled_keep_their_replicas_nodes() {
+    // At a thousand nodes the Job controller made a gang's pods minutes after the run, and
+    // the scheduler bound some of them at once: the unbound ones took no GPUs (their nodes
+    // were counted free, or chosen twice), other jobs were placed there, and the pods stayed
+    // Pending for good.
+    let mut i = cluster();
+    i.nodes = vec![node("a", "onprem", 8), node("b", "onprem", 8)];
+    let mut w = workload("wide", 4, true);
+    i.workloads = vec![dynamic(&w)];
+    let mut l = Loop::new();
+    let made = applied(&l.turn(&i, None, noon()));
+    i.jobs = vec![stored(made[0].clone())];
+    let t = l.turn(&i, None, noon() + minutes(1));
+    let p = patches(&t);
+    assert_eq!(p[0].what, "run", "{:?}", kinds(&t));
+    merge(&mut w, &p[0].patch);
+    w["metadata"]["resourceVersion"] = json!("2");
+    // Its status as written: two replicas on each node.
+    let st = status_of(&t, StatusKind::GpuJob, "job-wide").expect("a status");
+    assert_eq!(st["nodes"], json!(["a", "a", "b", "b"]));
+    let mut gj = (*i.jobs[0]).clone();
+    gj.status = Some(serde_json::from_value(st).expect("status"));
+    i.jobs = vec![Arc::new(gj)];
+    // All four pods made: two bound to a, two not scheduled yet.
+    let unbound = |i: u32| {
+        let mut pod = (*job_pod(&w, i, "", "Pending")).clone();
+        pod.spec.as_mut().expect("spec").node_name = None;
+        Arc::new(pod)
+    };
+    i.pods = vec![
+        job_pod(&w, 0, "a", "Running"),
+        job_pod(&w, 1, "a", "Running"),
+        unbound(2),
+        unbound(3),
+    ];
+    let other = workload("other", 2, true);
+    i.workloads = vec![dynamic(&w), dynamic(&other)];
+    let t = l.turn(&i, None, noon() + minutes(2));
+    let made = applied(&t);
+    assert_eq!(made.len(), 1, "{:?}", kinds(&t));
+    i.jobs.push(stored(made[0].clone()));
+    for m in [3, 4] {
+        let t = l.turn(&i, None, noon() + minutes(m));
+        assert!(patches(&t).is_empty(), "{m}: {:?}", patches(&t));
+        let st = status_of(&t, StatusKind::GpuJob, "job-wide");
+        assert!(
+            st.as_ref()
+                .is_none_or(|s| s["nodes"] == json!(["a", "a", "b", "b"])),
+            "{m}: {st:?}"
+        );
+    }
 }
