@@ -57,11 +57,24 @@ impl Steps {
         least
     }
 
-    /// Takes `gpus` over `[from, to)` (`to` = None: forever).
-    fn sub(&mut self, from: i64, to: Option<i64>, gpus: u32) {
-        let first = self.split(from);
+    /// [`Steps::split`], adding `t` to `times` (when given) if it made a new step.
+    fn split_noting(&mut self, t: i64, times: Option<&mut StepTimes>) -> usize {
+        let before = self.0.len();
+        let k = self.split(t);
+        if let Some(times) = times
+            && self.0.len() > before
+            && let Err(at) = times.0.binary_search(&t)
+        {
+            times.0.insert(at, t);
+        }
+        k
+    }
+
+    /// Takes `gpus` over `[from, to)` (`to` = None: forever); new step times go to `times`.
+    fn sub(&mut self, from: i64, to: Option<i64>, gpus: u32, mut times: Option<&mut StepTimes>) {
+        let first = self.split_noting(from, times.as_deref_mut());
         let last = match to {
-            Some(to) => self.split(to),
+            Some(to) => self.split_noting(to, times),
             None => self.0.len(),
         };
         for step in &mut self.0[first..last] {
@@ -87,7 +100,17 @@ pub(crate) struct Profile {
     lists: Vec<Vec<(i64, u32)>>,
     /// A search's working lists, kept from one search to the next (and one build to the next).
     bufs: SearchBuffers,
+    /// The private nodes' step times after now, once a search of one replica asked for them
+    /// (see [`single`]); kept up to date as slots are taken.
+    times: StepTimes,
+    times_ready: bool,
+    /// How many nodes are private and schedulable.
+    private: usize,
 }
+
+/// Distinct moments, in time order, at which some private node's free GPUs change after now.
+#[derive(Clone, Default)]
+struct StepTimes(Vec<i64>);
 
 /// The lists one search works in: eligible nodes, the moments' heap, rooms, nodes that rose.
 #[derive(Clone, Default)]
@@ -130,6 +153,7 @@ impl Profile {
             mut grouped,
             mut lists,
             bufs,
+            times,
             ..
         } = spare.unwrap_or_default();
         // The step lists of the spare's nodes, emptied, for this profile's nodes.
@@ -187,6 +211,7 @@ impl Profile {
                 Steps(steps)
             })
         }));
+        let private = steps_of.iter().flatten().count();
         Profile {
             now,
             nodes: steps_of,
@@ -197,6 +222,9 @@ impl Profile {
             grouped,
             lists,
             bufs,
+            times,
+            times_ready: false,
+            private,
         }
     }
 
@@ -277,6 +305,10 @@ impl Profile {
                 }),
         );
         let count = eligible.len() as u64;
+        let len = runtime.map(|d| d.as_millis().min(i64::MAX as u64 / 4) as i64);
+        if job.replicas == 1 && eligible.len() == self.private {
+            return self.search_single(eligible, g, len, only_now);
+        }
         // Candidate starts: now, and every moment some eligible node's free GPUs rise. A gang
         // that fits from a moment where none rises fits from the candidate before it as well
         // (every node has at least as many GPUs free just before, and the earlier interval
@@ -286,7 +318,6 @@ impl Profile {
         // The candidates come in time order from a merge of the nodes' steps (most searches
         // end within the first few, so the steps are not all sorted up front).
         let mut moments = Moments::new_in(std::mem::take(heap), self, eligible, only_now);
-        let len = runtime.map(|d| d.as_millis().min(i64::MAX as u64 / 4) as i64);
         let replicas = u64::from(job.replicas);
         // `rose`: the nodes whose free GPUs rise at the candidate.
         // Slots over the nodes' kept rooms: exact after every node was evaluated, then moved
@@ -373,8 +404,9 @@ impl Profile {
     /// the node are given back).
     pub fn hold(&mut self, i: usize, gpus: u32) {
         let now = self.now;
+        let times = self.times_ready.then_some(&mut self.times);
         if let Some(steps) = self.nodes[i].as_mut() {
-            steps.sub(now, None, gpus);
+            steps.sub(now, None, gpus, times);
         }
     }
 
@@ -389,7 +421,8 @@ impl Profile {
         let to = runtime.map(|d| from.saturating_add((d.as_millis() as i64).max(1)));
         for &i in nodes {
             if let Some(steps) = self.nodes[i].as_mut() {
-                steps.sub(from, to, gpus);
+                let times = self.times_ready.then_some(&mut self.times);
+                steps.sub(from, to, gpus, times);
             }
         }
     }
@@ -526,5 +559,6 @@ impl Moments {
     }
 }
 
+mod single;
 #[cfg(test)]
 mod tests;

@@ -289,3 +289,72 @@ proptest::proptest! {
         }
     }
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+    /// Gangs of one replica that every private node takes (searched node by node, with the
+    /// moments counted from the step times) get the slots, and count the work, that trying
+    /// every step gives; also between holds, and when only a start now is asked for.
+    #[test]
+    fn one_replica_searched_node_by_node_finds_what_trying_every_step_finds(
+        caps in proptest::collection::vec((4u32..=8, 0u32..=8), 1..6),
+        private in proptest::collection::vec(proptest::prelude::any::<bool>(), 6),
+        releases in proptest::collection::vec((0usize..6, 1u64..400, 1u32..=8), 0..16),
+        plans in proptest::collection::vec((1u32..=4, proptest::option::of(1u64..300), 0u8..8), 1..24),
+        near_budget in proptest::prelude::any::<bool>(),
+        short in 0u64..300,
+        first_fit in proptest::prelude::any::<bool>(),
+    ) {
+        let nodes: Vec<Node> = caps.iter().enumerate().map(|(i, &(c, _))| node(&format!("n{i}"), c)).collect();
+        let free: Vec<u32> = caps.iter().map(|&(c, f)| f.min(c)).collect();
+        let mut private = private[..nodes.len()].to_vec();
+        private[0] = true;
+        let releases: Vec<(Time, usize, u32)> = releases
+            .iter()
+            .map(|&(n, t, g)| (Time::from_millis(t as i64 * 1000), n % nodes.len(), g))
+            .collect();
+        let packing = if first_fit { Packing::FirstFit } else { Packing::BestFit };
+        let mut p = Profile::new_in(None, Time::from_millis(0), &nodes, &private, |i| free[i], &releases, packing);
+        if near_budget {
+            p.work = WORK_BUDGET - short * nodes.len() as u64;
+        }
+        for &(g, runtime, what) in &plans {
+            let j = job(g, 1);
+            let runtime = runtime.map(Duration::from_secs);
+            match what {
+                // Now only: the one moment now, tried whatever the budget.
+                0 => {
+                    // Tried whatever the budget: the reference is asked with none spent.
+                    let mut unspent = p.clone();
+                    unspent.work = 0;
+                    let (want, _) = every_step(&unspent, &j, runtime, |_| true);
+                    let want = want.filter(|(t, _)| *t == 0);
+                    let work = p.work + 2 * nodes.len() as u64;
+                    let work = work - (nodes.len() - private.iter().filter(|&&x| x).count()) as u64;
+                    let got = p.now_slot(&j, runtime, |_| true);
+                    proptest::prop_assert_eq!(got.as_ref().map(|s| (s.at.as_millis(), s.nodes.clone())), want);
+                    proptest::prop_assert_eq!(p.work, work);
+                    if let Some(slot) = got {
+                        p.take(&j, &slot, runtime);
+                    }
+                }
+                // A hold from now on the first node with the GPUs free now.
+                1 => {
+                    if let Some(i) = (0..nodes.len()).find(|&i| p.nodes[i].as_ref().is_some_and(|s| s.0[0].1 >= g)) {
+                        p.hold(i, g);
+                    }
+                }
+                _ => {
+                    let (want, work) = every_step(&p, &j, runtime, |_| true);
+                    let got = p.earliest(&j, runtime, |_| true);
+                    proptest::prop_assert_eq!(got.as_ref().map(|s| (s.at.as_millis(), s.nodes.clone())), want);
+                    proptest::prop_assert_eq!(p.work, work);
+                    if let Some(slot) = got {
+                        p.take(&j, &slot, runtime);
+                    }
+                }
+            }
+        }
+    }
+}
