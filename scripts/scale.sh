@@ -11,8 +11,9 @@
 # seed, 1554098974). Runs the scale test
 # (operator/spillway/tests/scale.rs) in release mode, one process per system, and writes the
 # figures as a JSON array (one object per system): jobs, started, starts_per_second,
-# time_to_start_p50_s/p99_s with their queueing and bind parts, api_writes_per_job,
-# api_reads_per_job, operator_cpu_s, operator_peak_rss_mib, nodes, kubernetes, jobs_as, seed.
+# time_to_start_p50_s/p99_s with their queueing and bind parts, api_writes_per_job (and
+# api_writes_per_job_by_resource), api_reads_per_job, operator_cpu_s, operator_peak_rss_mib,
+# nodes, kubernetes, jobs_as, seed.
 # docs/performance.md reports them.
 #
 # --kcm-args "FLAGS" adds flags to kube-controller-manager in both runs (its Job controller

@@ -99,11 +99,13 @@ impl Timeline {
     }
 }
 
-/// The API server's `apiserver_request_total`, summed: (writes, reads).
-#[derive(Clone, Copy, Debug, Default)]
+/// The API server's `apiserver_request_total`, summed: writes, reads, and the writes by
+/// resource (`resource` or `resource/subresource`).
+#[derive(Clone, Debug, Default)]
 pub struct Requests {
     pub writes: f64,
     pub reads: f64,
+    pub writes_by: BTreeMap<String, f64>,
 }
 
 /// The API server's request counters now (from its `/metrics`, as the test's admin).
@@ -120,13 +122,21 @@ pub async fn api_requests(client: &Client) -> Requests {
         let Some(value) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
             continue;
         };
-        let verb = line
-            .split("verb=\"")
-            .nth(1)
-            .and_then(|v| v.split('"').next())
-            .unwrap_or("");
-        match verb {
-            "POST" | "PUT" | "PATCH" | "DELETE" | "DELETECOLLECTION" => r.writes += value,
+        let label = |name: &str| {
+            line.split(&format!("{name}=\""))
+                .nth(1)
+                .and_then(|v| v.split('"').next())
+                .unwrap_or("")
+        };
+        match label("verb") {
+            "POST" | "PUT" | "PATCH" | "DELETE" | "DELETECOLLECTION" => {
+                r.writes += value;
+                let resource = match label("subresource") {
+                    "" => label("resource").to_string(),
+                    sub => format!("{}/{sub}", label("resource")),
+                };
+                *r.writes_by.entry(resource).or_default() += value;
+            }
             "GET" | "LIST" | "WATCH" => r.reads += value,
             _ => {}
         }
@@ -203,6 +213,9 @@ pub struct Figures {
     /// Requests of every client (the operator, scheduler, controllers, KWOK, the test's
     /// creates), over the run, per job.
     pub api_writes_per_job: f64,
+    /// The writes per job by resource (`pods`, `pods/status`, `jobs/status`, `events`...),
+    /// those of at least 0.05 per job.
+    pub api_writes_per_job_by_resource: BTreeMap<String, f64>,
     pub api_reads_per_job: f64,
     pub operator_cpu_s: f64,
     pub operator_peak_rss_mib: f64,
@@ -273,6 +286,13 @@ impl Figures {
             bind_p50_s: quantile(&mut bind, 0.5),
             bind_p99_s: quantile(&mut bind, 0.99),
             api_writes_per_job: round((after.writes - before.writes) / jobs),
+            api_writes_per_job_by_resource: (after.writes_by.iter())
+                .map(|(r, n)| {
+                    let was = before.writes_by.get(r).copied().unwrap_or(0.0);
+                    (r.clone(), (((n - was) / jobs) * 100.0).round() / 100.0)
+                })
+                .filter(|(_, n)| *n >= 0.05)
+                .collect(),
             api_reads_per_job: round((after.reads - before.reads) / jobs),
             operator_cpu_s: round(cpu),
             operator_peak_rss_mib: round(rss),
