@@ -437,6 +437,11 @@ impl Job {
         self.accepts_model(model) && self.requirements.met_by(facts)
     }
 
+    /// Whether GPUs of every model and any facts will do (no model named, no requirement).
+    pub fn accepts_any(&self) -> bool {
+        self.gpu_models.is_empty() && self.requirements.is_empty()
+    }
+
     /// Whether a node will do (model and requirements; not its free GPUs).
     pub fn accepts_node(&self, node: &Node) -> bool {
         self.accepts(node.gpu_model.as_ref(), &node.facts)

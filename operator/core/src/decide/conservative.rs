@@ -29,7 +29,9 @@ impl<'a> Cycle<'a> {
         }
         w.private_estimate = None;
         let runtime = job.planning_runtime();
-        let accepts = |i: usize| job.accepts_node(&nodes[i]);
+        // Most jobs take GPUs of any model and facts: then no node is asked.
+        let any = job.accepts_any();
+        let accepts = |i: usize| any || job.accepts_node(&nodes[i]);
         // Fits now? Capacity only shrinks during the pass, so a gang of this shape that did not
         // fit for as long keeps not fitting.
         let longer = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
