@@ -75,11 +75,20 @@ esac
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cargo test --release -q -p spillway --test scale --no-run >&2
-for t in "${tests[@]}"; do
-  SPILLWAY_SCALE_NODES="$nodes" SPILLWAY_SCALE_JOBS="$jobs" SPILLWAY_SCALE_JSON="$work/$t.json" \
-    cargo test --release -q -p spillway --test scale -- --exact "$t" --include-ignored --nocapture >&2
-done
+# A system's run that fails does not lose the others' figures: the JSON holds those that
+# finished, and the script exits with the first failure's status.
+status=0
 files=()
-for t in "${tests[@]}"; do files+=("$work/$t.json"); done
+for t in "${tests[@]}"; do
+  if SPILLWAY_SCALE_NODES="$nodes" SPILLWAY_SCALE_JOBS="$jobs" SPILLWAY_SCALE_JSON="$work/$t.json" \
+    cargo test --release -q -p spillway --test scale -- --exact "$t" --include-ignored --nocapture >&2; then
+    files+=("$work/$t.json")
+  else
+    rc=$?
+    echo "scale.sh: $t failed (exit $rc)" >&2
+    ((status)) || status=$rc
+  fi
+done
 python3 -c 'import json,sys; print(json.dumps([json.load(open(f)) for f in sys.argv[1:]], indent=2))' \
   "${files[@]}" > "${json:-/dev/stdout}"
+exit "$status"

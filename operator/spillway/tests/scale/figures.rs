@@ -129,7 +129,7 @@ pub async fn api_requests(client: &Client) -> Requests {
                 .unwrap_or("")
         };
         match label("verb") {
-            "POST" | "PUT" | "PATCH" | "DELETE" | "DELETECOLLECTION" => {
+            "POST" | "PUT" | "PATCH" | "APPLY" | "DELETE" | "DELETECOLLECTION" => {
                 r.writes += value;
                 let resource = match label("subresource") {
                     "" => label("resource").to_string(),
