@@ -278,11 +278,12 @@ pub(super) fn add_usage(
     }
     if view.job.spec.workload_ref.is_some() {
         // A workload's pods carry no replica number and its controller binds them in any
-        // order: its replicas' nodes (`Lifecycle::Running`) that no pod of it is bound to
-        // (pods not made yet, or made and not scheduled) are taken by it, the rest by its pods.
+        // order: its replicas' nodes (`Lifecycle::Running`) that no live pod of it is bound
+        // to (pods not made yet, made and not scheduled, or to be made again where one
+        // finished) are taken by it, the rest by its pods.
         if let Lifecycle::Running { nodes, .. } = &view.lifecycle {
             let mut bound: Vec<&str> = (view.pods.iter())
-                .filter(|p| pod_phase(p) != "Failed")
+                .filter(|p| pod_active(p))
                 .filter_map(|p| pod_node_name(p))
                 .collect();
             for node in nodes {

@@ -82,25 +82,32 @@ pub(super) fn lifecycle(
             };
         }
     }
-    // Its replicas' nodes: those its pods (running or done) are on, then the ones the start
-    // chose (assumed, else written in its status) for pods not made yet.
+    // Its replicas' nodes: those its live pods are on, then the ones the start chose (assumed,
+    // else written in its status) and no live pod is on (the pods' controller binds them to
+    // the chosen nodes in any order; a pod not made or not bound yet keeps its node), then
+    // those of pods that finished. A replica whose pod finished while others run keeps its
+    // chosen node: a Job with more completions than parallelism makes it a new pod there.
     let mut live: Vec<&Arc<Pod>> = (pods.iter().copied())
         .filter(|p| pod_phase(p) != "Failed")
         .collect();
     live.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    let mut nodes: Vec<String> = live.iter().filter_map(|p| pod_node(p)).collect();
+    let mut nodes: Vec<String> = (live.iter())
+        .filter(|p| pod_active(p))
+        .filter_map(|p| pod_node(p))
+        .collect();
     let mut chosen = assumed
         .map(|a| a.nodes.clone())
         .or_else(|| status.filter(|_| this_attempt).map(|s| s.nodes.clone()))
         .unwrap_or_default();
-    // The pods' controller binds them to the chosen nodes in any order: the nodes they are on
-    // are not chosen twice.
     for n in &nodes {
         if let Some(at) = chosen.iter().position(|c| c == n) {
             chosen.remove(at);
         }
     }
-    for n in chosen {
+    let finished = (live.iter())
+        .filter(|p| !pod_active(p))
+        .filter_map(|p| pod_node(p));
+    for n in chosen.into_iter().chain(finished) {
         if nodes.len() >= replicas as usize {
             break;
         }

@@ -572,3 +572,42 @@ fn pods_made_but_not_yet_scheduled_keep_their_replicas_nodes() {
         );
     }
 }
+
+#[test]
+fn a_replica_whose_pod_finished_keeps_its_node_for_the_pod_made_next() {
+    // A Job of more completions than parallelism makes a new pod, pinned to the gang's nodes,
+    // where one succeeded: that node is not free for another job meanwhile.
+    let mut i = cluster();
+    i.nodes = vec![node("a", "onprem", 4), node("b", "onprem", 4)];
+    let mut w = workload("queue", 2, true);
+    w["spec"]["completions"] = json!(4);
+    i.workloads = vec![dynamic(&w)];
+    let mut l = Loop::new();
+    let made = applied(&l.turn(&i, None, noon()));
+    i.jobs = vec![stored(made[0].clone())];
+    let t = l.turn(&i, None, noon() + minutes(1));
+    let p = patches(&t);
+    assert_eq!(p[0].what, "run", "{:?}", kinds(&t));
+    merge(&mut w, &p[0].patch);
+    w["metadata"]["resourceVersion"] = json!("2");
+    let st = status_of(&t, StatusKind::GpuJob, "job-queue").expect("a status");
+    assert_eq!(st["nodes"], json!(["a", "b"]));
+    let mut gj = (*i.jobs[0]).clone();
+    gj.status = Some(serde_json::from_value(st).expect("status"));
+    i.jobs = vec![Arc::new(gj)];
+    // The pod on a succeeded, the one on b runs, the next one is not scheduled yet.
+    let mut next = (*job_pod(&w, 2, "", "Pending")).clone();
+    next.spec.as_mut().expect("spec").node_name = None;
+    i.pods = vec![
+        job_pod(&w, 0, "a", "Succeeded"),
+        job_pod(&w, 1, "b", "Running"),
+        Arc::new(next),
+    ];
+    let other = workload("other", 1, true);
+    i.workloads = vec![dynamic(&w), dynamic(&other)];
+    let made = applied(&l.turn(&i, None, noon() + minutes(2)));
+    assert_eq!(made.len(), 1);
+    i.jobs.push(stored(made[0].clone()));
+    let t = l.turn(&i, None, noon() + minutes(3));
+    assert!(patches(&t).is_empty(), "{:?}", patches(&t));
+}
