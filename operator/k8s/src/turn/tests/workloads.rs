@@ -13,6 +13,7 @@ use super::fixtures::*;
 use crate::actions::{Action, StatusKind, WorkloadPatch};
 use crate::error::api_error;
 use crate::executor::Failure;
+use crate::world::Inputs;
 
 /// A labelled batch Job of queue `q`: `parallelism` pods of 4 GPUs.
 pub(super) fn workload(name: &str, parallelism: u32, suspend: bool) -> Value {
@@ -70,6 +71,15 @@ fn merge(a: &mut Value, b: &Value) {
         }
         (a, b) => *a = b.clone(),
     }
+}
+
+/// The GpuJob status turn `t` wrote for `name` (the first job of `i`), now read back in `i`.
+fn written_status(i: &mut Inputs, t: &crate::turn::Turn, name: &str) -> Value {
+    let st = status_of(t, StatusKind::GpuJob, name).expect("a status");
+    let mut gj = (*i.jobs[0]).clone();
+    gj.status = Some(serde_json::from_value(st.clone()).expect("status"));
+    i.jobs[0] = Arc::new(gj);
+    st
 }
 
 /// A pod the Job controller made from the placed template, on `node`.
@@ -538,11 +548,8 @@ fn pods_made_but_not_yet_scheduled_keep_their_replicas_nodes() {
     merge(&mut w, &p[0].patch);
     w["metadata"]["resourceVersion"] = json!("2");
     // Its status as written: two replicas on each node.
-    let st = status_of(&t, StatusKind::GpuJob, "job-wide").expect("a status");
+    let st = written_status(&mut i, &t, "job-wide");
     assert_eq!(st["nodes"], json!(["a", "a", "b", "b"]));
-    let mut gj = (*i.jobs[0]).clone();
-    gj.status = Some(serde_json::from_value(st).expect("status"));
-    i.jobs = vec![Arc::new(gj)];
     // All four pods made: two bound to a, two not scheduled yet.
     let unbound = |i: u32| {
         let mut pod = (*job_pod(&w, i, "", "Pending")).clone();
@@ -590,11 +597,8 @@ fn a_replica_whose_pod_finished_keeps_its_node_for_the_pod_made_next() {
     assert_eq!(p[0].what, "run", "{:?}", kinds(&t));
     merge(&mut w, &p[0].patch);
     w["metadata"]["resourceVersion"] = json!("2");
-    let st = status_of(&t, StatusKind::GpuJob, "job-queue").expect("a status");
+    let st = written_status(&mut i, &t, "job-queue");
     assert_eq!(st["nodes"], json!(["a", "b"]));
-    let mut gj = (*i.jobs[0]).clone();
-    gj.status = Some(serde_json::from_value(st).expect("status"));
-    i.jobs = vec![Arc::new(gj)];
     // The pod on a succeeded, the one on b runs, the next one is not scheduled yet.
     let mut next = (*job_pod(&w, 2, "", "Pending")).clone();
     next.spec.as_mut().expect("spec").node_name = None;
