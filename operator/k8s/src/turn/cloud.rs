@@ -106,6 +106,7 @@ impl State {
             .filter(|n| n.kind == spillway_cloud::notices::NoticeKind::SpotInterruptionWarning)
             .map(|n| n.instance.as_str())
             .collect();
+        let listed: HashSet<&str> = view.instances.iter().map(|i| i.id.as_str()).collect();
         let mut idle = HashSet::new();
         for n in &mut built.snapshot.nodes {
             // A node whose instance is being terminated, or warned of a spot interruption,
@@ -116,7 +117,11 @@ impl State {
             {
                 n.schedulable = false;
             }
-            if cloud_pools.contains(&n.pool) && n.free_gpus >= n.gpus {
+            // Idle only once its instance is listed: a machine may join before the listing
+            // that shows which need it was launched for (a launch whose answer was lost), and
+            // retiring it then would have that need launched again.
+            let known = (n.instance_id.as_deref()).is_none_or(|id| listed.contains(id));
+            if cloud_pools.contains(&n.pool) && n.free_gpus >= n.gpus && known {
                 n.idle_since = Some(*self.idle_since.entry(n.name.clone()).or_insert(now));
                 idle.insert(n.name.clone());
             }

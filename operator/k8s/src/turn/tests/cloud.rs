@@ -114,6 +114,37 @@ fn restricted_data_never_launches() {
 }
 
 #[test]
+fn a_node_whose_instance_is_not_listed_yet_is_not_retired_as_idle() {
+    // A launch whose answer was lost: its machine joined before any listing showed the
+    // instance (and so the need it was launched for).
+    let mut i = bursting("0s", None);
+    i.nodes.push(cloud_node("ip-lost", "aws", 1, "i-lost"));
+    let mut c = cloud();
+    let mut l = Loop::new();
+    let retired = |t: &crate::turn::Turn| {
+        t.actions
+            .iter()
+            .any(|a| matches!(a, Action::Terminate { .. } | Action::Cordon { .. }))
+    };
+    let t = l.turn(&i, Some(&c), noon());
+    assert!(!retired(&t), "{:?}", kinds(&t));
+    let t = l.turn(&i, Some(&c), noon() + minutes(11));
+    assert!(!retired(&t), "{:?}", kinds(&t));
+    // Listed (its need's job is gone): idle from then on, retired after the idle timeout.
+    c.instance(
+        "i-lost",
+        "aws",
+        "team/gone#0",
+        "g6.xlarge",
+        at("2026-03-10T11:59:00Z"),
+    );
+    let t = l.turn(&i, Some(&c), noon() + minutes(12));
+    assert!(!retired(&t), "idle for no time yet: {:?}", kinds(&t));
+    let t = l.turn(&i, Some(&c), noon() + minutes(23));
+    assert!(retired(&t), "{:?}", kinds(&t));
+}
+
+#[test]
 fn an_idle_cloud_node_is_cordoned_then_terminated_after_its_idle_timeout() {
     let mut i = bursting("0s", None);
     i.nodes.push(cloud_node("ip-10-0-0-1", "aws", 1, "i-0abc"));
