@@ -44,12 +44,15 @@ impl State {
                     at: now,
                 },
             );
-            view.lifecycle = Lifecycle::Running {
-                nodes: start.nodes.clone(),
-                pool: Some(start.pool.clone()),
-                started_at: now,
-                all_running: false,
-            };
+            let was = std::mem::replace(
+                &mut view.lifecycle,
+                Lifecycle::Running {
+                    nodes: start.nodes.clone(),
+                    pool: Some(start.pool.clone()),
+                    started_at: now,
+                    all_running: false,
+                },
+            );
             let pool = pools.get(&start.pool).cloned();
             if view.job.spec.workload_ref.is_some() {
                 // Its workload's controller makes the pods, from the placement written into it
@@ -69,6 +72,9 @@ impl State {
                         now.since(view.queued_at).as_secs_f64(),
                     );
                     self.wait_observed.insert(view.id.clone());
+                } else {
+                    // Not started: its status and the hold of its workload see it as it was.
+                    view.lifecycle = was;
                 }
                 continue;
             }
@@ -504,6 +510,7 @@ impl State {
             );
         }
         if before.phase != after.phase
+            && !self.end_told_by_job_controller(view)
             && let Some(phase @ (JobPhase::Succeeded | JobPhase::Failed)) = after.phase
         {
             let (reason, message) = after

@@ -108,6 +108,23 @@ impl State {
         }
     }
 
+    /// Whether the job stands for a batch Job here that has ended: the Job controller then
+    /// told its end in an Event on the Job (`Completed`, or why it failed), which the job's
+    /// own end Event would only repeat. (A Job run as a copy elsewhere stays suspended here:
+    /// its end is told on its GpuJob.)
+    pub(super) fn end_told_by_job_controller(&self, view: &JobView) -> bool {
+        let Some(r) = view.job.spec.workload_ref.as_ref() else {
+            return false;
+        };
+        if (r.api_version.as_str(), r.kind.as_str()) != ("batch/v1", "Job") {
+            return false;
+        }
+        let ns = view.job.metadata.namespace.as_deref().unwrap_or_default();
+        (self.workloads.index.get(&key(ns, &r.kind, &r.name)))
+            .and_then(|w| Some(wl::kind_of(w)?.finished(w).is_some()))
+            .unwrap_or(false)
+    }
+
     /// Each labelled workload's GpuJob made or kept in step; workloads that run unplaced held.
     pub(super) fn workloads(&mut self, built: &world::Built, inputs: &Inputs) {
         let mut live: HashSet<String> = HashSet::default();

@@ -190,6 +190,14 @@ fn a_labelled_job_runs_as_a_copy_in_the_other_cluster_and_its_end_comes_home() {
     let st = status_of(&t, StatusKind::GpuJob, "job-train").expect("status");
     assert_eq!(st["phase"], "Succeeded");
     assert!(copy_deletions(&t).is_empty());
+    // No Job controller here saw it end: the GpuJob's Event tells it.
+    assert!(
+        t.actions
+            .iter()
+            .any(|a| matches!(a, Action::Publish(n) if n.action == "Succeeded")),
+        "{:?}",
+        events(&t)
+    );
 
     // The Job is deleted (its GpuJob with it): the copy goes, and its pods with it.
     i.jobs.clear();
@@ -367,4 +375,40 @@ fn an_operator_restarted_before_the_copys_pods_appear_takes_the_copy_for_the_sta
         "{:?}",
         kinds(&t)
     );
+}
+
+#[test]
+fn a_workload_of_a_kind_that_is_not_copied_stays_home_and_its_decision_says_why() {
+    // A JobSet of one 8-GPU replica: the only free GPUs are dc2's, where Spillway makes no
+    // copy of a JobSet.
+    let mut i = with_dc2();
+    let w = json!({
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": "train", "namespace": NS, "uid": "w-train",
+                     "resourceVersion": "1", "labels": {"spillway.io/queue": "q"}},
+        "spec": {"suspend": true, "replicatedJobs": [{"name": "workers", "replicas": 1,
+                 "template": {"spec": {"template": {"spec": {"restartPolicy": "Never",
+                     "containers": [{"name": "main", "image": "trainer",
+                                     "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}}}]},
+    });
+    i.workloads = vec![dynamic(&w)];
+    let mut l = Loop::new();
+    let made = applied(&l.turn(&i, None, noon()));
+    assert_eq!(made.len(), 1);
+    let why = made[0].annotations()[spillway_api::job::PORTABILITY_ANNOTATION].clone();
+    assert_eq!(
+        why,
+        "it is a JobSet: Spillway dispatches only batch/v1 Jobs to other clusters"
+    );
+    i.jobs = vec![stored(made[0].clone())];
+    let t = l.turn(&i, None, noon() + minutes(1));
+    assert!(
+        copies(&t).is_empty() && patches(&t).is_empty() && remote_creates(&t).is_empty(),
+        "{:?}",
+        kinds(&t)
+    );
+    let st = status_of(&t, StatusKind::GpuJob, "jobset-train").expect("status");
+    assert_eq!(st["decision"]["reason"], "NotPortable", "{st}");
+    let message = st["decision"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(&why), "{message}");
 }

@@ -20,4 +20,5 @@ mod repatriate;
 mod spend;
 mod telemetry;
 mod utilization;
+mod workload_moves;
 mod workloads;

@@ -62,7 +62,7 @@ pub(super) fn stored(mut j: GpuJob) -> Arc<GpuJob> {
     Arc::new(j)
 }
 
-fn merge(a: &mut Value, b: &Value) {
+pub(super) fn merge(a: &mut Value, b: &Value) {
     match (a, b) {
         (Value::Object(a), Value::Object(b)) => {
             for (k, v) in b {
@@ -74,7 +74,7 @@ fn merge(a: &mut Value, b: &Value) {
 }
 
 /// The GpuJob status turn `t` wrote for `name` (the first job of `i`), now read back in `i`.
-fn written_status(i: &mut Inputs, t: &crate::turn::Turn, name: &str) -> Value {
+pub(super) fn written_status(i: &mut Inputs, t: &crate::turn::Turn, name: &str) -> Value {
     let st = status_of(t, StatusKind::GpuJob, name).expect("a status");
     let mut gj = (*i.jobs[0]).clone();
     gj.status = Some(serde_json::from_value(st.clone()).expect("status"));
@@ -83,7 +83,7 @@ fn written_status(i: &mut Inputs, t: &crate::turn::Turn, name: &str) -> Value {
 }
 
 /// A pod the Job controller made from the placed template, on `node`.
-fn job_pod(w: &Value, i: u32, node: &str, phase: &str) -> Arc<Pod> {
+pub(super) fn job_pod(w: &Value, i: u32, node: &str, phase: &str) -> Arc<Pod> {
     let labels = w["spec"]["template"]["metadata"]["labels"].clone();
     from(json!({
         "metadata": {"name": format!("{}-{i}", w["metadata"]["name"].as_str().unwrap()),
@@ -172,6 +172,14 @@ fn a_labelled_job_is_held_then_run_where_its_job_was_placed_and_its_end_is_mirro
     let st = status_of(&t, StatusKind::GpuJob, "job-train").expect("status");
     assert_eq!(st["phase"], "Succeeded", "{st}");
     assert_eq!(st["finishedAt"], "2026-03-10T12:30:00Z");
+    // The Job controller told the end on the Job; the GpuJob's Event would repeat it.
+    assert!(
+        !t.actions
+            .iter()
+            .any(|a| matches!(a, Action::Publish(n) if n.action == "Succeeded")),
+        "{:?}",
+        events(&t)
+    );
 }
 
 #[test]
