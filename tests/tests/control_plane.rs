@@ -424,3 +424,33 @@ async fn fake_kubelet_makes_failed_status_writes_again() {
     }
     panic!("the pod is {last:?} 30 s after it was bound");
 }
+
+/// The operator manages only the workload kinds this API server serves: here (no JobSet,
+/// Trainer or KubeRay CRDs) batch Jobs and pods; the others are skipped, not an error, and a
+/// misspelt kind is.
+#[tokio::test]
+async fn workload_kinds_the_server_does_not_serve_are_skipped() {
+    let (_cluster, client) = setup().await;
+    let all: Vec<String> = [
+        "batch/job",
+        "pod",
+        "jobset.x-k8s.io/jobset",
+        "trainer.kubeflow.org/trainjob",
+        "ray.io/rayjob",
+    ]
+    .map(String::from)
+    .to_vec();
+    let served = spillway_k8s::workloads::served(&client, &all)
+        .await
+        .expect("discovery");
+    let names: Vec<&str> = served.iter().map(|k| k.integration()).collect();
+    assert_eq!(names, ["batch/job", "pod"]);
+    let err = spillway_k8s::workloads::served(&client, &["batch/jobs".to_string()])
+        .await
+        .err()
+        .expect("a misspelt kind is refused");
+    assert!(
+        err.to_string().contains("unknown kind \"batch/jobs\""),
+        "{err}"
+    );
+}

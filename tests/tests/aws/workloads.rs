@@ -1,6 +1,7 @@
-//! A labelled batch Job bursts: its GpuJob waits past its queue's maxWait, an instance is
-//! launched for it (moto), and the Job controller's pods land on the node that joined; the idle
-//! instance goes after the pool's idle timeout once the Job is deleted.
+//! Labelled batch Jobs, private first, then bursting: the first takes the private GPU, the
+//! second's GpuJob waits past its queue's maxWait, an instance is launched for it (moto), and
+//! the Job controller's pods land on the node that joined; once that Job is deleted its GpuJob
+//! goes with it and the idle instance goes after the pool's idle timeout.
 
 use std::time::Duration;
 
@@ -22,18 +23,60 @@ async fn a_labelled_job_bursts_and_its_pods_land_on_the_instance_that_joined() {
     let w = World::new("aws-workload", json!({})).await;
     let _machines = w.boot_machines(Some(Duration::from_secs(1)));
     let op = w.operator().await;
-    w.fill_private_gpu().await;
-    let job: Job = serde_json::from_value(json!({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": "burst", "labels": {"spillway.io/queue": w.queue}},
-        "spec": {"suspend": true, "backoffLimit": 0, "template": {
-            "metadata": {"annotations": {RUN_SECONDS: "600"}},
-            "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "trainer",
-                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}},
-    }))
-    .expect("a Job");
+    let job = |name: &str| -> Job {
+        serde_json::from_value(json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "labels": {"spillway.io/queue": w.queue}},
+            "spec": {"suspend": true, "backoffLimit": 0, "template": {
+                "metadata": {"annotations": {RUN_SECONDS: "600"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "trainer",
+                         "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}},
+        }))
+        .expect("a Job")
+    };
     let jobs: Api<Job> = Api::namespaced(w.client.clone(), &w.ns);
-    jobs.create(&PostParams::default(), &job)
+    let pods: Api<Pod> = Api::namespaced(w.client.clone(), &w.ns);
+    let running_on = |gpu_job: &'static str| {
+        let pods = pods.clone();
+        async move {
+            let list = pods
+                .list(&ListParams::default().labels(&format!("spillway.io/job={gpu_job}")))
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<Vec<String>, String>(
+                (list.items.iter())
+                    .filter(|p| {
+                        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                    })
+                    .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+                    .collect(),
+            )
+        }
+    };
+
+    // The first takes the private GPU.
+    jobs.create(&PostParams::default(), &job("first"))
+        .await
+        .expect("create");
+    let gj = w.wait_phase("job-first", JobPhase::Running).await;
+    let st = gj.status.unwrap_or_default();
+    assert_eq!(
+        st.environment,
+        Some(spillway_api::Environment::Private),
+        "{st:?}"
+    );
+    let private = format!("{}-private-0", w.ns);
+    eventually(WAIT, "the first Job's pod on the private node", || async {
+        let on = running_on("job-first").await?;
+        (on == [private.clone()])
+            .then_some(())
+            .ok_or(format!("{on:?}"))
+    })
+    .await;
+    assert!(w.instances().await.is_empty(), "nothing launched for it");
+
+    // The second waits past maxWait and bursts.
+    jobs.create(&PostParams::default(), &job("burst"))
         .await
         .expect("create");
 
@@ -50,25 +93,33 @@ async fn a_labelled_job_bursts_and_its_pods_land_on_the_instance_that_joined() {
     let (id, _, _, need) = instances[0].clone();
     assert_eq!(need, format!("{}/job-burst#0", w.ns));
     // The Job controller's pod runs on the node of the instance launched for it.
-    let pods: Api<Pod> = Api::namespaced(w.client.clone(), &w.ns);
     eventually(WAIT, "the Job's pod on the burst node", || async {
-        let list = pods
-            .list(&ListParams::default().labels("spillway.io/job=job-burst"))
-            .await
-            .map_err(|e| e.to_string())?;
-        let on: Vec<_> = (list.items.iter())
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .filter_map(|p| p.spec.as_ref()?.node_name.clone())
-            .collect();
+        let on = running_on("job-burst").await?;
         (on == [id.clone()]).then_some(()).ok_or(format!("{on:?}"))
     })
     .await;
 
-    // Deleted, the Job takes its GpuJob with it, and the idle instance is terminated.
+    // Deleted, the Job takes its GpuJob with it, and the instance, idle from then on, is
+    // terminated once the pool's idle timeout (3 s) has passed.
+    let deleted = std::time::Instant::now();
     jobs.delete("burst", &DeleteParams::foreground())
         .await
         .expect("delete");
+    eventually(WAIT, "the deleted Job's GpuJob to go", || async {
+        match w.jobs().get_opt("job-burst").await {
+            Ok(None) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
     w.wait_terminated(&id).await;
+    assert!(
+        deleted.elapsed() >= Duration::from_secs(3),
+        "terminated {:?} after the Job was deleted, before the idle timeout",
+        deleted.elapsed()
+    );
+    // The first Job runs on, untouched.
+    assert_eq!(running_on("job-first").await.expect("pods"), [private]);
     op.stop().await.expect("clean stop");
 }
 
