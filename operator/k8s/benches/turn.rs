@@ -117,6 +117,57 @@ fn settle(i: &mut world::Inputs, actions: &[Action]) {
                     _ => {}
                 }
             }
+            Action::ApplyWorkloadJob(j) => {
+                let mut job = (**j).clone();
+                let name = job.metadata.name.clone().unwrap_or_default();
+                job.metadata.uid = Some(format!("gj-{name}"));
+                job.metadata.resource_version = Some("1".into());
+                job.metadata.creation_timestamp =
+                    Some(serde_json::from_value(json!("2026-01-01T00:00:00Z")).unwrap());
+                match i
+                    .jobs
+                    .iter_mut()
+                    .find(|j| j.metadata.name == job.metadata.name)
+                {
+                    Some(j) => *j = Arc::new(job),
+                    None => i.jobs.push(Arc::new(job)),
+                }
+            }
+            // The workload takes the patch, and a run's Job controller makes its pod on the
+            // node the placement pins.
+            Action::PatchWorkload(p) => {
+                let Some(w) = i
+                    .workloads
+                    .iter_mut()
+                    .find(|w| w.metadata.name.as_deref() == Some(p.name.as_str()))
+                else {
+                    continue;
+                };
+                let mut v = serde_json::to_value(&**w).unwrap();
+                merge(&mut v, &p.patch);
+                v["metadata"]["resourceVersion"] = json!("2");
+                *w = Arc::new(serde_json::from_value(v.clone()).unwrap());
+                if p.what == "run" {
+                    let t = &v["spec"]["template"];
+                    let node = t["spec"]["affinity"]["nodeAffinity"]
+                        ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+                        ["matchFields"][0]["values"][0]
+                        .clone();
+                    i.pods.push(Arc::new(
+                        serde_json::from_value(json!({
+                            "metadata": {"name": format!("{}-0", p.name), "namespace": "ns",
+                                         "uid": format!("pod-{}", p.name), "labels": t["metadata"]["labels"],
+                                         "creationTimestamp": "2026-01-01T00:01:00Z",
+                                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
+                                             "name": p.name, "uid": v["metadata"]["uid"], "controller": true}]},
+                            "spec": {"nodeName": node, "containers": [{"name": "c",
+                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+                            "status": {"phase": "Running"},
+                        }))
+                        .unwrap(),
+                    ));
+                }
+            }
             Action::Annotate {
                 namespace,
                 name,
@@ -140,6 +191,38 @@ fn settle(i: &mut world::Inputs, actions: &[Action]) {
     }
 }
 
+fn merge(a: &mut serde_json::Value, b: &serde_json::Value) {
+    match (a, b) {
+        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k.clone()).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (a, b) => *a = b.clone(),
+    }
+}
+
+/// `jobs` labelled batch Jobs of one 1-GPU pod each (made suspended, as the webhook holds
+/// them), on `nodes` 8-GPU nodes.
+fn workload_inputs(jobs: usize, nodes: usize) -> world::Inputs {
+    let mut i = inputs(0, 0, nodes);
+    for j in 0..jobs {
+        i.workloads.push(Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": format!("w{j}"), "namespace": "ns", "uid": format!("w-{j}"),
+                             "resourceVersion": "1", "labels": {"spillway.io/queue": "q"}},
+                "spec": {"parallelism": 1, "suspend": true,
+                         "template": {"spec": {"restartPolicy": "Never", "containers": [
+                             {"name": "main", "image": "trainer",
+                              "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}},
+            }))
+            .unwrap(),
+        ));
+    }
+    i
+}
+
 /// A whole turn (`State::turn`: the snapshot, the policies, the core's cycle, statuses and
 /// what to write) on a world in which nothing changed since the last turn: every job running
 /// with its pod, its status and trace context written by an earlier turn and shown by the
@@ -149,11 +232,20 @@ fn settle(i: &mut world::Inputs, actions: &[Action]) {
 fn whole_turn(c: &mut Criterion) {
     let metrics = spillway_k8s::Metrics::default();
     let now = Time::from_secs_f64(1.8e9);
-    for (jobs, nodes) in [(1_000, 125), (10_000, 1_250)] {
-        let mut i = inputs(jobs, jobs, nodes);
+    let cases = [
+        ("running", 1_000, 125),
+        ("running", 10_000, 1_250),
+        ("running labelled Jobs", 10_000, 1_250),
+    ];
+    for (what, jobs, nodes) in cases {
+        let mut i = if what == "running" {
+            inputs(jobs, jobs, nodes)
+        } else {
+            workload_inputs(jobs, nodes)
+        };
         let mut state = State::new(TurnSettings::default());
         // Until a turn writes nothing, the caches show what it wrote.
-        for _ in 0..3 {
+        for _ in 0..5 {
             let t = state.turn(i.clone(), None, &metrics, now);
             settle(&mut i, &t.actions);
         }
@@ -164,7 +256,7 @@ fn whole_turn(c: &mut Criterion) {
                 .is_empty()
         );
         c.bench_function(
-            &format!("turn: whole turn, nothing changed, {jobs} running, {nodes} nodes"),
+            &format!("turn: whole turn, nothing changed, {jobs} {what}, {nodes} nodes"),
             |b| b.iter(|| state.turn(i.clone(), None, &metrics, now)),
         );
         let mut queues = [i.queues[0].clone(), i.queues[0].clone()];
@@ -175,7 +267,7 @@ fn whole_turn(c: &mut Criterion) {
         }
         let mut k = 0;
         c.bench_function(
-            &format!("turn: whole turn, queue status written, {jobs} running, {nodes} nodes"),
+            &format!("turn: whole turn, queue status written, {jobs} {what}, {nodes} nodes"),
             |b| {
                 b.iter(|| {
                     k ^= 1;
@@ -188,7 +280,7 @@ fn whole_turn(c: &mut Criterion) {
         // nothing the loop reads, such as a status heartbeat): its job is looked at again.
         let pods = [i.pods[0].clone(), Arc::new((*i.pods[0]).clone())];
         c.bench_function(
-            &format!("turn: whole turn, one pod new, {jobs} running, {nodes} nodes"),
+            &format!("turn: whole turn, one pod new, {jobs} {what}, {nodes} nodes"),
             |b| {
                 b.iter(|| {
                     k ^= 1;
@@ -201,7 +293,7 @@ fn whole_turn(c: &mut Criterion) {
         // indicators' GPU-seconds of every running job, spend) is worked out every turn.
         let mut clock = now;
         c.bench_function(
-            &format!("turn: whole turn, the clock moved 1 s, {jobs} running, {nodes} nodes"),
+            &format!("turn: whole turn, the clock moved 1 s, {jobs} {what}, {nodes} nodes"),
             |b| {
                 b.iter(|| {
                     clock = clock + spillway_core::Duration::from_secs(1);

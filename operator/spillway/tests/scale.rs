@@ -350,6 +350,7 @@ async fn run(system: System) {
     drop(controller);
     watch.abort();
 
+    let events = figures::events_by_reporter(&client).await;
     let kubernetes = (client.apiserver_version().await)
         .map(|v| v.git_version)
         .unwrap_or_default();
@@ -387,6 +388,7 @@ async fn run(system: System) {
         System::SpillwayJobs | System::Kueue => "batch/v1 Job",
     };
     figures.seed = seed;
+    figures.events_per_job_by_reporter = figures::per_job(&events, created.len());
     if system == System::Kueue {
         let t = spillway_tests::kueue::Tuning::from_env();
         figures.peer_settings = format!(

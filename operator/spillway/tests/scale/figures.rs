@@ -144,6 +144,47 @@ pub async fn api_requests(client: &Client) -> Requests {
     r
 }
 
+/// Every Event in the cluster now, by the controller that reported it (`reportingController`,
+/// else the old `source.component`), counting each repetition a series or count records: who
+/// wrote the `events` of [`Requests::writes_by`]. The run is shorter than the API server's
+/// Event TTL (an hour), so none has expired.
+pub async fn events_by_reporter(client: &Client) -> BTreeMap<String, f64> {
+    use k8s_openapi::api::events::v1::Event;
+    let api: kube::Api<Event> = kube::Api::all(client.clone());
+    let mut out = BTreeMap::new();
+    let mut params = kube::api::ListParams::default().limit(1000);
+    loop {
+        let Ok(page) = api.list(&params).await else {
+            break;
+        };
+        for e in &page.items {
+            let who = (e.reporting_controller.clone())
+                .filter(|r| !r.is_empty())
+                .or_else(|| e.deprecated_source.as_ref()?.component.clone())
+                .unwrap_or_else(|| "(unnamed)".into());
+            let times = (e.series.as_ref().map(|s| s.count))
+                .or(e.deprecated_count)
+                .unwrap_or(1)
+                .max(1);
+            *out.entry(who).or_default() += f64::from(times);
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(c) => params = params.continue_token(&c),
+            None => break,
+        }
+    }
+    out
+}
+
+/// `counts` per job, those of at least 0.05 per job.
+pub fn per_job(counts: &BTreeMap<String, f64>, jobs: usize) -> BTreeMap<String, f64> {
+    let jobs = jobs.max(1) as f64;
+    (counts.iter())
+        .map(|(k, n)| (k.clone(), ((n / jobs) * 100.0).round() / 100.0))
+        .filter(|(_, n)| *n >= 0.05)
+        .collect()
+}
+
 /// A process's CPU seconds (user and system) and peak resident memory in MiB.
 pub fn process_usage(pid: u32) -> (f64, f64) {
     let ticks = std::process::Command::new("getconf")
@@ -216,6 +257,9 @@ pub struct Figures {
     /// The writes per job by resource (`pods`, `pods/status`, `jobs/status`, `events`...),
     /// those of at least 0.05 per job.
     pub api_writes_per_job_by_resource: BTreeMap<String, f64>,
+    /// The Events per job by the controller that reported them (repetitions counted), those
+    /// of at least 0.05 per job.
+    pub events_per_job_by_reporter: BTreeMap<String, f64>,
     pub api_reads_per_job: f64,
     pub operator_cpu_s: f64,
     pub operator_peak_rss_mib: f64,
@@ -293,6 +337,7 @@ impl Figures {
                 })
                 .filter(|(_, n)| *n >= 0.05)
                 .collect(),
+            events_per_job_by_reporter: BTreeMap::new(),
             api_reads_per_job: round((after.reads - before.reads) / jobs),
             operator_cpu_s: round(cpu),
             operator_peak_rss_mib: round(rss),
