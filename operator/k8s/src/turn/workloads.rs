@@ -30,6 +30,10 @@ pub(super) struct Kept {
     /// The GpuJob each workload (by uid) stands as, or why it cannot, as of the workload
     /// version read: made again only when the workload changes.
     made: HashMap<String, (String, Result<Arc<spillway_api::GpuJob>, String>)>,
+    /// The workload and GpuJob objects (by the workload's uid), and the end mirrored, last
+    /// found in step: while the caches hand out the very same objects, the GpuJob is not
+    /// made and compared again.
+    in_step: HashMap<String, InStep>,
     /// The workload version (by uid) a suspension was last asked for.
     suspended: HashMap<String, String>,
     /// The last warning told about each workload (by uid).
@@ -37,6 +41,12 @@ pub(super) struct Kept {
     /// The version of each gated pod (by `namespace/name`) a pin was last asked for.
     pinned: HashMap<String, String>,
 }
+
+type InStep = (
+    Arc<DynamicObject>,
+    Arc<spillway_api::GpuJob>,
+    Option<String>,
+);
 
 fn key(namespace: &str, kind: &str, name: &str) -> String {
     format!("{namespace}/{kind}/{name}")
@@ -125,19 +135,45 @@ impl State {
             .unwrap_or(false)
     }
 
+    /// The end to mirror on the GpuJob of workload `w` (its view `v`), as its annotation says
+    /// it: once mirrored it stays (the copy may go), and a copy in another cluster that
+    /// finished ends the job as the workload's own end would. None once the workload itself
+    /// says it finished (its GpuJob is made with that end).
+    fn mirrored_end(
+        &self,
+        kind: &dyn WorkloadKind,
+        w: &DynamicObject,
+        v: &JobView,
+    ) -> Option<String> {
+        if kind.finished(w).is_some() {
+            return None;
+        }
+        let kept = v.job.annotations().get(wl::FINISHED_ANNOTATION).cloned();
+        kept.or_else(|| {
+            let f = self.copy_finished(v)?;
+            Some(serde_json::to_string(&f).unwrap_or_default())
+        })
+    }
+
     /// Each labelled workload's GpuJob made or kept in step; workloads that run unplaced held.
     pub(super) fn workloads(&mut self, built: &world::Built, inputs: &Inputs) {
-        let mut live: HashSet<String> = HashSet::default();
+        let mut live: HashSet<&str> = HashSet::default();
+        // The GpuJobs of this turn's workloads: an apply sent for another is forgotten.
+        let mut live_jobs: HashSet<String> = HashSet::default();
         for w in &inputs.workloads {
             let Some(kind) = wl::kind_of(w) else { continue };
             let (Some(ns), Some(name), Some(uid)) = (
-                w.metadata.namespace.clone(),
-                w.metadata.name.clone(),
-                w.metadata.uid.clone(),
+                w.metadata.namespace.as_deref(),
+                w.metadata.name.as_deref(),
+                w.metadata.uid.as_deref(),
             ) else {
                 continue;
             };
-            live.insert(uid.clone());
+            live.insert(uid);
+            let id = format!("{ns}/{}", wl::gpu_job_name(kind.kind(), name));
+            if self.workloads.sent.contains_key(&id) {
+                live_jobs.insert(id.clone());
+            }
             if w.metadata.deletion_timestamp.is_some()
                 || w.annotations().contains_key(wl::USER_SUSPENDED_ANNOTATION)
             {
@@ -146,9 +182,23 @@ impl State {
             }
             // Outside --job-namespaces its GpuJob is made (and says it is Invalid there), but
             // the workload is not touched: the operator may not patch it.
-            let managed = (inputs.job_namespaces.as_ref()).is_none_or(|m| m.contains(&ns));
-            let id = format!("{ns}/{}", wl::gpu_job_name(kind.kind(), &name));
+            let managed = (inputs.job_namespaces.as_ref()).is_none_or(|m| m.contains(ns));
             let view = built.jobs.get(id.as_str()).map(|v| &**v);
+            // The very objects found in step last time, and nothing new mirrored: it still
+            // stands for it and its GpuJob is as it would be made (most workloads at most
+            // turns); only what it runs needs a look.
+            if let Some(v) = view
+                && let Some((sw, sj, sm)) = self.workloads.in_step.get(uid)
+                && Arc::ptr_eq(sw, w)
+                && Arc::ptr_eq(sj, &v.job)
+                && *sm == self.mirrored_end(kind, w, v)
+            {
+                if managed {
+                    self.hold(w, kind, view, inputs);
+                }
+                continue;
+            }
+            self.workloads.in_step.remove(uid);
             if view.is_none()
                 && let Some(why) = kind.incomplete(w)
             {
@@ -174,11 +224,11 @@ impl State {
                 continue;
             }
             let version = w.metadata.resource_version.clone().unwrap_or_default();
-            let made = match self.workloads.made.get(&uid) {
+            let made = match self.workloads.made.get(uid) {
                 Some((v, made)) if *v == version => made.clone(),
                 _ => {
                     let made = wl::gpu_job_for(kind, w).map(Arc::new);
-                    (self.workloads.made).insert(uid.clone(), (version, made.clone()));
+                    (self.workloads.made).insert(uid.to_string(), (version, made.clone()));
                     made
                 }
             };
@@ -195,24 +245,16 @@ impl State {
                     continue;
                 }
                 Ok(made) => {
+                    let mirrored = view.and_then(|v| self.mirrored_end(kind, w, v));
                     let mut desired = (*made).clone();
-                    // A copy in another cluster that finished ends the job as the workload's
-                    // own end would; once mirrored, that end stays (the copy may go).
-                    let mirrored = view.filter(|_| kind.finished(w).is_none()).and_then(|v| {
-                        let kept = v.job.annotations().get(wl::FINISHED_ANNOTATION).cloned();
-                        kept.or_else(|| {
-                            let f = self.copy_finished(v)?;
-                            Some(serde_json::to_string(&f).unwrap_or_default())
-                        })
-                    });
-                    if let Some(f) = mirrored {
+                    if let Some(f) = mirrored.clone() {
                         let a = desired
                             .metadata
                             .annotations
                             .get_or_insert_with(Default::default);
                         a.insert(wl::FINISHED_ANNOTATION.into(), f);
                     }
-                    self.workloads.warned.remove(&uid);
+                    self.workloads.warned.remove(uid);
                     if let Some(v) = view {
                         let admitted = v
                             .job
@@ -228,9 +270,12 @@ impl State {
                         }
                     }
                     let want = fingerprint(&desired);
-                    if view.is_some_and(|v| matches(&v.job, &want)) {
+                    if let Some(v) = view.filter(|v| matches(&v.job, &want)) {
                         self.workloads.sent.remove(&id);
+                        (self.workloads.in_step)
+                            .insert(uid.to_string(), (w.clone(), v.job.clone(), mirrored));
                     } else if self.workloads.sent.get(&id) != Some(&want) {
+                        live_jobs.insert(id.clone());
                         self.workloads.sent.insert(id.clone(), want);
                         self.emit(Action::ApplyWorkloadJob(Box::new(desired)));
                     }
@@ -242,20 +287,11 @@ impl State {
         }
         self.pin_gated_pods(built, inputs);
         let k = &mut self.workloads;
-        k.suspended.retain(|u, _| live.contains(u));
-        k.made.retain(|u, _| live.contains(u));
-        k.warned.retain(|u, _| live.contains(u));
-        if !k.sent.is_empty() {
-            k.sent.retain(|id, _| {
-                let (ns, name) = id.split_once('/').unwrap_or_default();
-                k.index.values().any(|w| {
-                    w.metadata.namespace.as_deref() == Some(ns)
-                        && wl::kind_of(w).is_some_and(|kind| {
-                            wl::gpu_job_name(kind.kind(), &w.name_any()) == name
-                        })
-                })
-            });
-        }
+        k.suspended.retain(|u, _| live.contains(u.as_str()));
+        k.made.retain(|u, _| live.contains(u.as_str()));
+        k.warned.retain(|u, _| live.contains(u.as_str()));
+        k.in_step.retain(|u, _| live.contains(u.as_str()));
+        k.sent.retain(|id, _| live_jobs.contains(id));
     }
 
     /// Suspends `w` if it runs (unfinished, not suspended) without its job's placement: the

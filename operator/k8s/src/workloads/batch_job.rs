@@ -6,6 +6,7 @@
 //! another cluster ([`WorkloadKind::copy`]): the copy runs there, the Job at home stays
 //! suspended.
 
+use super::At;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use kube::core::DynamicObject;
 use serde_json::{Value, json};
@@ -19,7 +20,7 @@ pub struct BatchJob;
 fn pod_spec(w: &DynamicObject) -> Result<PodSpec, String> {
     let raw = w
         .data
-        .pointer("/spec/template/spec")
+        .at("/spec/template/spec")
         .cloned()
         .ok_or("spec.template.spec: the Job has no pod spec")?;
     serde_json::from_value(raw).map_err(|e| format!("spec.template.spec: {e}"))
@@ -65,20 +66,17 @@ impl WorkloadKind for BatchJob {
     }
 
     fn suspended(&self, w: &DynamicObject) -> bool {
-        w.data.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true)
+        w.data.at("/spec/suspend").and_then(Value::as_bool) == Some(true)
     }
 
     fn ready_to_run(&self, w: &DynamicObject) -> bool {
         // The Job controller clears `startTime` once it has suspended the Job; until then the
         // API server refuses a change of the template's scheduling directives.
-        self.suspended(w)
-            && w.data
-                .pointer("/status/startTime")
-                .is_none_or(Value::is_null)
+        self.suspended(w) && w.data.at("/status/startTime").is_none_or(Value::is_null)
     }
 
     fn finished(&self, w: &DynamicObject) -> Option<Finished> {
-        let conditions = w.data.pointer("/status/conditions")?.as_array()?;
+        let conditions = w.data.at("/status/conditions")?.as_array()?;
         conditions.iter().find_map(|c| {
             let kind = c.get("type")?.as_str()?;
             if c.get("status")?.as_str()? != "True" || !matches!(kind, "Complete" | "Failed") {
@@ -89,7 +87,7 @@ impl WorkloadKind for BatchJob {
     }
 
     fn placed_attempt(&self, w: &DynamicObject, uid: &str) -> Option<u32> {
-        super::placed_attempt_in(w.data.pointer("/spec/template/metadata/labels")?, uid)
+        super::placed_attempt_in(w.data.at("/spec/template/metadata/labels")?, uid)
     }
 
     fn run(&self, w: &DynamicObject, placement: &Placement<'_>) -> Result<Vec<Write>, String> {

@@ -10,6 +10,7 @@
 //! gate [`super::PLACEMENT_GATE`]: each pod is made gated, and the admission webhook (or, when
 //! it was not called, the operator) pins it to those nodes and lifts the gate.
 
+use super::At;
 use k8s_openapi::api::core::v1::{PodSpec, Toleration};
 use kube::core::DynamicObject;
 use serde_json::{Map, Value, json};
@@ -27,7 +28,7 @@ pub const JOBSET_NAME_LABEL: &str = "jobset.sigs.k8s.io/jobset-name";
 fn replicated_jobs(w: &DynamicObject) -> Result<Vec<(&Value, u32)>, String> {
     let list = w
         .data
-        .pointer("/spec/replicatedJobs")
+        .at("/spec/replicatedJobs")
         .and_then(Value::as_array)
         .filter(|l| !l.is_empty())
         .ok_or("spec.replicatedJobs: the JobSet has none")?;
@@ -35,7 +36,7 @@ fn replicated_jobs(w: &DynamicObject) -> Result<Vec<(&Value, u32)>, String> {
         .enumerate()
         .map(|(i, r)| {
             let raw = r
-                .pointer("/template/spec/template/spec")
+                .at("/template/spec/template/spec")
                 .cloned()
                 .ok_or(format!("spec.replicatedJobs[{i}].template: no pod spec"))?;
             let spec: PodSpec = serde_json::from_value(raw).map_err(|e| {
@@ -49,7 +50,7 @@ fn replicated_jobs(w: &DynamicObject) -> Result<Vec<(&Value, u32)>, String> {
 /// The condition `kind` of the JobSet's status, when it has it.
 pub(super) fn condition<'a>(w: &'a DynamicObject, kind: &str) -> Option<&'a Value> {
     w.data
-        .pointer("/status/conditions")?
+        .at("/status/conditions")?
         .as_array()?
         .iter()
         .find(|c| c.get("type").and_then(Value::as_str) == Some(kind))
@@ -80,7 +81,7 @@ impl WorkloadKind for JobSet {
         let groups: Vec<(String, i64, u32)> = (replicated_jobs(w)?.into_iter().enumerate())
             .map(|(i, (r, gpus))| {
                 let name = r.get("name").and_then(Value::as_str).unwrap_or_default();
-                let per_job = r.pointer("/template/spec").map_or(1, super::pods_at_once);
+                let per_job = r.at("/template/spec").map_or(1, super::pods_at_once);
                 let jobs = r.get("replicas").and_then(Value::as_i64).unwrap_or(1);
                 let at = format!("spec.replicatedJobs[{i}] ({name})");
                 (at, jobs.max(0) * per_job.max(0), gpus)
@@ -90,7 +91,7 @@ impl WorkloadKind for JobSet {
     }
 
     fn suspended(&self, w: &DynamicObject) -> bool {
-        w.data.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true)
+        w.data.at("/spec/suspend").and_then(Value::as_bool) == Some(true)
     }
 
     fn ready_to_run(&self, w: &DynamicObject) -> bool {
@@ -102,7 +103,7 @@ impl WorkloadKind for JobSet {
                 Some(c) => is_true(c),
                 None => w
                     .data
-                    .pointer("/status/replicatedJobsStatus")
+                    .at("/status/replicatedJobsStatus")
                     .and_then(Value::as_array)
                     .is_none_or(|l| {
                         l.iter()
@@ -120,7 +121,7 @@ impl WorkloadKind for JobSet {
 
     fn placed_attempt(&self, w: &DynamicObject, uid: &str) -> Option<u32> {
         let (r, _) = replicated_jobs(w).ok()?.into_iter().find(|(_, g)| *g > 0)?;
-        super::placed_attempt_in(r.pointer("/template/spec/template/metadata/labels")?, uid)
+        super::placed_attempt_in(r.at("/template/spec/template/metadata/labels")?, uid)
     }
 
     fn run(&self, w: &DynamicObject, placement: &Placement<'_>) -> Result<Vec<Write>, String> {

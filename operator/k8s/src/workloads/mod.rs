@@ -37,6 +37,28 @@ pub use pod_group::PodGroup;
 pub use ray_job::RayJob;
 pub use train_job::TrainJob;
 
+/// `serde_json::Value::pointer` without its unescaping, which makes a string of every segment:
+/// the paths read here are `/`-separated names and indexes with no `~`. Workloads are read with
+/// them at every turn.
+pub(crate) trait At {
+    fn at(&self, path: &str) -> Option<&Value>;
+}
+
+impl At for Value {
+    fn at(&self, path: &str) -> Option<&Value> {
+        if !(path.is_empty() || path.starts_with('/')) {
+            return None;
+        }
+        path.split('/')
+            .skip(1)
+            .try_fold(self, |v, segment| match v {
+                Value::Object(m) => m.get(segment),
+                Value::Array(a) => segment.parse::<usize>().ok().and_then(|i| a.get(i)),
+                _ => None,
+            })
+    }
+}
+
 /// On a workload: the GpuQueue it is submitted to (the label that opts it in).
 pub const QUEUE_LABEL: &str = "spillway.io/queue";
 /// On a workload's GpuJob: how the workload finished, as its kind's controller says
@@ -354,10 +376,15 @@ pub fn by_integration(integration: &str) -> Option<&'static dyn WorkloadKind> {
 
 /// The kind of `api_version` and `kind`.
 pub fn by_kind(api_version: &str, kind: &str) -> Option<&'static dyn WorkloadKind> {
+    // Asked for every workload at every turn: compared without making the string.
+    let is_of = |k: &dyn WorkloadKind| match api_version.split_once('/') {
+        Some((group, version)) => group == k.group() && version == k.version(),
+        None => k.group().is_empty() && api_version == k.version(),
+    };
     kinds()
         .iter()
         .copied()
-        .find(|k| api_version_of(*k) == api_version && k.kind() == kind)
+        .find(|k| k.kind() == kind && is_of(*k))
 }
 
 /// The kind a cached workload is of.

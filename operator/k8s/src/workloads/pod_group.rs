@@ -15,6 +15,7 @@
 //! The turn sees a group as one workload: [`groups`] builds, from the pods cache, one object
 //! per group carrying its members (`data.members`, the pods as JSON) and its size.
 
+use super::At;
 use std::collections::BTreeMap;
 
 use crate::hashing::HashMap;
@@ -352,11 +353,9 @@ impl WorkloadKind for PodGroup {
     }
 
     fn hold_ops(&self, object: &Value) -> Vec<Value> {
-        let mut gates = (object
-            .pointer("/spec/schedulingGates")
-            .and_then(Value::as_array))
-        .cloned()
-        .unwrap_or_default();
+        let mut gates = (object.at("/spec/schedulingGates").and_then(Value::as_array))
+            .cloned()
+            .unwrap_or_default();
         if gates
             .iter()
             .any(|g| g.get("name").and_then(Value::as_str) == Some(PLACEMENT_GATE))

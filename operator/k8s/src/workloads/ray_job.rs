@@ -12,6 +12,7 @@
 //! required node affinity, the pool's tolerations) with the suspension lifted, over the version
 //! read (the worker groups are a list a merge patch replaces whole).
 
+use super::At;
 use k8s_openapi::api::core::v1::PodSpec;
 use kube::core::DynamicObject;
 use serde_json::{Value, json};
@@ -37,10 +38,10 @@ fn template_gpus(t: &Value, at: &str) -> Result<u32, String> {
 fn groups(w: &DynamicObject) -> Result<Vec<(String, i64, u32, String)>, String> {
     let cluster = w
         .data
-        .pointer("/spec/rayClusterSpec")
+        .at("/spec/rayClusterSpec")
         .ok_or("spec.rayClusterSpec: not set (a RayJob on an existing cluster is not queued)")?;
     let head = cluster
-        .pointer("/headGroupSpec/template")
+        .at("/headGroupSpec/template")
         .ok_or("spec.rayClusterSpec.headGroupSpec.template: not set")?;
     let mut out = vec![(
         "/spec/rayClusterSpec/headGroupSpec/template".to_string(),
@@ -70,11 +71,9 @@ fn groups(w: &DynamicObject) -> Result<Vec<(String, i64, u32, String)>, String> 
 }
 
 fn status(w: &DynamicObject, key: &str) -> String {
-    (w.data
-        .pointer(&format!("/status/{key}"))
-        .and_then(Value::as_str))
-    .unwrap_or_default()
-    .to_string()
+    (w.data.at(&format!("/status/{key}")).and_then(Value::as_str))
+        .unwrap_or_default()
+        .to_string()
 }
 
 impl WorkloadKind for RayJob {
@@ -96,7 +95,7 @@ impl WorkloadKind for RayJob {
 
     fn shape(&self, w: &DynamicObject) -> Result<Shape, String> {
         let spec = w.data.get("spec");
-        let flag = |k: &str| spec.and_then(|s| s.pointer(k)).and_then(Value::as_bool);
+        let flag = |k: &str| spec.and_then(|s| s.at(k)).and_then(Value::as_bool);
         if flag("/shutdownAfterJobFinishes") != Some(true) {
             return Err("spec.shutdownAfterJobFinishes: not true (KubeRay holds only RayJobs whose cluster goes with their job)".into());
         }
@@ -110,7 +109,7 @@ impl WorkloadKind for RayJob {
     }
 
     fn suspended(&self, w: &DynamicObject) -> bool {
-        w.data.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true)
+        w.data.at("/spec/suspend").and_then(Value::as_bool) == Some(true)
     }
 
     fn ready_to_run(&self, w: &DynamicObject) -> bool {
@@ -127,7 +126,7 @@ impl WorkloadKind for RayJob {
         ) {
             return None;
         }
-        let at = (w.data.pointer("/status/endTime").and_then(Value::as_str)).map(str::to_string);
+        let at = (w.data.at("/status/endTime").and_then(Value::as_str)).map(str::to_string);
         let succeeded = deployment == "Complete" && status(w, "jobStatus") == "SUCCEEDED";
         Some(Finished {
             outcome: if succeeded { "Succeeded" } else { "Failed" }.into(),
@@ -152,13 +151,13 @@ impl WorkloadKind for RayJob {
             .ok()?
             .into_iter()
             .find(|(_, n, g, _)| *g > 0 && *n > 0)?;
-        super::placed_attempt_in(w.data.pointer(&format!("{at}/metadata/labels"))?, uid)
+        super::placed_attempt_in(w.data.at(&format!("{at}/metadata/labels"))?, uid)
     }
 
     fn run(&self, w: &DynamicObject, placement: &Placement<'_>) -> Result<Vec<Write>, String> {
         let mut cluster = w
             .data
-            .pointer("/spec/rayClusterSpec")
+            .at("/spec/rayClusterSpec")
             .cloned()
             .ok_or("spec.rayClusterSpec: not set")?;
         for (at, count, gpus, _) in groups(w)? {

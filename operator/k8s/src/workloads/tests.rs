@@ -208,3 +208,23 @@ fn kinds_are_found_by_their_integration_name_and_their_type() {
         ("batch", "v1", "jobs")
     );
 }
+
+#[test]
+fn a_path_reads_what_a_json_pointer_reads() {
+    use super::At;
+    let v = serde_json::json!({"spec": {"template": {"metadata": {"labels": {"a": "1"}}},
+                               "list": [{"x": 1}, {"y": 2}]}});
+    for path in [
+        "",
+        "/spec",
+        "/spec/template/metadata/labels",
+        "/spec/template/metadata/labels/a",
+        "/spec/list/1/y",
+        "/spec/list/2",
+        "/spec/list/x",
+        "/spec/missing/deeper",
+        "spec",
+    ] {
+        assert_eq!(v.at(path), v.pointer(path), "{path}");
+    }
+}

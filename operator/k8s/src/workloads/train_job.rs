@@ -14,6 +14,7 @@
 //! TrainJob still suspended; once it is in, the suspension is lifted. The pods are then pinned
 //! as a JobSet's are (the admission webhook, else the operator).
 
+use super::At;
 use kube::core::DynamicObject;
 use serde_json::{Value, json};
 
@@ -31,11 +32,9 @@ pub const MANAGER: &str = "spillway.io/manager";
 pub const TRAINER_JOB: &str = "node";
 
 fn patches(w: &DynamicObject) -> Vec<Value> {
-    (w.data
-        .pointer("/spec/runtimePatches")
-        .and_then(Value::as_array))
-    .cloned()
-    .unwrap_or_default()
+    (w.data.at("/spec/runtimePatches").and_then(Value::as_array))
+        .cloned()
+        .unwrap_or_default()
 }
 
 /// Spillway's entry of the TrainJob's runtime patches: the pod template of the trainer's job.
@@ -43,11 +42,11 @@ fn our_template(w: &DynamicObject) -> Option<Value> {
     let ours = patches(w)
         .into_iter()
         .find(|p| p.get("manager").and_then(Value::as_str) == Some(MANAGER))?;
-    let jobs = ours.pointer("/trainingRuntimeSpec/template/spec/replicatedJobs")?;
+    let jobs = ours.at("/trainingRuntimeSpec/template/spec/replicatedJobs")?;
     jobs.as_array()?
         .iter()
         .find(|r| r.get("name").and_then(Value::as_str) == Some(TRAINER_JOB))?
-        .pointer("/template/spec/template")
+        .at("/template/spec/template")
         .cloned()
 }
 
@@ -65,12 +64,12 @@ fn entry(placement: &Placement<'_>) -> Result<Value, String> {
 /// does: its labels, annotations, gates and tolerations.
 fn written(have: &Value, want: &Value) -> bool {
     let Some(want) =
-        want.pointer("/trainingRuntimeSpec/template/spec/replicatedJobs/0/template/spec/template")
+        want.at("/trainingRuntimeSpec/template/spec/replicatedJobs/0/template/spec/template")
     else {
         return false;
     };
     let within = |path: &str| {
-        let (h, w) = (have.pointer(path), want.pointer(path));
+        let (h, w) = (have.at(path), want.at(path));
         match (h.and_then(Value::as_object), w.and_then(Value::as_object)) {
             (Some(h), Some(w)) => w.iter().all(|(k, v)| h.get(k) == Some(v)),
             _ => h.is_none_or(Value::is_null) == w.is_none_or(Value::is_null),
@@ -78,8 +77,8 @@ fn written(have: &Value, want: &Value) -> bool {
     };
     within("/metadata/labels")
         && within("/metadata/annotations")
-        && have.pointer("/spec/schedulingGates") == want.pointer("/spec/schedulingGates")
-        && have.pointer("/spec/tolerations") == want.pointer("/spec/tolerations")
+        && have.at("/spec/schedulingGates") == want.at("/spec/schedulingGates")
+        && have.at("/spec/tolerations") == want.at("/spec/tolerations")
 }
 
 impl WorkloadKind for TrainJob {
@@ -100,7 +99,7 @@ impl WorkloadKind for TrainJob {
     }
 
     fn shape(&self, w: &DynamicObject) -> Result<Shape, String> {
-        let trainer = w.data.pointer("/spec/trainer");
+        let trainer = w.data.at("/spec/trainer");
         let nodes = trainer
             .and_then(|t| t.get("numNodes"))
             .and_then(Value::as_i64);
@@ -135,7 +134,7 @@ impl WorkloadKind for TrainJob {
     }
 
     fn suspended(&self, w: &DynamicObject) -> bool {
-        w.data.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true)
+        w.data.at("/spec/suspend").and_then(Value::as_bool) == Some(true)
     }
 
     fn ready_to_run(&self, w: &DynamicObject) -> bool {
@@ -152,7 +151,7 @@ impl WorkloadKind for TrainJob {
     }
 
     fn placed_attempt(&self, w: &DynamicObject, uid: &str) -> Option<u32> {
-        super::placed_attempt_in(our_template(w)?.pointer("/metadata/labels")?, uid)
+        super::placed_attempt_in(our_template(w)?.at("/metadata/labels")?, uid)
     }
 
     fn partly_run(&self, w: &DynamicObject) -> bool {
@@ -160,7 +159,7 @@ impl WorkloadKind for TrainJob {
         self.suspended(w)
             && our_template(w)
                 .and_then(|t| {
-                    t.pointer("/metadata/labels")?
+                    t.at("/metadata/labels")?
                         .get(labels::JOB_UID_LABEL)
                         .cloned()
                 })
