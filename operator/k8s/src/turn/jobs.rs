@@ -58,14 +58,11 @@ impl State {
                 // Its workload's controller makes the pods, from the placement written into it
                 // (at home) or into its copy (in another cluster); never while a copy of it
                 // elsewhere is still there.
-                if self.copies_in_the_way(view) {
-                    self.assumed.remove(&start.job);
-                    continue;
-                }
-                let ran = match pool.as_deref().filter(|p| p.spec.cluster.is_some()) {
-                    Some(p) => self.dispatch_workload(view, start, p, queues, &built.snapshot),
-                    None => self.run_workload(view, start, pool.as_deref()),
-                };
+                let ran = !self.copies_in_the_way(view)
+                    && match pool.as_deref().filter(|p| p.spec.cluster.is_some()) {
+                        Some(p) => self.dispatch_workload(view, start, p, queues, &built.snapshot),
+                        None => self.run_workload(view, start, pool.as_deref()),
+                    };
                 if ran {
                     metrics.job_waited(
                         &view.job.spec.queue,
@@ -74,6 +71,7 @@ impl State {
                     self.wait_observed.insert(view.id.clone());
                 } else {
                     // Not started: its status and the hold of its workload see it as it was.
+                    self.assumed.remove(&start.job);
                     view.lifecycle = was;
                 }
                 continue;
@@ -85,6 +83,7 @@ impl State {
                 // carries none could not be told from another home cluster's).
                 tracing::warn!(job = %start.job, "kube-system's uid (this cluster's id) is not known yet; the job is placed again next turn");
                 self.assumed.remove(&start.job);
+                view.lifecycle = was;
                 continue;
             }
             let extras = self.pod_extras(view, pool.as_deref(), queues);

@@ -126,7 +126,16 @@ impl State {
         let Some(r) = view.job.spec.workload_ref.as_ref() else {
             return false;
         };
-        if (r.api_version.as_str(), r.kind.as_str()) != ("batch/v1", "Job") {
+        // Its end is the workload's (not, say, its maxRuntime, which stops it first).
+        let own_end = matches!(
+            view.lifecycle,
+            Lifecycle::Succeeded { .. }
+                | Lifecycle::Failed {
+                    reason: "WorkloadFailed",
+                    ..
+                }
+        );
+        if !own_end || (r.api_version.as_str(), r.kind.as_str()) != ("batch/v1", "Job") {
             return false;
         }
         let ns = view.job.metadata.namespace.as_deref().unwrap_or_default();

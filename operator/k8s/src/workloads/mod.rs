@@ -378,7 +378,7 @@ pub fn by_integration(integration: &str) -> Option<&'static dyn WorkloadKind> {
 pub fn by_kind(api_version: &str, kind: &str) -> Option<&'static dyn WorkloadKind> {
     // Asked for every workload at every turn: compared without making the string.
     let is_of = |k: &dyn WorkloadKind| match api_version.split_once('/') {
-        Some((group, version)) => group == k.group() && version == k.version(),
+        Some((group, version)) => !group.is_empty() && group == k.group() && version == k.version(),
         None => k.group().is_empty() && api_version == k.version(),
     };
     kinds()
