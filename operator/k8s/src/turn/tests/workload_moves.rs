@@ -6,19 +6,10 @@ use serde_json::json;
 
 use super::fixtures::*;
 use super::workloads::{
-    applied, dynamic, job_pod, merge, patches, stored, workload, written_status,
+    applied, dynamic, job_pod, merge, patches, pinned_node, stored, suspended_leaving_its_pods,
+    workload, written_status,
 };
-use crate::actions::{Action, StatusKind};
-
-/// The node a run patch pins the workload's pods to.
-fn pinned_node(patch: &serde_json::Value) -> String {
-    patch["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
-        ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"][0]
-        ["values"][0]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
-}
+use crate::actions::StatusKind;
 
 #[test]
 fn a_restartable_workload_in_the_cloud_is_suspended_then_run_on_the_private_node_held_for_it() {
@@ -63,16 +54,7 @@ fn a_restartable_workload_in_the_cloud_is_suspended_then_run_on_the_private_node
     // controller deletes its pods; Spillway deletes none) and the node is held for it.
     i.nodes.push(node("a", "onprem", 8));
     let t = l.turn(&i, Some(&c), noon() + minutes(2));
-    let p = patches(&t);
-    assert_eq!(p.len(), 1, "{:?}", kinds(&t));
-    assert_eq!(p[0].what, "suspend");
-    assert!(
-        !t.actions
-            .iter()
-            .any(|a| matches!(a, Action::DeletePod { .. } | Action::EvictPod { .. })),
-        "{:?}",
-        kinds(&t)
-    );
+    let suspend = suspended_leaving_its_pods(&t);
     let st = written_status(&mut i, &t, "job-train");
     assert_eq!(st["phase"], "Suspended", "{st}");
     assert_eq!(st["decision"]["reason"], "Repatriating", "{st}");
@@ -82,7 +64,7 @@ fn a_restartable_workload_in_the_cloud_is_suspended_then_run_on_the_private_node
     );
 
     // Suspended, its pod gone: run again, this time pinned to the private node.
-    merge(&mut w, &p[0].patch);
+    merge(&mut w, &suspend.patch);
     w["metadata"]["resourceVersion"] = json!("3");
     i.workloads = vec![dynamic(&w)];
     i.pods.clear();

@@ -82,6 +82,32 @@ pub(super) fn written_status(i: &mut Inputs, t: &crate::turn::Turn, name: &str) 
     st
 }
 
+/// The node a run patch pins the workload's pods to.
+pub(super) fn pinned_node(patch: &Value) -> String {
+    patch["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+        ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"][0]
+        ["values"][0]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Asserts that turn `t` suspends the workload, and only that: its pods are its controller's
+/// to delete.
+pub(super) fn suspended_leaving_its_pods(t: &crate::turn::Turn) -> WorkloadPatch {
+    let mut p = patches(t);
+    assert_eq!(p.len(), 1, "{:?}", kinds(t));
+    assert_eq!(p[0].what, "suspend");
+    assert!(
+        !t.actions
+            .iter()
+            .any(|a| matches!(a, Action::DeletePod { .. } | Action::EvictPod { .. })),
+        "{:?}",
+        kinds(t)
+    );
+    p.remove(0)
+}
+
 /// A pod the Job controller made from the placed template, on `node`.
 pub(super) fn job_pod(w: &Value, i: u32, node: &str, phase: &str) -> Arc<Pod> {
     let labels = w["spec"]["template"]["metadata"]["labels"].clone();
@@ -239,12 +265,7 @@ fn a_running_workload_whose_node_is_lost_is_suspended_and_its_job_requeued() {
     merge(&mut w, &run.patch);
     w["metadata"]["resourceVersion"] = json!("2");
     i.workloads = vec![dynamic(&w)];
-    let node = run.patch["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
-        ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"][0]
-        ["values"][0]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let node = pinned_node(&run.patch);
     i.pods = vec![job_pod(&w, 0, &node, "Running")];
     let mut gj = (*i.jobs[0]).clone();
     gj.status =
@@ -258,17 +279,8 @@ fn a_running_workload_whose_node_is_lost_is_suspended_and_its_job_requeued() {
     i.nodes
         .retain(|n| n.metadata.name.as_deref() != Some(node.as_str()));
     let t = l.turn(&i, None, noon() + minutes(3));
-    let p = patches(&t);
-    assert_eq!(p.len(), 1, "{:?}", kinds(&t));
-    assert_eq!(p[0].what, "suspend");
     // Its pods are left to the Job controller (a pod deleted by anyone else counts as failed).
-    assert!(
-        !t.actions
-            .iter()
-            .any(|a| matches!(a, Action::DeletePod { .. } | Action::EvictPod { .. })),
-        "{:?}",
-        kinds(&t)
-    );
+    suspended_leaving_its_pods(&t);
     let st = status_of(&t, StatusKind::GpuJob, "job-train").expect("status");
     assert_eq!(st["phase"], "Queued", "{st}");
     assert_eq!(st["restarts"], 1);
