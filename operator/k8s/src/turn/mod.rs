@@ -68,6 +68,24 @@ use crate::world::{self, Assumed, Inputs};
 /// another cluster) waits for its pods.
 const WORKLOAD_PATIENCE: u64 = 10;
 
+/// Whether the caches show the status written for the run `a` assumed of `job`, when `job`
+/// stands for a workload. Until then the run's nodes, pool and start come from the assumption:
+/// a workload job's view takes them from its status once its pods are made, and one read from
+/// a status older than the run's would be written over it, then back again when the run's
+/// showed, at every watch round trip of a lagging cache.
+fn shows_run(job: &spillway_api::GpuJob, a: &Assumed) -> bool {
+    if job.spec.workload_ref.is_none() {
+        return true;
+    }
+    job.status.as_ref().is_some_and(|s| {
+        s.restarts.unwrap_or(0).max(0) as u32 == a.attempt
+            && matches!(
+                s.phase,
+                Some(JobPhase::Running | JobPhase::Succeeded | JobPhase::Failed)
+            )
+    })
+}
+
 /// The turn's knobs.
 #[derive(Clone, Debug)]
 pub struct TurnSettings {
@@ -282,18 +300,16 @@ impl State {
         // Views kept from the turn before; a second build below only derives again the views
         // of the jobs whose assumptions settled.
         let (mut derived, kept) = self.views.take_counts();
-        // Assumptions whose pods are all visible, or that are too old, are done.
+        // Assumptions whose pods are all visible (and, for a workload's run, whose status the
+        // cache shows), or that are too old, are done.
         let timeout = self.settings.assume_timeout;
         let settled: Vec<String> = self
             .assumed
             .iter()
             .filter(|(id, a)| {
-                let visible = built
-                    .jobs
-                    .get(id.as_str())
-                    .map(|v| v.pods.len())
-                    .unwrap_or(usize::MAX);
-                let done = visible >= a.nodes.len();
+                let view = built.jobs.get(id.as_str());
+                let visible = view.map(|v| v.pods.len()).unwrap_or(usize::MAX);
+                let done = visible >= a.nodes.len() && view.is_none_or(|v| shows_run(&v.job, a));
                 // A workload's run waits longer for its controller's pods: a Job controller
                 // behind on thousands of Jobs makes them minutes late, and the GPUs they were
                 // placed on must not be handed out meanwhile. Its write may show in this
@@ -306,7 +322,7 @@ impl State {
                 };
                 let waited = core::Duration::from_millis(timeout.as_millis().saturating_mul(patience));
                 if !done && now.since(a.at) > waited {
-                    tracing::warn!(job = %id, "pods of an assumed start did not all appear; dropping the assumption");
+                    tracing::warn!(job = %id, "pods or status of an assumed start did not all appear; dropping the assumption");
                     return true;
                 }
                 done

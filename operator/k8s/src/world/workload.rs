@@ -95,10 +95,10 @@ pub(super) fn lifecycle(
         .filter(|p| pod_active(p))
         .filter_map(|p| pod_node(p))
         .collect();
-    let mut chosen = assumed
-        .map(|a| a.nodes.clone())
-        .or_else(|| status.filter(|_| this_attempt).map(|s| s.nodes.clone()))
-        .unwrap_or_default();
+    let said = assumed
+        .map(|a| &a.nodes)
+        .or_else(|| status.filter(|_| this_attempt).map(|s| &s.nodes));
+    let mut chosen = said.cloned().unwrap_or_default();
     for n in &nodes {
         if let Some(at) = chosen.iter().position(|c| c == n) {
             chosen.remove(at);
@@ -114,6 +114,18 @@ pub(super) fn lifecycle(
         nodes.push(n);
     }
     nodes.truncate(replicas as usize);
+    // Said in the order the start said them, when they are the same nodes: pods bound in
+    // another order change nothing.
+    if let Some(said) = said
+        && said.len() == nodes.len()
+    {
+        let (mut a, mut b) = (said.clone(), nodes.clone());
+        a.sort();
+        b.sort();
+        if a == b {
+            nodes.clone_from(said);
+        }
+    }
     let active: Vec<&&Arc<Pod>> = live.iter().filter(|p| pod_active(p)).collect();
     let all_running =
         live.len() >= replicas as usize && active.iter().all(|p| pod_phase(p) == "Running");

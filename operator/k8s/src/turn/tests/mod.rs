@@ -21,4 +21,5 @@ mod spend;
 mod telemetry;
 mod utilization;
 mod workload_moves;
+mod workload_status;
 mod workloads;

@@ -1,0 +1,109 @@
+//! A labelled workload's GpuJob status while the caches lag behind what the loop wrote: at a
+//! thousand nodes the watch of GpuJobs ran minutes behind, and each status read back from an
+//! older one was written again (23 status writes per job where 4 do).
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use spillway_api::GpuJobStatus;
+
+use super::fixtures::*;
+use super::workloads::{applied, dynamic, job_pod, merge, patches, stored, workload};
+use crate::actions::{Action, StatusKind};
+
+/// The GpuJob statuses turn `t` wrote.
+fn statuses(t: &crate::turn::Turn) -> Vec<Value> {
+    (t.actions.iter())
+        .filter_map(|a| match a {
+            Action::ApplyStatus(p) if p.kind == StatusKind::GpuJob => {
+                Some(p.body["status"].clone())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn sorted_nodes(st: &Value) -> Vec<String> {
+    // None written: none.
+    let mut n: Vec<String> = serde_json::from_value(st["nodes"].clone()).unwrap_or_default();
+    n.sort();
+    n
+}
+
+#[test]
+fn a_run_whose_status_the_cache_shows_late_is_not_written_again_while_its_pods_wait() {
+    let mut i = cluster();
+    i.nodes = vec![node("a", "onprem", 4), node("b", "onprem", 4)];
+    let mut w = workload("pair", 2, true);
+    i.workloads = vec![dynamic(&w)];
+    let mut l = Loop::new();
+    let made = applied(&l.turn(&i, None, noon()));
+    let job = stored(made[0].clone());
+    i.jobs = vec![job.clone()];
+    let t = l.turn(&i, None, noon() + minutes(1));
+    let p = patches(&t);
+    assert_eq!(p[0].what, "run", "{:?}", kinds(&t));
+    merge(&mut w, &p[0].patch);
+    w["metadata"]["resourceVersion"] = json!("2");
+    i.workloads = vec![dynamic(&w)];
+    let run = statuses(&t);
+    assert_eq!(run.len(), 1);
+    assert_eq!(sorted_nodes(&run[0]), ["a", "b"]);
+
+    // The Job controller made both pods; the scheduler has bound neither. The cache shows,
+    // at each turn, the status as it was written two turns before.
+    let unbound = |n: u32| {
+        let mut pod = (*job_pod(&w, n, "", "Pending")).clone();
+        pod.spec.as_mut().expect("spec").node_name = None;
+        Arc::new(pod)
+    };
+    i.pods = vec![unbound(0), unbound(1)];
+    let mut latest: Vec<Option<Value>> = vec![None, Some(run[0].clone())];
+    let mut writes = Vec::new();
+    let show = |i: &mut crate::world::Inputs, st: &Option<Value>| {
+        let mut gj = (*job).clone();
+        gj.status = st
+            .as_ref()
+            .map(|s| serde_json::from_value::<GpuJobStatus>(s.clone()).expect("a status"));
+        i.jobs = vec![Arc::new(gj)];
+    };
+    for m in 2..=12 {
+        show(&mut i, &latest[latest.len() - 2]);
+        let t = l.turn(&i, None, noon() + minutes(m));
+        assert!(patches(&t).is_empty(), "{m}: {:?}", patches(&t));
+        let written = statuses(&t);
+        for st in &written {
+            assert_eq!(sorted_nodes(st), ["a", "b"], "{m}: {st}");
+            assert_eq!(st["pool"], "onprem", "{m}: {st}");
+        }
+        writes.extend(written.iter().map(|st| (m, st.clone())));
+        let last = written
+            .last()
+            .cloned()
+            .or_else(|| latest.last().cloned().flatten());
+        latest.push(last);
+    }
+    assert!(writes.is_empty(), "{writes:#?}");
+
+    // Bound (in the other order) and running: written once, its nodes in the order the run
+    // said them, then quiet once the cache shows it.
+    i.pods = vec![
+        job_pod(&w, 0, "b", "Running"),
+        job_pod(&w, 1, "a", "Running"),
+    ];
+    show(&mut i, &latest[latest.len() - 1]);
+    let t = l.turn(&i, None, noon() + minutes(13));
+    let written = statuses(&t);
+    assert_eq!(written.len(), 1, "{written:#?}");
+    assert_eq!(written[0]["nodes"], json!(["a", "b"]));
+    let running = (written[0]["conditions"]
+        .as_array()
+        .expect("conditions")
+        .iter())
+    .find(|c| c["type"] == "Running")
+    .expect("a Running condition");
+    assert_eq!(running["reason"], "AllReplicasRunning");
+    show(&mut i, &Some(written[0].clone()));
+    let t = l.turn(&i, None, noon() + minutes(14));
+    assert!(statuses(&t).is_empty(), "{:#?}", statuses(&t));
+}
