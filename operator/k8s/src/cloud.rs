@@ -577,7 +577,9 @@ impl Cloud {
         // or idle) would get them back, dead, and wait for them; and it refuses the token
         // outright (`IdempotentParameterMismatch`) when the need is launched again otherwise
         // (another offering, new user data). Either answer spends the token; the need's next
-        // launch asks under a new one.
+        // launch asks under a new one. A refused token was used by a launch whose instances the
+        // lookup above did not show: they may be too new for EC2's listings yet.
+        let refused_token = matches!(&result, Err(CloudError::Refused { code, .. }) if code == "IdempotentParameterMismatch");
         let spent = match &result {
             Ok(list) => {
                 let st = self.state();
@@ -591,9 +593,14 @@ impl Cloud {
             let mut st = self.state();
             let generation = st.token_generation.entry(launch.need.clone()).or_insert(0);
             *generation += 1;
-            tracing::warn!(need = %launch.need, generation = *generation, "EC2 answered the launch with instances that are gone (its idempotency token was used before); launching under a new token next");
+            let why = if refused_token {
+                "by a launch with other parameters, whose instances may not be listed yet"
+            } else {
+                "by instances that are gone since"
+            };
+            tracing::warn!(need = %launch.need, generation = *generation, "the launch's idempotency token was used {why}; launching under a new token next");
             Err(CloudError::Other(format!(
-                "the launch's idempotency token was used by instances that are gone since; need {} is launched again under a new token",
+                "the launch's idempotency token was used {why}; need {} is launched again under a new token",
                 launch.need
             )))
         } else {
@@ -632,8 +639,8 @@ impl Cloud {
             }
             match &result {
                 // A spent token: EC2 did nothing new, and the offering is fine.
-                Err(_) if spent => {}
-                Err(e) if e.may_have_acted() => {
+                Err(_) if spent && !refused_token => {}
+                Err(e) if refused_token || e.may_have_acted() => {
                     tracing::warn!(need = %launch.need, error = %e, "launch outcome unknown; counted as launching until a listing shows what EC2 did");
                     st.unsettled.insert(
                         launch.need.clone(),

@@ -471,6 +471,38 @@ async fn a_launch_of_unknown_outcome_that_did_nothing_is_settled_by_a_later_list
     assert!(c.view(&regions).launching.is_empty());
 }
 
+/// Throttling may answer a retry (the SDK's, beneath) of a launch whose first answer was lost
+/// and that acted: the need counts as launching until a listing says what EC2 did.
+#[tokio::test]
+async fn a_throttled_launch_counts_until_a_listing_shows_what_ec2_did() {
+    let fake = Arc::new(Fake {
+        fail_with: Some(CloudError::from_code(
+            "RequestLimitExceeded",
+            "Request limit exceeded.",
+        )),
+        ..Fake::default()
+    });
+    let c = cloud(fake.clone());
+    let pools = vec![pool("on-demand")];
+    let regions = ["us-east-1".to_string()].into_iter().collect();
+    c.refresh(&pools).await;
+    assert!(c.start_launch(&launch("ns/j#0")));
+    let err = c
+        .launch(&pools[0], &launch("ns/j#0"), None, &Notify::new())
+        .await
+        .unwrap_err();
+    assert!(err.may_have_acted(), "{err}");
+    assert!(!c.start_launch(&launch("ns/j#0")), "no second launch yet");
+    fake.existing
+        .lock()
+        .unwrap()
+        .push(instance("i-acted", "ns/j#0"));
+    c.refresh(&pools).await;
+    let view = c.view(&regions);
+    assert!(view.launching.is_empty(), "{:?}", view.launching);
+    assert_eq!(view.instances.len(), 1);
+}
+
 /// EC2 answers a token it has seen with that launch's instances, even once they are gone. A
 /// need launched again after Spillway terminated its instances (the collector took them, or
 /// they idled) must not take them back for live: found by the chaos suite's EC2 storm, where
@@ -518,7 +550,9 @@ async fn a_need_launched_again_after_its_instances_were_terminated_asks_under_a_
 
 /// EC2 refuses a token a launch with other parameters used (`IdempotentParameterMismatch`: the
 /// need launched again with new user data, or into another offering): the token is spent, the
-/// offering is not to blame, and the next launch asks under a new token.
+/// offering is not to blame, and the next launch asks under a new token, once a listing
+/// [`spillway_k8s::cloud::UNSETTLED_LAG`] later shows that the launch that used it made no
+/// instances (EC2's listings may not show them yet).
 #[tokio::test]
 async fn a_token_refused_for_other_parameters_is_spent_not_the_offerings_fault() {
     let fake = Arc::new(Fake {
@@ -538,8 +572,16 @@ async fn a_token_refused_for_other_parameters_is_spent_not_the_offerings_fault()
         .unwrap_err();
     assert!(err.to_string().contains("new token"), "{err}");
     let view = c.view(&regions);
-    assert!(view.launching.is_empty(), "EC2 did nothing");
+    assert!(
+        view.launching.contains_key("ns/j#0"),
+        "the launch that used the token may have made instances not listed yet"
+    );
     assert!(view.cooldowns.is_empty(), "the offering is not to blame");
+    assert!(!c.start_launch(&launch("ns/j#0")));
+    let lag = spillway_k8s::cloud::UNSETTLED_LAG.as_millis();
+    tokio::time::sleep(Duration::from_millis(lag + 50)).await;
+    c.refresh(&pools).await;
+    assert!(c.view(&regions).launching.is_empty(), "none listed");
     let _ = c
         .launch(&pools[0], &launch("ns/j#0"), None, &Notify::new())
         .await;
