@@ -253,13 +253,10 @@ impl CloudError {
 
     /// Whether the request may have acted though it failed: EC2's answer was not one that says
     /// it did nothing (the connection dropped or the call timed out with the request sent, a
-    /// server error, a code not known here), or it was throttling, which may be the answer to
-    /// a retry of a request that acted (the SDK retries beneath, under the same client token:
-    /// an attempt whose answer was lost, then one refused by the rate limit before its token
-    /// was looked at). Capacity errors and refusals are EC2 saying it did nothing: a retry
-    /// under a token that acted is answered with that request's instances.
+    /// server error, a code not known here). Capacity errors, throttling and refusals are EC2
+    /// saying it did nothing.
     pub fn may_have_acted(&self) -> bool {
-        matches!(self, CloudError::Other(_) | CloudError::Throttled { .. })
+        matches!(self, CloudError::Other(_))
     }
 
     /// A short, bounded name of the error's kind (metrics, conditions): `capacity`,

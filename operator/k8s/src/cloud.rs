@@ -129,6 +129,14 @@ struct State {
     groups_listed: HashMap<String, Time>,
 }
 
+/// Whether a RunInstances that failed with `e` may have launched instances: EC2 did not say it
+/// did nothing ([`CloudError::may_have_acted`]), or it throttled, which may be its answer to
+/// the SDK's retry (beneath, under the same client token) of an attempt whose answer was lost
+/// and that acted: the rate limit refuses a request before its token is looked at.
+fn launch_may_have_acted(e: &CloudError) -> bool {
+    e.may_have_acted() || matches!(e, CloudError::Throttled { .. })
+}
+
 /// How long an instance a launch returned is kept in the view while listings do not show it.
 pub const LISTING_LAG: core::Duration = core::Duration::from_secs(60);
 
@@ -520,6 +528,9 @@ impl Cloud {
             .filter(|z| z.starts_with(&aws.region))
             .filter(|z| aws.availability_zones.is_empty() || aws.availability_zones.contains(z))
             .filter(|_| aws.subnet_ids.is_empty());
+        // Whether RunInstances was sent: the errors before it (the lookup, the placement
+        // group) say nothing about a launch.
+        let mut sent = false;
         let result = async {
             let existing = provider
                 .instances_for_need(&self.config.cluster, &launch.need)
@@ -564,8 +575,9 @@ impl Cloud {
             };
             self.arrange(aws, launch, &mut request);
             self.make_group(provider.as_ref(), &aws.region, &request).await?;
+            sent = true;
             let launched = provider.launch(&request).await;
-            if launched.as_ref().is_err_and(|e| !e.may_have_acted()) {
+            if launched.as_ref().is_err_and(|e| !launch_may_have_acted(e)) {
                 self.drop_group(provider.as_ref(), &request).await;
             }
             launched
@@ -640,7 +652,7 @@ impl Cloud {
             match &result {
                 // A spent token: EC2 did nothing new, and the offering is fine.
                 Err(_) if spent && !refused_token => {}
-                Err(e) if refused_token || e.may_have_acted() => {
+                Err(e) if refused_token || (sent && launch_may_have_acted(e)) => {
                     tracing::warn!(need = %launch.need, error = %e, "launch outcome unknown; counted as launching until a listing shows what EC2 did");
                     st.unsettled.insert(
                         launch.need.clone(),

@@ -48,7 +48,9 @@ pub struct Settings {
     pub max_in_flight: usize,
     /// How failed actions are retried.
     pub retry: RetryPolicy,
-    /// An assumed start whose pods have not all appeared after this long is dropped.
+    /// An assumed start whose pods have not all appeared after this long (ten times this for
+    /// a labelled workload's run, which also waits for the caches to show its status) is
+    /// dropped.
     pub assume_timeout: Duration,
     /// Reporting instance in Events (pod name or host name).
     pub instance: String,

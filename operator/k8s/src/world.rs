@@ -27,6 +27,7 @@ pub use life::phase_of;
 use life::{lifecycle, unseen_run};
 pub use memo::Memo;
 use memo::Tally;
+pub use workload::shows_run;
 
 /// What the caches hold, as the controller passes it in.
 #[derive(Clone, Debug, Default)]

@@ -279,10 +279,13 @@ impl State {
         wake
     }
 
-    /// Writes the job's trace context on it, once, unless it carries one already.
+    /// Writes the job's trace context on it, once, unless it carries one already. Not on a
+    /// labelled workload's job: its context is the one derived from its uid, which every
+    /// replica derives alike, and the write would be one more per job.
     fn keep_trace_context(&mut self, view: &JobView) {
         if matches!(view.lifecycle, Lifecycle::Done)
             || view.job.metadata.deletion_timestamp.is_some()
+            || view.job.spec.workload_ref.is_some()
         {
             return;
         }

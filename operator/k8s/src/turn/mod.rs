@@ -65,26 +65,8 @@ use crate::spend::Ledger;
 use crate::world::{self, Assumed, Inputs};
 
 /// How many assume timeouts a workload's run (its home object patched, or a copy made in
-/// another cluster) waits for its pods.
+/// another cluster) waits for its pods and for the caches to show its status.
 const WORKLOAD_PATIENCE: u64 = 10;
-
-/// Whether the caches show the status written for the run `a` assumed of `job`, when `job`
-/// stands for a workload. Until then the run's nodes, pool and start come from the assumption:
-/// a workload job's view takes them from its status once its pods are made, and one read from
-/// a status older than the run's would be written over it, then back again when the run's
-/// showed, at every watch round trip of a lagging cache.
-fn shows_run(job: &spillway_api::GpuJob, a: &Assumed) -> bool {
-    if job.spec.workload_ref.is_none() {
-        return true;
-    }
-    job.status.as_ref().is_some_and(|s| {
-        s.restarts.unwrap_or(0).max(0) as u32 == a.attempt
-            && matches!(
-                s.phase,
-                Some(JobPhase::Running | JobPhase::Succeeded | JobPhase::Failed)
-            )
-    })
-}
 
 /// The turn's knobs.
 #[derive(Clone, Debug)]
@@ -309,7 +291,14 @@ impl State {
             .filter(|(id, a)| {
                 let view = built.jobs.get(id.as_str());
                 let visible = view.map(|v| v.pods.len()).unwrap_or(usize::MAX);
-                let done = visible >= a.nodes.len() && view.is_none_or(|v| shows_run(&v.job, a));
+                // A workload's run also waits for the caches to show its status
+                // (`world::shows_run`), unless the job moved on to another attempt.
+                let done = visible >= a.nodes.len()
+                    && view.is_none_or(|v| {
+                        v.job.spec.workload_ref.is_none()
+                            || v.attempt != a.attempt
+                            || world::shows_run(v.job.status.as_ref(), a)
+                    });
                 // A workload's run waits longer for its controller's pods: a Job controller
                 // behind on thousands of Jobs makes them minutes late, and the GPUs they were
                 // placed on must not be handed out meanwhile. Its write may show in this

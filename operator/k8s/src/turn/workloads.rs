@@ -265,17 +265,6 @@ impl State {
                     }
                     self.workloads.warned.remove(uid);
                     if let Some(v) = view {
-                        // The trace context it has stays (one written after it was made, by
-                        // an earlier version, is derived from the GpuJob's uid).
-                        if let Some(t) = (v.job.metadata.annotations.as_ref())
-                            .and_then(|a| a.get(crate::telemetry::TRACEPARENT_ANNOTATION))
-                        {
-                            (desired
-                                .metadata
-                                .annotations
-                                .get_or_insert_with(Default::default))
-                            .insert(crate::telemetry::TRACEPARENT_ANNOTATION.into(), t.clone());
-                        }
                         let admitted = v
                             .job
                             .status

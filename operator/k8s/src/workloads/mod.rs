@@ -475,18 +475,6 @@ pub fn gpu_job_for(k: &dyn WorkloadKind, w: &DynamicObject) -> Result<GpuJob, St
         let f = serde_json::to_string(&f).unwrap_or_default();
         annotations.insert(FINISHED_ANNOTATION.to_string(), f);
     }
-    // Its trace context, made with it (no write after): the workload's own, else one derived
-    // from the workload's uid.
-    let own = (w.metadata.annotations.as_ref())
-        .and_then(|a| a.get(crate::telemetry::TRACEPARENT_ANNOTATION))
-        .and_then(|v| crate::telemetry::TraceParent::parse(v));
-    let trace = own.unwrap_or_else(|| {
-        crate::telemetry::TraceParent::derive(w.metadata.uid.as_deref().unwrap_or_default())
-    });
-    annotations.insert(
-        crate::telemetry::TRACEPARENT_ANNOTATION.to_string(),
-        trace.header(),
-    );
     let mut job = GpuJob::new(&gpu_job_name(k.kind(), &name), spec);
     job.metadata = ObjectMeta {
         name: job.metadata.name.take(),

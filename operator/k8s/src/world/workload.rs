@@ -20,6 +20,35 @@ fn time_of(at: Option<&str>, clock: &mut Clock) -> Time {
     })
 }
 
+/// Whether `status` (a workload job's, as the caches show it) is the one written for the run
+/// `a` assumed: of its attempt, and running in its pool on its nodes (in any order), or ended.
+/// Until the caches show it, the run's nodes, pool and start come from the assumption: read
+/// from an older status they would be written over the run's, then back again when the run's
+/// showed, at every watch round trip of a lagging cache.
+pub fn shows_run(status: Option<&spillway_api::GpuJobStatus>, a: &Assumed) -> bool {
+    status.is_some_and(|s| {
+        s.restarts.unwrap_or(0).max(0) as u32 == a.attempt
+            && match s.phase {
+                Some(JobPhase::Succeeded | JobPhase::Failed) => true,
+                Some(JobPhase::Running) => {
+                    s.pool.as_ref() == Some(&a.pool) && same_nodes(&s.nodes, &a.nodes)
+                }
+                _ => false,
+            }
+    })
+}
+
+/// Whether `a` and `b` name the same nodes as often, in any order.
+fn same_nodes(a: &[String], b: &[String]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let (mut a, mut b) = (a.to_vec(), b.to_vec());
+    a.sort_unstable();
+    b.sort_unstable();
+    a == b
+}
+
 /// The job's life, from the workload's mirrored end, its pods and what the controller assumed.
 pub(super) fn lifecycle(
     job: &GpuJob,
@@ -44,16 +73,18 @@ pub(super) fn lifecycle(
         };
     }
     let this_attempt = status.and_then(|s| s.restarts).unwrap_or(0).max(0) as u32 == attempt;
-    let known_start = status
-        .and_then(|s| s.started_at.as_ref())
-        .map(millis)
-        .or(assumed.map(|a| a.at))
-        .or_else(|| {
-            pods.iter()
-                .filter_map(|p| p.metadata.creation_timestamp.as_ref())
-                .map(millis)
-                .min()
-        });
+    // A run assumed starts when the assumption says, unless its status is shown (written by
+    // an earlier leader, say).
+    let started = match assumed {
+        Some(a) if !shows_run(status, a) => None,
+        _ => status.and_then(|s| s.started_at.as_ref()),
+    };
+    let known_start = started.map(millis).or(assumed.map(|a| a.at)).or_else(|| {
+        pods.iter()
+            .filter_map(|p| p.metadata.creation_timestamp.as_ref())
+            .map(millis)
+            .min()
+    });
     // Not started until its controller made a pod from the placement: a run that did not
     // land (refused, or the workload suspended again) leaves it waiting to be placed again,
     // whatever its status says.
@@ -117,14 +148,9 @@ pub(super) fn lifecycle(
     // Said in the order the start said them, when they are the same nodes: pods bound in
     // another order change nothing.
     if let Some(said) = said
-        && said.len() == nodes.len()
+        && same_nodes(said, &nodes)
     {
-        let (mut a, mut b) = (said.clone(), nodes.clone());
-        a.sort();
-        b.sort();
-        if a == b {
-            nodes.clone_from(said);
-        }
+        nodes.clone_from(said);
     }
     let active: Vec<&&Arc<Pod>> = live.iter().filter(|p| pod_active(p)).collect();
     let all_running =

@@ -107,3 +107,55 @@ fn a_run_whose_status_the_cache_shows_late_is_not_written_again_while_its_pods_w
     let t = l.turn(&i, None, noon() + minutes(14));
     assert!(statuses(&t).is_empty(), "{:#?}", statuses(&t));
 }
+
+#[test]
+fn a_run_placed_again_is_not_taken_for_the_first_one_the_cache_still_shows() {
+    // The first run's patch was refused after its status (on a) was written; a has been taken
+    // since, and the job is run again on b while the cache still shows the first status.
+    let mut i = cluster();
+    i.nodes = vec![node("a", "onprem", 4), node("b", "onprem", 4)];
+    let mut w = workload("solo", 1, true);
+    i.workloads = vec![dynamic(&w)];
+    let mut l = Loop::new();
+    let made = applied(&l.turn(&i, None, noon()));
+    let job = stored(made[0].clone());
+    i.jobs = vec![job.clone()];
+    let t = l.turn(&i, None, noon() + minutes(1));
+    let run = (t.actions.iter())
+        .find(|a| matches!(a, Action::PatchWorkload(p) if p.what == "run"))
+        .cloned()
+        .expect("a run");
+    let first = statuses(&t);
+    assert_eq!(first[0]["nodes"], json!(["a"]));
+    l.state.feedback(&crate::executor::Failure {
+        action: run,
+        error: crate::error::api_error(409, "Conflict", "the object has been modified"),
+    });
+    let mut gj = (*job).clone();
+    gj.status = Some(serde_json::from_value(first[0].clone()).expect("a status"));
+    i.jobs = vec![Arc::new(gj)];
+    let other = workload("other", 1, false);
+    i.pods = vec![job_pod(&other, 0, "a", "Running")];
+    let t = l.turn(&i, None, noon() + minutes(2));
+    let p = patches(&t);
+    assert_eq!(p.len(), 1, "{:?}", kinds(&t));
+    assert_eq!(p[0].what, "run");
+    assert_eq!(super::workloads::pinned_node(&p[0].patch), "b");
+    let second = statuses(&t);
+    assert_eq!(second.len(), 1, "{second:#?}");
+    assert_eq!(second[0]["nodes"], json!(["b"]));
+    merge(&mut w, &p[0].patch);
+    w["metadata"]["resourceVersion"] = json!("3");
+    i.workloads = vec![dynamic(&w)];
+    // Its pod is made, not bound yet; the cache shows the first run's status still.
+    let mut pod = (*job_pod(&w, 0, "", "Pending")).clone();
+    pod.spec.as_mut().expect("spec").node_name = None;
+    i.pods.push(Arc::new(pod));
+    for m in 3..=6 {
+        let t = l.turn(&i, None, noon() + minutes(m));
+        assert!(patches(&t).is_empty(), "{m}: {:?}", patches(&t));
+        for st in statuses(&t) {
+            assert_eq!(st["nodes"], json!(["b"]), "{m}: {st}");
+        }
+    }
+}
