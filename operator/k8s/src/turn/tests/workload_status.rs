@@ -5,14 +5,16 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use spillway_api::GpuJobStatus;
+use spillway_api::{GpuJob, GpuJobStatus};
 
 use super::fixtures::*;
 use super::workloads::{applied, dynamic, job_pod, merge, patches, stored, workload};
 use crate::actions::{Action, StatusKind};
+use crate::turn::Turn;
+use crate::world::Inputs;
 
 /// The GpuJob statuses turn `t` wrote.
-fn statuses(t: &crate::turn::Turn) -> Vec<Value> {
+fn statuses(t: &Turn) -> Vec<Value> {
     (t.actions.iter())
         .filter_map(|a| match a {
             Action::ApplyStatus(p) if p.kind == StatusKind::GpuJob => {
@@ -30,17 +32,24 @@ fn sorted_nodes(st: &Value) -> Vec<String> {
     n
 }
 
-#[test]
-fn a_run_whose_status_the_cache_shows_late_is_not_written_again_while_its_pods_wait() {
+/// A labelled Job `name` of `replicas` 4-GPU pods on nodes a and b of 4 GPUs each: its GpuJob
+/// made and stored, then the turn that runs it (at noon plus a minute).
+fn run_on_two_nodes(name: &str, replicas: u32) -> (Inputs, Value, Loop, Arc<GpuJob>, Turn) {
     let mut i = cluster();
     i.nodes = vec![node("a", "onprem", 4), node("b", "onprem", 4)];
-    let mut w = workload("pair", 2, true);
+    let w = workload(name, replicas, true);
     i.workloads = vec![dynamic(&w)];
     let mut l = Loop::new();
     let made = applied(&l.turn(&i, None, noon()));
     let job = stored(made[0].clone());
     i.jobs = vec![job.clone()];
     let t = l.turn(&i, None, noon() + minutes(1));
+    (i, w, l, job, t)
+}
+
+#[test]
+fn a_run_whose_status_the_cache_shows_late_is_not_written_again_while_its_pods_wait() {
+    let (mut i, mut w, mut l, job, t) = run_on_two_nodes("pair", 2);
     let p = patches(&t);
     assert_eq!(p[0].what, "run", "{:?}", kinds(&t));
     merge(&mut w, &p[0].patch);
@@ -60,7 +69,7 @@ fn a_run_whose_status_the_cache_shows_late_is_not_written_again_while_its_pods_w
     i.pods = vec![unbound(0), unbound(1)];
     let mut latest: Vec<Option<Value>> = vec![None, Some(run[0].clone())];
     let mut writes = Vec::new();
-    let show = |i: &mut crate::world::Inputs, st: &Option<Value>| {
+    let show = |i: &mut Inputs, st: &Option<Value>| {
         let mut gj = (*job).clone();
         gj.status = st
             .as_ref()
@@ -112,15 +121,7 @@ fn a_run_whose_status_the_cache_shows_late_is_not_written_again_while_its_pods_w
 fn a_run_placed_again_is_not_taken_for_the_first_one_the_cache_still_shows() {
     // The first run's patch was refused after its status (on a) was written; a has been taken
     // since, and the job is run again on b while the cache still shows the first status.
-    let mut i = cluster();
-    i.nodes = vec![node("a", "onprem", 4), node("b", "onprem", 4)];
-    let mut w = workload("solo", 1, true);
-    i.workloads = vec![dynamic(&w)];
-    let mut l = Loop::new();
-    let made = applied(&l.turn(&i, None, noon()));
-    let job = stored(made[0].clone());
-    i.jobs = vec![job.clone()];
-    let t = l.turn(&i, None, noon() + minutes(1));
+    let (mut i, mut w, mut l, job, t) = run_on_two_nodes("solo", 1);
     let run = (t.actions.iter())
         .find(|a| matches!(a, Action::PatchWorkload(p) if p.what == "run"))
         .cloned()
