@@ -254,7 +254,8 @@ impl CloudError {
     /// Whether the request may have acted though it failed: EC2's answer was not one that says
     /// it did nothing (the connection dropped or the call timed out with the request sent, a
     /// server error, a code not known here). Capacity errors, throttling and refusals are EC2
-    /// saying it did nothing.
+    /// saying this request did nothing (a launch's caller also counts throttling as open: it
+    /// may answer the SDK's retry of an attempt that acted; `spillway-k8s`'s `cloud.rs`).
     pub fn may_have_acted(&self) -> bool {
         matches!(self, CloudError::Other(_))
     }
