@@ -72,6 +72,9 @@ pub enum Reason {
     /// for its `lostAfter`): its pods may already run there, started by the operator before,
     /// so it is placed nowhere until that cluster is listed.
     ClusterUnseen,
+    /// Pods of its earlier attempt may still run (being deleted, or asked for and not seen
+    /// yet): its next attempt starts once none can.
+    PreviousAttemptStopping,
     /// No private node could hold it (size or GPU model), so waiting is pointless.
     NoPrivateCapacity,
     /// Waiting for private GPUs; may burst later.
@@ -169,6 +172,7 @@ impl Reason {
             Reason::RequirementsUnmet => "RequirementsUnmet",
             Reason::NotPortable => "NotPortable",
             Reason::ClusterUnseen => "ClusterUnseen",
+            Reason::PreviousAttemptStopping => "PreviousAttemptStopping",
         }
     }
 }

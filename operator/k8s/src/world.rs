@@ -410,7 +410,8 @@ fn pod_attempt(pod: &Pod) -> Option<u32> {
         .and_then(|a| a.parse().ok())
 }
 
-fn pod_replica(pod: &Pod) -> Option<u32> {
+/// The replica a pod is labelled as.
+pub(crate) fn pod_replica(pod: &Pod) -> Option<u32> {
     pod.labels()
         .get(labels::REPLICA_LABEL)
         .and_then(|a| a.parse().ok())

@@ -76,6 +76,7 @@ impl State {
                 }
                 continue;
             }
+            self.started_again(&start.job);
             let cluster = pool.as_ref().and_then(|p| p.spec.cluster.as_ref());
             let home = self.remote.home.clone();
             if cluster.is_some() && home.is_none() {
@@ -257,6 +258,7 @@ impl State {
             self.quiet.retain(|k| live.contains(k));
             self.annotated.retain(|k| live.contains(k.as_str()));
             self.attempt_floor.retain(|k, _| live.contains(k.as_str()));
+            self.unseen_pods.retain(|k, _| live.contains(k.as_str()));
             self.wait_observed.retain(|k| live.contains(k.as_str()));
             (self.indicators.seen).retain(|k, _| live.contains(k.as_str()));
             self.pruned_at = ids;
@@ -343,7 +345,18 @@ impl State {
     pub(super) fn next_attempt(&mut self, view: &JobView) -> u32 {
         let next = view.attempt + 1;
         self.attempt_floor.insert(view.id.clone(), next);
-        self.assumed.remove(&view.id);
+        if let Some(a) = self.assumed.remove(&view.id)
+            && view.job.spec.workload_ref.is_none()
+            && a.attempt == view.attempt
+        {
+            // Its start's pods not shown yet may still land: the next attempt waits for them.
+            let seen: Vec<u32> = view
+                .pods
+                .iter()
+                .filter_map(|p| world::pod_replica(p))
+                .collect();
+            self.leave_unseen(&view.id, &a, |r| seen.contains(&r), None);
+        }
         next
     }
 

@@ -32,6 +32,7 @@ mod identity;
 mod indicators;
 mod interruptions;
 mod jobs;
+mod leftovers;
 mod objects;
 mod placement;
 pub(crate) mod policies;
@@ -142,6 +143,9 @@ pub struct State {
     quiet: jobs::QuietTable,
     /// Pods whose deletion was asked for (by uid).
     deleting: HashSet<String>,
+    /// Pods asked for by jobs' earlier starts and not shown by the caches yet, by job id: the
+    /// jobs' next attempts wait for them (`turn/leftovers.rs`).
+    unseen_pods: HashMap<String, leftovers::Unseen>,
     /// Jobs whose wait was already observed in the wait histogram.
     wait_observed: HashSet<String>,
     policies: policies::Compiled,
@@ -207,6 +211,7 @@ impl State {
             written: Written::default(),
             quiet: jobs::QuietTable::default(),
             deleting: HashSet::new(),
+            unseen_pods: HashMap::new(),
             wait_observed: HashSet::new(),
             policies: policies::Compiled::default(),
             releasing: HashSet::new(),
@@ -372,6 +377,7 @@ impl State {
         let mut plan = self.scheduler.cycle(engine.as_ref(), now);
         metrics.decide_cycle(self.scheduler.stats().skipped > skipped);
         let unseen_wake = self.hold_for_unseen_clusters(&mut plan, &built, &queues, &inputs, now);
+        let leftover_wake = self.hold_for_earlier_attempts(&mut plan, &built, &inputs, now);
         metrics.set_policy_errors(engine.runtime_errors());
 
         self.preemptions(&plan, &built, &queues, now);
@@ -402,10 +408,17 @@ impl State {
         if let Some(samples) = inputs.utilization.clone() {
             self.utilization(&built, &samples, &queues, metrics, now);
         }
-        let wake = [wake, identity_wake, facts_wake, unseen_wake, notice_wake]
-            .into_iter()
-            .flatten()
-            .min();
+        let wake = [
+            wake,
+            identity_wake,
+            facts_wake,
+            unseen_wake,
+            leftover_wake,
+            notice_wake,
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         self.objects(&built, &inputs, cloud, &rates, metrics, now);
         self.record_indicators(metrics, now);
         self.prune_shown(&inputs);
@@ -435,11 +448,25 @@ impl State {
     /// Takes back what a failed action assumed; returns what to do about it now.
     pub fn feedback(&mut self, f: &Failure) -> Vec<Action> {
         match &f.action {
-            Action::CreatePod { job, .. }
-            | Action::CreateRemotePod { job, .. }
-            | Action::CreateRemoteCopy { job, .. } => {
+            Action::CreatePod { job, pod } => {
+                tracing::warn!(job = %job, pod = ?pod.metadata.name, error = %f.error, "creating a pod failed; deciding again");
+                let name = pod.metadata.name.as_deref().unwrap_or_default();
+                // The start's other pods may still land: its next attempt waits for them.
+                if let Some(a) = self.assumed.remove(job) {
+                    self.leave_unseen(job, &a, |_| false, Some(name));
+                }
+                self.create_failed(job, name);
+                Vec::new()
+            }
+            Action::CreateRemotePod { job, .. } | Action::CreateRemoteCopy { job, .. } => {
                 tracing::warn!(job = %job, error = %f.error, "creating pods failed; deciding again");
                 self.assumed.remove(job);
+                Vec::new()
+            }
+            Action::DeletePod { uid, .. } | Action::EvictPod { uid, .. } => {
+                // Asked again at the next turn while the caches show the pod.
+                tracing::warn!(error = %f.error, "deleting a pod failed; asking again at the next turn");
+                self.deleting.remove(uid);
                 Vec::new()
             }
             Action::PatchWorkload(p) => {

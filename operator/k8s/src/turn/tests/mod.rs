@@ -11,6 +11,7 @@ mod indicators;
 mod interruptions;
 mod jobs;
 mod kept;
+mod leftovers;
 mod objects;
 mod placement;
 mod pod_groups;
