@@ -264,17 +264,20 @@ pub fn overlay(inputs: &mut Inputs, kept: &mut Translations, now: Time) -> Overl
     let mut next = Translations::default();
     // The jobs whose pods there are theirs: every GpuJob, finished ones too (their pods are
     // kept for their logs, as at home, until the job is deleted), and those the operator
-    // cannot read (their pods are not garbage: the job still exists).
-    let uids: HashSet<&str> = inputs
-        .jobs
-        .iter()
-        .filter_map(|j| j.metadata.uid.as_deref())
-        .chain(
-            (inputs.unreadable.iter())
-                .filter(|u| u.kind == "GpuJob")
-                .filter_map(|u| u.uid.as_deref()),
-        )
-        .collect();
+    // cannot read (their pods are not garbage: the job still exists). Without other clusters,
+    // nothing to look up.
+    let uids: HashSet<&str> = if inputs.remote.is_empty() {
+        HashSet::new()
+    } else {
+        (inputs.jobs.iter())
+            .filter_map(|j| j.metadata.uid.as_deref())
+            .chain(
+                (inputs.unreadable.iter())
+                    .filter(|u| u.kind == "GpuJob")
+                    .filter_map(|u| u.uid.as_deref()),
+            )
+            .collect()
+    };
     let mut nodes = Vec::new();
     let mut pods = Vec::new();
     // A cluster pool with no connection yet (this operator has only just started) is unseen

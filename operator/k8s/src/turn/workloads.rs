@@ -25,15 +25,24 @@ use crate::world::{self, Inputs, JobView, Lifecycle};
 pub(super) struct Kept {
     /// This turn's labelled workloads by `namespace/Kind/name`.
     index: HashMap<String, Arc<DynamicObject>>,
+    /// The workloads indexed, in the caches' order.
+    indexed: Vec<Arc<DynamicObject>>,
+    /// Whether this turn's workloads are other objects than the last turn's (what is kept by
+    /// workload is pruned of the workloads gone only then).
+    list_changed: bool,
     /// The GpuJob last applied for each job id, until the cache shows it.
     sent: HashMap<String, Print>,
     /// The GpuJob each workload (by uid) stands as, or why it cannot, as of the workload
     /// version read: made again only when the workload changes.
     made: HashMap<String, (String, Result<Arc<spillway_api::GpuJob>, String>)>,
-    /// The workload and GpuJob objects (by the workload's uid), and the end mirrored, last
-    /// found in step: while the caches hand out the very same objects, the GpuJob is not
-    /// made and compared again.
-    in_step: HashMap<String, InStep>,
+    /// What was last found of each workload in step with its GpuJob, by the address of the
+    /// workload object (kept in the entry, so the address is not reused while it is there):
+    /// while the caches hand out the very same objects, the GpuJob is not made and compared
+    /// again, nor the workload's JSON read.
+    in_step: HashMap<usize, InStep>,
+    /// The pools of the last turn (whether a pool is another cluster's decides where a job
+    /// runs, so whether its workload is placed).
+    pools: Vec<Arc<ComputePool>>,
     /// The workload version (by uid) a suspension was last asked for.
     suspended: HashMap<String, String>,
     /// The last warning told about each workload (by uid).
@@ -42,11 +51,38 @@ pub(super) struct Kept {
     pinned: HashMap<String, String>,
 }
 
-type InStep = (
-    Arc<DynamicObject>,
-    Arc<spillway_api::GpuJob>,
-    Option<String>,
-);
+struct InStep {
+    workload: Arc<DynamicObject>,
+    kind: &'static dyn WorkloadKind,
+    job: Arc<spillway_api::GpuJob>,
+    /// The job's id (`namespace/name`), as the views are keyed.
+    id: Arc<str>,
+    /// The end mirrored on the job.
+    mirrored: Option<String>,
+    /// The view with which the workload was last found to need no hold nor run, and what the
+    /// loop had assumed for its job then: while both are the same, the pools too, and the job
+    /// was not moved on this turn, it needs none again.
+    quiet: Option<(Arc<JobView>, Option<world::Assumed>)>,
+}
+
+impl std::fmt::Debug for InStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InStep")
+            .field("workload", &self.workload.metadata.uid)
+            .field("kind", &self.kind.kind())
+            .field("id", &self.id)
+            .field("mirrored", &self.mirrored)
+            .field("quiet", &self.quiet.as_ref().map(|(v, a)| (&v.id, a)))
+            .finish()
+    }
+}
+
+/// Whether the operator manages workloads in `namespace`: outside `--job-namespaces` a
+/// workload's GpuJob is made (and says it is Invalid there), but the workload is not touched:
+/// the operator may not patch it.
+fn managed(inputs: &Inputs, namespace: &str) -> bool {
+    (inputs.job_namespaces.as_ref()).is_none_or(|m| m.contains(namespace))
+}
 
 fn key(namespace: &str, kind: &str, name: &str) -> String {
     format!("{namespace}/{kind}/{name}")
@@ -102,9 +138,21 @@ fn matches(job: &spillway_api::GpuJob, print: &Print) -> bool {
 }
 
 impl State {
-    /// Indexes this turn's workloads (a start looks its workload up).
+    /// Indexes this turn's workloads (a start looks its workload up), unless the caches hand
+    /// out the very objects of the last turn.
     pub(super) fn index_workloads(&mut self, inputs: &Inputs) {
-        let index = &mut self.workloads.index;
+        let k = &mut self.workloads;
+        if k.indexed.len() == inputs.workloads.len()
+            && (k.indexed.iter())
+                .zip(&inputs.workloads)
+                .all(|(a, b)| Arc::ptr_eq(a, b))
+        {
+            k.list_changed = false;
+            return;
+        }
+        k.list_changed = true;
+        k.indexed.clone_from(&inputs.workloads);
+        let index = &mut k.index;
         index.clear();
         for w in &inputs.workloads {
             let (Some(t), Some(ns), Some(name)) = (
@@ -166,10 +214,25 @@ impl State {
 
     /// Each labelled workload's GpuJob made or kept in step; workloads that run unplaced held.
     pub(super) fn workloads(&mut self, built: &world::Built, inputs: &Inputs) {
+        let pools_same = self.workloads.pools.len() == inputs.pools.len()
+            && (self.workloads.pools.iter())
+                .zip(&inputs.pools)
+                .all(|(a, b)| Arc::ptr_eq(a, b));
+        if !pools_same {
+            self.workloads.pools.clone_from(&inputs.pools);
+        }
+        // What is kept by workload is pruned when the workloads are not the same objects.
+        let prune = self.workloads.list_changed || !self.remember;
         let mut live: HashSet<&str> = HashSet::default();
         // The GpuJobs of this turn's workloads: an apply sent for another is forgotten.
         let mut live_jobs: HashSet<String> = HashSet::default();
         for w in &inputs.workloads {
+            if prune && let Some(uid) = w.metadata.uid.as_deref() {
+                live.insert(uid);
+            }
+            if self.remember && self.still_in_step(w, built, inputs, pools_same, &mut live_jobs) {
+                continue;
+            }
             let Some(kind) = wl::kind_of(w) else { continue };
             let (Some(ns), Some(name), Some(uid)) = (
                 w.metadata.namespace.as_deref(),
@@ -178,7 +241,7 @@ impl State {
             ) else {
                 continue;
             };
-            live.insert(uid);
+            let managed = managed(inputs, ns);
             let id = format!("{ns}/{}", wl::gpu_job_name(kind.kind(), name));
             if self.workloads.sent.contains_key(&id) {
                 live_jobs.insert(id.clone());
@@ -189,25 +252,8 @@ impl State {
                 // Being deleted, or its user's until they lift their suspension.
                 continue;
             }
-            // Outside --job-namespaces its GpuJob is made (and says it is Invalid there), but
-            // the workload is not touched: the operator may not patch it.
-            let managed = (inputs.job_namespaces.as_ref()).is_none_or(|m| m.contains(ns));
             let view = built.jobs.get(id.as_str()).map(|v| &**v);
-            // The very objects found in step last time, and nothing new mirrored: it still
-            // stands for it and its GpuJob is as it would be made (most workloads at most
-            // turns); only what it runs needs a look.
-            if let Some(v) = view
-                && let Some((sw, sj, sm)) = self.workloads.in_step.get(uid)
-                && Arc::ptr_eq(sw, w)
-                && Arc::ptr_eq(sj, &v.job)
-                && *sm == self.mirrored_end(kind, w, v)
-            {
-                if managed {
-                    self.hold(w, kind, view, inputs);
-                }
-                continue;
-            }
-            self.workloads.in_step.remove(uid);
+            self.workloads.in_step.remove(&(Arc::as_ptr(w) as usize));
             if view.is_none()
                 && let Some(why) = kind.incomplete(w)
             {
@@ -279,10 +325,21 @@ impl State {
                         }
                     }
                     let want = fingerprint(&desired);
-                    if let Some(v) = view.filter(|v| matches(&v.job, &want)) {
+                    if let Some((key, v)) = built
+                        .jobs
+                        .get_key_value(id.as_str())
+                        .filter(|(_, v)| matches(&v.job, &want))
+                    {
                         self.workloads.sent.remove(&id);
-                        (self.workloads.in_step)
-                            .insert(uid.to_string(), (w.clone(), v.job.clone(), mirrored));
+                        let in_step = InStep {
+                            workload: w.clone(),
+                            kind,
+                            job: v.job.clone(),
+                            id: key.clone(),
+                            mirrored,
+                            quiet: None,
+                        };
+                        (self.workloads.in_step).insert(Arc::as_ptr(w) as usize, in_step);
                     } else if self.workloads.sent.get(&id) != Some(&want) {
                         live_jobs.insert(id.clone());
                         self.workloads.sent.insert(id.clone(), want);
@@ -296,25 +353,82 @@ impl State {
         }
         self.pin_gated_pods(built, inputs);
         let k = &mut self.workloads;
-        k.suspended.retain(|u, _| live.contains(u.as_str()));
-        k.made.retain(|u, _| live.contains(u.as_str()));
-        k.warned.retain(|u, _| live.contains(u.as_str()));
-        k.in_step.retain(|u, _| live.contains(u.as_str()));
-        k.sent.retain(|id, _| live_jobs.contains(id));
+        if prune {
+            let objects: HashSet<usize> = (inputs.workloads.iter())
+                .map(|w| Arc::as_ptr(w) as usize)
+                .collect();
+            k.suspended.retain(|u, _| live.contains(u.as_str()));
+            k.made.retain(|u, _| live.contains(u.as_str()));
+            k.warned.retain(|u, _| live.contains(u.as_str()));
+            k.in_step.retain(|at, _| objects.contains(at));
+            k.sent.retain(|id, _| live_jobs.contains(id));
+        }
+    }
+
+    /// Looks at `w` as what was last found in step with its GpuJob, if it is still: the very
+    /// objects of then, and nothing new mirrored, so it still stands for it and its GpuJob is
+    /// as it would be made (most workloads at most turns). Only what it runs needs a look then,
+    /// and not even that while nothing it depends on changed. False when it is not (or no
+    /// longer) in step.
+    fn still_in_step(
+        &mut self,
+        w: &Arc<DynamicObject>,
+        built: &world::Built,
+        inputs: &Inputs,
+        pools_same: bool,
+        live_jobs: &mut HashSet<String>,
+    ) -> bool {
+        let at = Arc::as_ptr(w) as usize;
+        let Some(s) = self.workloads.in_step.get(&at) else {
+            return false;
+        };
+        let kind = s.kind;
+        let Some(v) = built.jobs.get(&*s.id) else {
+            return false;
+        };
+        // Without copies in other clusters, the end mirrored is the workload's or the job's
+        // own, the same objects' as then.
+        if !Arc::ptr_eq(&s.workload, w)
+            || !Arc::ptr_eq(&s.job, &v.job)
+            || !(self.remote.copies.is_empty() || s.mirrored == self.mirrored_end(kind, w, v))
+        {
+            return false;
+        }
+        let id = s.id.clone();
+        if self.workloads.sent.contains_key(&*id) {
+            live_jobs.insert(id.to_string());
+        }
+        let moved = self.moved_on(v);
+        // A job's assumption is part of what its view was derived from; compared all the same.
+        let quiet = pools_same
+            && !moved
+            && s.quiet.as_ref().is_some_and(|(qv, qa)| {
+                Arc::ptr_eq(qv, v) && self.assumed.get(&*id) == qa.as_ref()
+            });
+        let ns = w.metadata.namespace.as_deref().unwrap_or_default();
+        if managed(inputs, ns) && !quiet {
+            let needs_none = self.hold(w, kind, Some(&**v), inputs);
+            let assumed = self.assumed.get(&*id).cloned();
+            if let Some(s) = self.workloads.in_step.get_mut(&at) {
+                s.quiet = (needs_none && !moved).then(|| (v.clone(), assumed));
+            }
+        }
+        true
     }
 
     /// Suspends `w` if it runs (unfinished, not suspended) without its job's placement: the
     /// job (`view`) not started, or started at another attempt than the workload's template
-    /// says, or moved on this turn. Completes a run of its job that landed in part.
+    /// says, or moved on this turn. Completes a run of its job that landed in part. True when
+    /// it needs neither, by `w`, `view`, what was assumed for the job and the pools alone.
     fn hold(
         &mut self,
         w: &DynamicObject,
         kind: &dyn WorkloadKind,
         view: Option<&JobView>,
         inputs: &Inputs,
-    ) {
+    ) -> bool {
         if kind.finished(w).is_some() {
-            return;
+            return true;
         }
         // Placed at home: a job placed in another cluster runs as a copy there, and the
         // workload here stays held.
@@ -337,12 +451,12 @@ impl State {
         // its suspension not lifted yet) is written again for the rest, on the job's nodes.
         let partly = placed && kind.partly_run(w);
         if !partly && (placed || kind.suspended(w)) {
-            return;
+            return true;
         }
         let uid = w.metadata.uid.clone().unwrap_or_default();
         let version = w.metadata.resource_version.clone().unwrap_or_default();
         if self.workloads.suspended.get(&uid) == Some(&version) {
-            return;
+            return false;
         }
         if partly {
             let running = view.and_then(|v| match &v.lifecycle {
@@ -352,7 +466,7 @@ impl State {
                 _ => None,
             });
             let Some((v, pool, nodes)) = running else {
-                return;
+                return false;
             };
             let pool = (pool.as_ref()).and_then(|p| {
                 (inputs.pools.iter()).find(|q| q.metadata.name.as_deref() == Some(p.as_str()))
@@ -368,11 +482,12 @@ impl State {
                 tracing::info!(kind = kind.kind(), namespace = ?w.metadata.namespace, name = ?w.metadata.name, "completing a run that landed in part");
                 self.write_workload(w, kind, "run", writes, Some(&v.id));
             }
-            return;
+            return false;
         }
         self.workloads.suspended.insert(uid, version);
         tracing::info!(kind = kind.kind(), namespace = ?w.metadata.namespace, name = ?w.metadata.name, "suspending a workload that runs without Spillway's placement");
         self.write_workload(w, kind, "suspend", kind.suspend(w), None);
+        false
     }
 
     /// Emits `writes` of workload `w` (`what` it does, for logs; the job whose start it is).

@@ -1,14 +1,16 @@
 //! Turns that keep views and quiet statuses across turns against turns that derive everything
-//! again: random histories of a small cluster (jobs submitted and deleted, nodes going and
-//! coming, pods started, finished and lost, the turn's own writes landing in the caches late
-//! (the jobs' and the queue's statuses), the clock), and at every turn both must ask for the
-//! same actions and the same wake-up.
+//! again: random histories of a small cluster (jobs and labelled batch Jobs submitted and
+//! deleted, nodes going and coming, pods started, finished and lost, the turn's own writes
+//! landing in the caches late (the jobs' and the queue's statuses, the workloads' GpuJobs and
+//! patches, with the Job controller's pods), the clock), and at every turn both must ask for
+//! the same actions and the same wake-up.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
+use kube::core::DynamicObject;
 use proptest::prelude::*;
 use serde_json::json;
 use spillway_api::GpuJob;
@@ -33,6 +35,9 @@ enum Step {
     Price(bool),
     /// Nothing happened: a turn on the same world.
     Again,
+    /// A labelled batch Job is made (suspended by the webhook, or not), or deleted.
+    Workload(u8, u8),
+    RemoveWorkload(u8),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -46,16 +51,21 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (n(), any::<bool>()).prop_map(|(a, b)| Step::Node(a, b)),
         1 => any::<bool>().prop_map(Step::Price),
         2 => Just(Step::Again),
+        2 => (n(), n()).prop_map(|(a, b)| Step::Workload(a, b)),
+        1 => n().prop_map(Step::RemoveWorkload),
     ]
 }
 
 const JOBS: usize = 5;
+const WORKLOADS: usize = 3;
 const NODES: usize = 3;
 
 struct World {
     now: spillway_core::Time,
     jobs: BTreeMap<String, Arc<GpuJob>>,
     pods: BTreeMap<String, Arc<Pod>>,
+    /// The labelled batch Jobs, as JSON and as the object the caches hand out.
+    workloads: BTreeMap<String, (serde_json::Value, Arc<DynamicObject>)>,
     nodes: Vec<bool>,
     /// The objects the caches hand out, the same until they change.
     base: Inputs,
@@ -74,6 +84,7 @@ impl World {
             now: noon(),
             jobs: BTreeMap::new(),
             pods: BTreeMap::new(),
+            workloads: BTreeMap::new(),
             nodes: vec![true; NODES],
             base,
             pending: Vec::new(),
@@ -88,7 +99,82 @@ impl World {
             .collect();
         i.jobs = self.jobs.values().cloned().collect();
         i.pods = self.pods.values().cloned().collect();
+        i.workloads = self.workloads.values().map(|(_, w)| w.clone()).collect();
         i
+    }
+
+    /// Workload `name` is now `v` (a new object, a new resourceVersion).
+    fn set_workload(&mut self, name: &str, mut v: serde_json::Value) {
+        let version = v["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|r| r.parse::<u64>().ok())
+            .unwrap_or(0);
+        v["metadata"]["resourceVersion"] = json!((version + 1).to_string());
+        let w = Arc::new(serde_json::from_value(v.clone()).expect("a workload"));
+        self.workloads.insert(name.to_string(), (v, w));
+    }
+
+    /// The Job controller: each pod of a running workload made once, on the nodes its
+    /// template allows (in turn); its pods deleted while it is suspended; its end once its pods
+    /// ended.
+    fn job_controller(&mut self) {
+        for (name, (w, _)) in self.workloads.clone() {
+            let owned = |p: &Pod| {
+                (p.owner_references().iter())
+                    .any(|o| Some(o.uid.as_str()) == w["metadata"]["uid"].as_str())
+            };
+            if w["spec"]["suspend"] == json!(true) {
+                self.pods.retain(|_, p| !owned(p));
+                continue;
+            }
+            let mine: Vec<Arc<Pod>> = self.pods.values().filter(|p| owned(p)).cloned().collect();
+            let t = &w["spec"]["template"];
+            let nodes = &t["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+                ["nodeSelectorTerms"][0]["matchFields"][0]["values"];
+            let attempt = t["metadata"]["labels"][crate::labels::ATTEMPT_LABEL]
+                .as_str()
+                .unwrap_or("x");
+            let parallelism = w["spec"]["parallelism"].as_u64().unwrap_or(1);
+            for r in 0..parallelism {
+                let pod = format!("{name}-{attempt}-{r}");
+                if self.pods.contains_key(&pod) || !w["status"]["conditions"].is_null() {
+                    continue;
+                }
+                let n = nodes.as_array().map_or(0, Vec::len).max(1);
+                self.pods.insert(pod.clone(), from(json!({
+                    "metadata": {"name": pod, "namespace": NS, "uid": format!("uid-{pod}"),
+                                 "labels": t["metadata"]["labels"],
+                                 "creationTimestamp": "2026-03-10T12:00:05Z",
+                                 "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
+                                      "name": name, "uid": w["metadata"]["uid"], "controller": true}]},
+                    "spec": {"nodeName": nodes[r as usize % n], "containers": [{"name": "main",
+                             "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+                    "status": {"phase": "Pending"},
+                })));
+            }
+            let phases: Vec<String> = (mine.iter())
+                .map(|p| {
+                    p.status
+                        .as_ref()
+                        .and_then(|s| s.phase.clone())
+                        .unwrap_or_default()
+                })
+                .collect();
+            let end = if phases.iter().any(|p| p == "Failed") {
+                Some("Failed")
+            } else if phases.len() as u64 >= parallelism && phases.iter().all(|p| p == "Succeeded")
+            {
+                Some("Complete")
+            } else {
+                None
+            };
+            if let Some(end) = end.filter(|_| w["status"]["conditions"].is_null()) {
+                let mut w = w.clone();
+                w["status"] = json!({"conditions": [{"type": end, "status": "True",
+                    "lastTransitionTime": "2026-03-10T12:10:00Z"}]});
+                self.set_workload(&name, w);
+            }
+        }
     }
 
     fn apply(&mut self, s: &Step) {
@@ -148,7 +234,34 @@ impl World {
                 self.base.pools = vec![Arc::new(pool)];
             }
             Step::Again => {}
+            Step::Workload(j, how) => {
+                let name = format!("w{}", *j as usize % WORKLOADS);
+                if self.workloads.contains_key(&name) {
+                    return;
+                }
+                let v = json!({
+                    "apiVersion": "batch/v1", "kind": "Job",
+                    "metadata": {"name": name, "namespace": NS, "uid": format!("w-{name}"),
+                                 "resourceVersion": "1", "labels": {"spillway.io/queue": "q"}},
+                    "spec": {"parallelism": 1 + u64::from(how % 2), "suspend": how % 3 != 0,
+                             "template": {"spec": {"restartPolicy": "Never", "containers": [
+                                 {"name": "main", "image": "trainer",
+                                  "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}},
+                });
+                self.set_workload(&name, v);
+            }
+            Step::RemoveWorkload(j) => {
+                let name = format!("w{}", *j as usize % WORKLOADS);
+                if self.workloads.remove(&name).is_some() {
+                    // The garbage collector: its GpuJob and its pods go with it.
+                    self.jobs.remove(&format!("job-{name}"));
+                    let uid = format!("w-{name}");
+                    self.pods
+                        .retain(|_, p| !(p.owner_references().iter()).any(|o| o.uid == uid));
+                }
+            }
         }
+        self.job_controller();
     }
 
     /// What the API server and the scheduler make of one action.
@@ -191,6 +304,32 @@ impl World {
                     let mut queue = (**q).clone();
                     queue.status = serde_json::from_value(p.body["status"].clone()).ok();
                     *q = Arc::new(queue);
+                }
+            }
+            Action::ApplyWorkloadJob(j) => {
+                let mut j = *j;
+                let name = j.metadata.name.clone().unwrap_or_default();
+                if let Some(old) = self.jobs.get(&name) {
+                    // An apply keeps what it does not set: the uid, the status.
+                    j.metadata.uid.clone_from(&old.metadata.uid);
+                    j.metadata
+                        .creation_timestamp
+                        .clone_from(&old.metadata.creation_timestamp);
+                    j.status.clone_from(&old.status);
+                } else {
+                    j.metadata.uid = Some(format!("uid-{name}"));
+                    j.metadata.creation_timestamp = Some(
+                        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff_of(self.now)),
+                    );
+                }
+                j.metadata.generation = Some(1);
+                self.jobs.insert(name, Arc::new(j));
+            }
+            Action::PatchWorkload(p) => {
+                if let Some((w, _)) = self.workloads.get(&p.name) {
+                    let mut w = w.clone();
+                    super::workloads::merge(&mut w, &p.patch);
+                    self.set_workload(&p.name, w);
                 }
             }
             Action::Annotate {

@@ -49,6 +49,11 @@ fn a_restartable_workload_in_the_cloud_is_suspended_then_run_on_the_private_node
     i.pods = vec![job_pod(&w, 0, "ip-1", "Running")];
     let st = written_status(&mut i, &t, "job-train");
     assert_eq!(st["pool"], "aws", "{st}");
+    // It runs; turns with nothing new ask nothing of it (and keep what they found).
+    for k in 0..3 {
+        let t = l.turn(&i, Some(&c), noon() + minutes(1));
+        assert!(patches(&t).is_empty(), "turn {k}: {:?}", kinds(&t));
+    }
 
     // A private node frees up: the job is moved home. The workload is suspended (its Job
     // controller deletes its pods; Spillway deletes none) and the node is held for it.
