@@ -1,5 +1,5 @@
-//! The pods of a job's earlier attempts: its next attempt starts only once none of them can
-//! still run.
+//! The pods of a job's earlier attempts: its next attempt starts only once each of them is
+//! being deleted, has ended, or is known never to have been made.
 //!
 //! A job moved to its next attempt (a gang requeued, a job preempted, moved or restarted) has
 //! its earlier pods deleted as the caches show them (`jobs.rs`). Two things can still be
@@ -11,7 +11,8 @@
 //! the job would hold more pods than replicas. So the next attempt's start is held, its
 //! decision a wait with reason `PreviousAttemptStopping`, until every pod of an earlier attempt
 //! is shown being deleted (or ended), and every pod asked for has shown up or failed to be
-//! created, or the assume timeout has passed since it was asked for.
+//! created, or the assume timeout has passed since it was asked for. A pod being deleted may
+//! still run through its grace period; its GPUs stay counted on its node until it stops.
 //!
 //! A labelled workload's pods are its controller's (its run is held by suspending the
 //! workload, `turn/workloads.rs`); pods in another cluster are that cluster's caches' to show.

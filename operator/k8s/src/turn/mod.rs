@@ -451,8 +451,14 @@ impl State {
             Action::CreatePod { job, pod } => {
                 tracing::warn!(job = %job, pod = ?pod.metadata.name, error = %f.error, "creating a pod failed; deciding again");
                 let name = pod.metadata.name.as_deref().unwrap_or_default();
-                // The start's other pods may still land: its next attempt waits for them.
-                if let Some(a) = self.assumed.remove(job) {
+                let attempt = (pod.labels().get(crate::labels::ATTEMPT_LABEL))
+                    .and_then(|a| a.parse::<u32>().ok());
+                // Only a create of the start assumed now takes it back (a create of an earlier
+                // attempt may fail late); the start's other pods may still land, so the job's
+                // next attempt waits for them.
+                if let Some(a) = self.assumed.get(job).filter(|a| Some(a.attempt) == attempt) {
+                    let a = a.clone();
+                    self.assumed.remove(job);
                     self.leave_unseen(job, &a, |_| false, Some(name));
                 }
                 self.create_failed(job, name);
@@ -464,9 +470,15 @@ impl State {
                 Vec::new()
             }
             Action::DeletePod { uid, .. } | Action::EvictPod { uid, .. } => {
-                // Asked again at the next turn while the caches show the pod.
-                tracing::warn!(error = %f.error, "deleting a pod failed; asking again at the next turn");
-                self.deleting.remove(uid);
+                if f.error.category().retryable() {
+                    // Asked again at the next turn while the caches show the pod.
+                    tracing::warn!(error = %f.error, "deleting a pod failed; asking again at the next turn");
+                    self.deleting.remove(uid);
+                } else {
+                    // Refused (no permission, a webhook): asking again at every turn would
+                    // only be refused again; the job's next attempt waits for it meanwhile.
+                    tracing::error!(error = %f.error, "deleting a pod was refused; it is not asked again while the operator runs");
+                }
                 Vec::new()
             }
             Action::PatchWorkload(p) => {
