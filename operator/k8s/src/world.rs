@@ -404,7 +404,8 @@ fn owned_by(pod: &Pod, job: &GpuJob) -> bool {
         .any(|o| o.uid == uid && o.kind == "GpuJob")
 }
 
-fn pod_attempt(pod: &Pod) -> Option<u32> {
+/// The attempt a pod is labelled as.
+pub(crate) fn pod_attempt(pod: &Pod) -> Option<u32> {
     pod.labels()
         .get(labels::ATTEMPT_LABEL)
         .and_then(|a| a.parse().ok())

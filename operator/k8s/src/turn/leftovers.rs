@@ -36,8 +36,8 @@ pub(super) struct Unseen {
 }
 
 impl State {
-    /// Keeps the pods a start of `id` (job `name`) asked for that may still land: every
-    /// replica of `a` but those `seen` says the caches show and the one whose create `failed`.
+    /// Keeps the pods a start `a` of job `id` asked for that may still land: every replica of
+    /// `a` but those `seen` says the caches show and the one whose create `failed`.
     pub(super) fn leave_unseen(
         &mut self,
         id: &str,
@@ -107,23 +107,8 @@ impl State {
                 held.insert(s.job.clone(), why);
             }
         }
-        if held.is_empty() {
-            return wake;
-        }
-        plan.starts.retain(|s| !held.contains_key(&s.job));
-        for d in plan.decisions.iter_mut() {
-            if let Some(why) = held.get(&d.job) {
-                *d = core::Decision::new(
-                    &d.job,
-                    core::Outcome::Wait,
-                    core::Reason::PreviousAttemptStopping,
-                    why.clone(),
-                    None,
-                );
-            }
-        }
-        for job in held.keys() {
-            self.scheduler.refresh(job);
+        if !held.is_empty() {
+            self.hold_starts(plan, &held, core::Reason::PreviousAttemptStopping);
         }
         wake
     }

@@ -451,14 +451,16 @@ impl State {
             Action::CreatePod { job, pod } => {
                 tracing::warn!(job = %job, pod = ?pod.metadata.name, error = %f.error, "creating a pod failed; deciding again");
                 let name = pod.metadata.name.as_deref().unwrap_or_default();
-                let attempt = (pod.labels().get(crate::labels::ATTEMPT_LABEL))
-                    .and_then(|a| a.parse::<u32>().ok());
                 // Only a create of the start assumed now takes it back (a create of an earlier
                 // attempt may fail late); the start's other pods may still land, so the job's
                 // next attempt waits for them.
-                if let Some(a) = self.assumed.get(job).filter(|a| Some(a.attempt) == attempt) {
-                    let a = a.clone();
-                    self.assumed.remove(job);
+                let attempt = world::pod_attempt(pod);
+                if self
+                    .assumed
+                    .get(job)
+                    .is_some_and(|a| Some(a.attempt) == attempt)
+                    && let Some(a) = self.assumed.remove(job)
+                {
                     self.leave_unseen(job, &a, |_| false, Some(name));
                 }
                 self.create_failed(job, name);
@@ -609,6 +611,26 @@ impl State {
                 Vec::new()
             }
             _ => Vec::new(),
+        }
+    }
+
+    /// Holds the starts and launches of the jobs in `held` (by job id, with why), their
+    /// decisions a wait for `reason`, told again by the scheduler at the next cycle.
+    fn hold_starts(
+        &mut self,
+        plan: &mut core::Plan,
+        held: &std::collections::BTreeMap<String, String>,
+        reason: core::Reason,
+    ) {
+        plan.starts.retain(|s| !held.contains_key(&s.job));
+        plan.launches.retain(|l| !held.contains_key(&l.job));
+        for d in plan.decisions.iter_mut() {
+            if let Some(why) = held.get(&d.job) {
+                *d = core::Decision::new(&d.job, core::Outcome::Wait, reason, why.clone(), None);
+            }
+        }
+        for job in held.keys() {
+            self.scheduler.refresh(job);
         }
     }
 

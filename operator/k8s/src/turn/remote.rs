@@ -140,30 +140,15 @@ impl State {
             .chain(plan.launches.iter().map(|l| &l.job))
         {
             if let Some(pool) = unseen_for(job) {
-                held.insert(job.clone(), pool);
+                held.insert(job.clone(), format!(
+                    "Cluster pool {pool}, which its queue may use, has not been seen since the operator started: pods of this job may already run there. It is placed nowhere until that cluster answers, or until the pool's lostAfter has passed."
+                ));
             }
         }
         if held.is_empty() {
             return None;
         }
-        plan.starts.retain(|s| !held.contains_key(&s.job));
-        plan.launches.retain(|l| !held.contains_key(&l.job));
-        for d in plan.decisions.iter_mut() {
-            if let Some(pool) = held.get(&d.job) {
-                *d = core::Decision::new(
-                    &d.job,
-                    core::Outcome::Wait,
-                    core::Reason::ClusterUnseen,
-                    format!(
-                        "Cluster pool {pool}, which its queue may use, has not been seen since the operator started: pods of this job may already run there. It is placed nowhere until that cluster answers, or until the pool's lostAfter has passed."
-                    ),
-                    None,
-                );
-            }
-        }
-        for job in held.keys() {
-            self.scheduler.refresh(job);
-        }
+        self.hold_starts(plan, &held, core::Reason::ClusterUnseen);
         tracing::info!(
             jobs = held.len(),
             "jobs held until the cluster pools their queues may use are seen"

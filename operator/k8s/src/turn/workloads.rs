@@ -84,6 +84,11 @@ fn managed(inputs: &Inputs, namespace: &str) -> bool {
     (inputs.job_namespaces.as_ref()).is_none_or(|m| m.contains(namespace))
 }
 
+/// Whether `now` holds the very objects of `last`, in the same order.
+fn same_objects<T>(last: &[Arc<T>], now: &[Arc<T>]) -> bool {
+    last.len() == now.len() && last.iter().zip(now).all(|(a, b)| Arc::ptr_eq(a, b))
+}
+
 fn key(namespace: &str, kind: &str, name: &str) -> String {
     format!("{namespace}/{kind}/{name}")
 }
@@ -142,11 +147,7 @@ impl State {
     /// out the very objects of the last turn.
     pub(super) fn index_workloads(&mut self, inputs: &Inputs) {
         let k = &mut self.workloads;
-        if k.indexed.len() == inputs.workloads.len()
-            && (k.indexed.iter())
-                .zip(&inputs.workloads)
-                .all(|(a, b)| Arc::ptr_eq(a, b))
-        {
+        if same_objects(&k.indexed, &inputs.workloads) {
             k.list_changed = false;
             return;
         }
@@ -214,10 +215,7 @@ impl State {
 
     /// Each labelled workload's GpuJob made or kept in step; workloads that run unplaced held.
     pub(super) fn workloads(&mut self, built: &world::Built, inputs: &Inputs) {
-        let pools_same = self.workloads.pools.len() == inputs.pools.len()
-            && (self.workloads.pools.iter())
-                .zip(&inputs.pools)
-                .all(|(a, b)| Arc::ptr_eq(a, b));
+        let pools_same = same_objects(&self.workloads.pools, &inputs.pools);
         if !pools_same {
             self.workloads.pools.clone_from(&inputs.pools);
         }
