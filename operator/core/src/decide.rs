@@ -38,6 +38,7 @@ mod fast_map;
 mod index;
 mod invalid;
 mod names;
+mod offer_memo;
 mod private;
 mod reclaim;
 mod remote;
@@ -84,22 +85,28 @@ pub fn decide_with(
     scratch: &mut Scratch,
 ) -> Plan {
     settled::decide(snapshot, None, policy, now)
-        .unwrap_or_else(|| Cycle::new(snapshot, None, policy, now, scratch).run(scratch))
+        .unwrap_or_else(|| Cycle::new(snapshot, None, None, policy, now, scratch).run(scratch))
 }
 
 /// [`decide_with`] given each job's queue and nodes already found (`refs`, as
 /// `snapshot.jobs`; [`crate::Tracked`] keeps them): the same plan, without looking them up by
-/// name.
+/// name. `generation` numbers the state of the snapshot's offerings, pools and queues: what a
+/// cycle finds out about the offerings is kept in `scratch` for the next cycle on the same
+/// number ([`offer_memo`]).
 pub(crate) fn decide_resolved(
     snapshot: &Snapshot,
     refs: &[JobRefs],
+    generation: u64,
     policy: &dyn Policy,
     now: Time,
     scratch: &mut Scratch,
 ) -> Plan {
-    settled::decide(snapshot, Some(refs), policy, now)
-        .unwrap_or_else(|| Cycle::new(snapshot, Some(refs), policy, now, scratch).run(scratch))
+    settled::decide(snapshot, Some(refs), policy, now).unwrap_or_else(|| {
+        Cycle::new(snapshot, Some(refs), Some(generation), policy, now, scratch).run(scratch)
+    })
 }
+
+pub(crate) use offer_memo::next_generation;
 
 /// [`decide`] without its shortcuts: every step of the cycle, whatever the snapshot (no short
 /// path for worlds with nothing to place), and the profile of free private GPUs built at the
@@ -107,7 +114,7 @@ pub(crate) fn decide_resolved(
 /// are tested against.
 pub fn decide_in_full(snapshot: &Snapshot, policy: &dyn Policy, now: Time) -> Plan {
     let mut scratch = Scratch::new();
-    let mut cycle = Cycle::new(snapshot, None, policy, now, &mut scratch);
+    let mut cycle = Cycle::new(snapshot, None, None, policy, now, &mut scratch);
     cycle.put_off_profile = false;
     cycle.run(&mut scratch)
 }
@@ -188,13 +195,11 @@ struct Cycle<'a> {
     /// Built at first use: most cycles price no offering.
     offering_pool: std::cell::OnceCell<Vec<Option<&'a crate::Pool>>>,
     /// Per gang shape (GPUs per replica, models): the offerings whose instances hold one
-    /// replica, in snapshot order; found at the shape's first pricing in the cycle.
-    offerings_for: std::cell::RefCell<Vec<(OfferingShape, std::rc::Rc<[usize]>)>>,
+    /// replica, in snapshot order; and the GPU-hour prices of priced waits. Found at the first
+    /// pricing in the cycle, or kept from an earlier cycle of the same tracked offerings.
+    offerings: std::cell::RefCell<offer_memo::OfferingMemo>,
     /// The cheapest on-demand GPU-hour per queue, once computed this cycle.
     gpu_hour: FastMap<&'a str, f64>,
-    /// A priced wait's GPU-hour price per replica shape (the address of its `offerings_for`
-    /// list, kept for the cycle), queue (its address) and whether the job may use spot.
-    wait_prices: std::cell::RefCell<FastMap<(usize, usize, bool), Option<f64>>>,
     /// Free private GPUs over time, built at the first job planned (conservative order).
     profile: Option<Profile>,
     /// An earlier cycle's profile, whose buffers `profile` is built in (from the scratch).
@@ -227,10 +232,13 @@ impl<'a> Cycle<'a> {
     fn new(
         snap: &'a Snapshot,
         refs: Option<&'a [JobRefs]>,
+        generation: Option<u64>,
         policy: &'a dyn Policy,
         now: Time,
         scratch: &mut Scratch,
     ) -> Cycle<'a> {
+        let mut offerings = std::mem::take(&mut scratch.offerings);
+        offerings.begin(generation);
         let pools = names::Names::new_in(&snap.pools, scratch::take(&mut scratch.pool_slots));
         // One pool lookup per node (nodes of one pool mostly come together: looked up again
         // only when the name differs from the last node's): private, cloud, or neither.
@@ -313,9 +321,8 @@ impl<'a> Cycle<'a> {
             remote_nodes,
             has_remote_pools: snap.pools.iter().any(crate::Pool::is_cluster),
             offering_pool: std::cell::OnceCell::new(),
-            offerings_for: Default::default(),
+            offerings: std::cell::RefCell::new(offerings),
             gpu_hour: FastMap::default(),
-            wait_prices: Default::default(),
         };
         cycle.index_usage();
         cycle.hold_for_suspended();
@@ -355,6 +362,7 @@ impl<'a> Cycle<'a> {
             pool_usage: self.pool_usage,
             profile: self.profile.or(self.spare_profile),
             deferred: self.deferred.or(self.spare_deferred),
+            offerings: self.offerings.into_inner(),
         };
         self.plan
     }

@@ -202,7 +202,13 @@ impl Scheduler {
                     &i.id
                 })
             }
-            Change::Offerings(o) => replace(self.snap.offerings_mut(), o),
+            // Asked for only when they changed: the cycles keep what they found out about
+            // them while they have not (`Tracked::offerings_mut`).
+            Change::Offerings(o) if self.snap.snapshot().offerings == o => false,
+            Change::Offerings(o) => {
+                *self.snap.offerings_mut() = o;
+                true
+            }
             Change::Config(c) => {
                 let Config {
                     settings,
@@ -298,7 +304,10 @@ impl Scheduler {
                 count
             }
         };
-        changed += usize::from(copy_if_changed(self.snap.offerings_mut(), offerings));
+        if self.snap.snapshot().offerings != *offerings {
+            self.snap.offerings_mut().clone_from(offerings);
+            changed += 1;
+        }
         let held = self.snap.snapshot();
         let config = [
             held.settings != *settings,
@@ -517,15 +526,6 @@ fn diff_ordered<T: PartialEq>(
     }
     changed += held.len().saturating_sub(matched);
     Diff::Whole(changed.max(1))
-}
-
-fn copy_if_changed<T: Clone + PartialEq>(held: &mut T, given: &T) -> bool {
-    if held == given {
-        false
-    } else {
-        held.clone_from(given);
-        true
-    }
 }
 
 /// After a removal: the positions of the objects that came after it (`after`) move up one.

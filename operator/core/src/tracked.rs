@@ -38,6 +38,10 @@ pub struct Tracked {
     /// keeps its last node, as the cycle's own table does).
     node_pos: FastMap<String, u32>,
     queue_pos: FastMap<String, u32>,
+    /// Numbers the state of the offerings, pools and queues: a new number whenever they may
+    /// have changed, so that a cycle keeps what earlier cycles found about the offerings only
+    /// while they have not.
+    generation: u64,
 }
 
 impl Tracked {
@@ -51,6 +55,7 @@ impl Tracked {
             dirty: Vec::new(),
             node_pos: FastMap::default(),
             queue_pos: FastMap::default(),
+            generation: crate::decide::next_generation(),
         };
         t.index_names();
         t
@@ -66,6 +71,7 @@ impl Tracked {
     /// found again at the next cycle.
     pub fn change_whole(&mut self, f: impl FnOnce(&mut Snapshot)) {
         f(&mut self.snap);
+        self.generation = crate::decide::next_generation();
         self.refs.clear();
         self.refs
             .resize_with(self.snap.jobs.len(), JobRefs::default);
@@ -158,8 +164,10 @@ impl Tracked {
         &mut self.snap.instances
     }
 
-    /// The offerings, to change.
+    /// The offerings, to change. What the cycles found out about the offerings is found again
+    /// at the next one: ask for them only to change them.
     pub fn offerings_mut(&mut self) -> &mut Vec<Offering> {
+        self.generation = crate::decide::next_generation();
         &mut self.snap.offerings
     }
 
@@ -167,7 +175,14 @@ impl Tracked {
     /// [`decide_with`](crate::decide_with) gives on [`Tracked::snapshot`].
     pub fn decide(&mut self, policy: &dyn Policy, now: Time, scratch: &mut Scratch) -> Plan {
         self.refresh();
-        crate::decide::decide_resolved(&self.snap, &self.refs, policy, now, scratch)
+        crate::decide::decide_resolved(
+            &self.snap,
+            &self.refs,
+            self.generation,
+            policy,
+            now,
+            scratch,
+        )
     }
 
     /// Every job's queue and nodes to be found again.

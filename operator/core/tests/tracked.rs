@@ -1,6 +1,8 @@
 //! `Tracked` against `decide` on a plain snapshot changed the same way: random histories of
 //! arrivals, starts, finishes, requeues, nodes joining, leaving and being renamed (a running
-//! job's node then is, or is again, a name the snapshot holds) and queues changed whole; the
+//! job's node then is, or is again, a name the snapshot holds), queues changed whole and
+//! offerings made unavailable for a while or repriced (the cycles keep the prices of priced
+//! waits while the offerings stay the same, within the span their cooldowns allow); the
 //! same snapshot and the same plan required at every step.
 
 mod support;
@@ -32,6 +34,9 @@ enum Step {
     Cordon(usize),
     /// A queue is added in front of the others (every queue's index moves).
     QueueInFront,
+    /// The k-th offering becomes unavailable for this many seconds (0: available again), its
+    /// price doubled or not.
+    Offering(usize, u32, bool),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -48,6 +53,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0usize..8, 0usize..8).prop_map(|(k, j)| Step::Rename(k, j)),
         1 => (0usize..8).prop_map(Step::Cordon),
         1 => Just(Step::QueueInFront),
+        2 => (0usize..8, prop::sample::select(vec![0u32, 30, 600, 5_000]), any::<bool>())
+            .prop_map(|(k, s, p)| Step::Offering(k, s, p)),
     ]
 }
 
@@ -199,6 +206,19 @@ impl Both {
                 let q = bursting_queue(&format!("q{}", self.plain.queues.len()), 1);
                 self.plain.queues.insert(0, q.clone());
                 self.tracked.change_whole(|s| s.queues.insert(0, q));
+            }
+            Step::Offering(k, secs, reprice) => {
+                if self.plain.offerings.is_empty() {
+                    return;
+                }
+                let k = k % self.plain.offerings.len();
+                let o = &mut self.plain.offerings[k];
+                o.unavailable_until =
+                    (secs > 0).then(|| self.now + Duration::from_secs(secs.into()));
+                if reprice {
+                    o.hourly_price *= 2.0;
+                }
+                self.tracked.offerings_mut()[k] = o.clone();
             }
         }
     }

@@ -424,16 +424,16 @@ impl<'a> Cycle<'a> {
     /// accepts; for a gang with a topology, not a type its EFA pool cannot give EFA), in
     /// snapshot order: found once per gang shape and cycle, so that pricing a job looks only
     /// at those.
-    pub(super) fn offerings_for(&self, job: &Job) -> std::rc::Rc<[usize]> {
-        let mut memo = self.offerings_for.borrow_mut();
+    pub(super) fn offerings_for(&self, job: &Job) -> std::sync::Arc<[usize]> {
+        let mut memo = self.offerings.borrow_mut();
         let g = job.gpus_per_replica;
         let bound = job.topology.is_some();
-        if let Some((_, found)) = memo.iter().find(|((mg, mb, models, req), _)| {
+        if let Some((_, found)) = memo.shapes.iter().find(|((mg, mb, models, req), _)| {
             *mg == g && *mb == bound && job.same_accepts(models, req)
         }) {
             return found.clone();
         }
-        let found: std::rc::Rc<[usize]> = self
+        let found: std::sync::Arc<[usize]> = self
             .snap
             .offerings
             .iter()
@@ -445,7 +445,7 @@ impl<'a> Cycle<'a> {
             })
             .map(|(i, _)| i)
             .collect();
-        memo.push((
+        memo.shapes.push((
             (g, bound, job.gpu_models.clone(), job.requirements.clone()),
             found.clone(),
         ));

@@ -12,8 +12,9 @@ use crate::Time;
 use crate::policy::QueueState;
 use crate::profile::Profile;
 
-/// Buffers for [`super::decide_with`], reused from one call to the next. Holds no result: a
-/// cycle given a used scratch plans exactly what one given a new scratch plans.
+/// Buffers for [`super::decide_with`], reused from one call to the next. Holds no result but
+/// what [`crate::Tracked`] cycles know still holds (`offerings`): a cycle given a used scratch
+/// plans exactly what one given a new scratch plans.
 #[derive(Default)]
 pub struct Scratch {
     pub(super) private: Vec<bool>,
@@ -40,6 +41,9 @@ pub struct Scratch {
     pub(super) profile: Option<Profile>,
     /// The last profile put off, for its buffers.
     pub(super) deferred: Option<super::conservative::Deferred>,
+    /// What the last cycles found out about the offerings (kept only for the cycles of one
+    /// tracked snapshot whose offerings, pools and queues have not changed since).
+    pub(super) offerings: super::offer_memo::OfferingMemo,
 }
 
 impl Scratch {

@@ -99,7 +99,8 @@ impl<'a> Cycle<'a> {
     /// What a GPU-hour of `job` costs at its cheapest fitting offering among the queue's
     /// pools (on demand, or spot for a restartable job; an instance with room for fewer
     /// replicas than its GPUs allow is paid whole): `None` when no offering holds it.
-    /// Found once per replica shape, queue and spot eligibility in a cycle.
+    /// Found once per replica shape, queue and spot eligibility, and kept while no offering it
+    /// looked at becomes available or unavailable ([`super::offer_memo`]).
     fn gpu_hour_price(&self, queue: &Queue, job: &Job) -> Option<f64> {
         let offerings = self.offerings_for(job);
         let key = (
@@ -107,19 +108,34 @@ impl<'a> Cycle<'a> {
             queue as *const Queue as usize,
             job.restartable,
         );
-        if let Some(&price) = self.wait_prices.borrow().get(&key) {
+        if let Some(price) = self.offerings.borrow().price(key, self.now) {
             return price;
         }
         let g = job.gpus_per_replica.max(1);
+        let now = self.now.as_millis();
+        // The span of time in which the offerings looked at are available as they are now.
+        let (mut from, mut until) = (i64::MIN, i64::MAX);
         let price = offerings
             .iter()
             .filter(|&&i| self.offering_allowed(queue, i))
             .map(|&i| &self.snap.offerings[i])
-            .filter(|o| o.unavailable_until.is_none_or(|t| t <= self.now))
             .filter(|o| o.capacity_type == CapacityType::OnDemand || job.restartable)
+            .filter(|o| match o.unavailable_until.map(Time::as_millis) {
+                Some(t) if t > now => {
+                    until = until.min(t);
+                    false
+                }
+                Some(t) => {
+                    from = from.max(t);
+                    true
+                }
+                None => true,
+            })
             .map(|o| o.hourly_price / ((o.gpus / g).max(1) * g) as f64)
             .min_by(f64::total_cmp);
-        self.wait_prices.borrow_mut().insert(key, price);
+        self.offerings
+            .borrow_mut()
+            .keep_price(key, price, from, until);
         price
     }
 }
