@@ -27,9 +27,9 @@ pub(super) struct Kept {
     index: HashMap<String, Arc<DynamicObject>>,
     /// The workloads indexed, in the caches' order.
     indexed: Vec<Arc<DynamicObject>>,
-    /// Whether this turn's workloads are other objects than the last turn's (what is kept by
-    /// workload is pruned of the workloads gone only then).
-    list_changed: bool,
+    /// Whether this turn's workloads are other ones than the last turn's, not only the same
+    /// ones changed (what is kept by workload is pruned of the workloads gone only then).
+    others: bool,
     /// The GpuJob last applied for each job id, until the cache shows it.
     sent: HashMap<String, Print>,
     /// The GpuJob each workload (by uid) stands as, or why it cannot, as of the workload
@@ -40,9 +40,10 @@ pub(super) struct Kept {
     /// while the caches hand out the very same objects, the GpuJob is not made and compared
     /// again, nor the workload's JSON read.
     in_step: HashMap<usize, InStep>,
-    /// The pools of the last turn (whether a pool is another cluster's decides where a job
-    /// runs, so whether its workload is placed).
-    pools: Vec<Arc<ComputePool>>,
+    /// The names of the last turn's pools that are other clusters (whether a job's pool is
+    /// another cluster's decides whether its workload is placed here; the pools' status,
+    /// written as jobs start and end, decides nothing of it).
+    cluster_pools: Vec<String>,
     /// The workload version (by uid) a suspension was last asked for.
     suspended: HashMap<String, String>,
     /// The last warning told about each workload (by uid).
@@ -60,8 +61,8 @@ struct InStep {
     /// The end mirrored on the job.
     mirrored: Option<String>,
     /// The view with which the workload was last found to need no hold nor run, and what the
-    /// loop had assumed for its job then: while both are the same, the pools too, and the job
-    /// was not moved on this turn, it needs none again.
+    /// loop had assumed for its job then: while both are the same, the pools that are other
+    /// clusters too, and the job was not moved on this turn, it needs none again.
     quiet: Option<(Arc<JobView>, Option<world::Assumed>)>,
 }
 
@@ -84,13 +85,20 @@ fn managed(inputs: &Inputs, namespace: &str) -> bool {
     (inputs.job_namespaces.as_ref()).is_none_or(|m| m.contains(namespace))
 }
 
-/// Whether `now` holds the very objects of `last`, in the same order.
-fn same_objects<T>(last: &[Arc<T>], now: &[Arc<T>]) -> bool {
-    last.len() == now.len() && last.iter().zip(now).all(|(a, b)| Arc::ptr_eq(a, b))
-}
-
 fn key(namespace: &str, kind: &str, name: &str) -> String {
     format!("{namespace}/{kind}/{name}")
+}
+
+/// A workload's key in the index (`namespace/Kind/name`).
+fn index_key(w: &DynamicObject) -> Option<String> {
+    let (Some(t), Some(ns), Some(name)) = (
+        w.types.as_ref(),
+        w.metadata.namespace.as_deref(),
+        w.metadata.name.as_deref(),
+    ) else {
+        return None;
+    };
+    Some(key(ns, &t.kind, name))
 }
 
 pub(super) fn reference(w: &DynamicObject) -> ObjectReference {
@@ -143,27 +151,38 @@ fn matches(job: &spillway_api::GpuJob, print: &Print) -> bool {
 }
 
 impl State {
-    /// Indexes this turn's workloads (a start looks its workload up), unless the caches hand
-    /// out the very objects of the last turn.
+    /// Indexes this turn's workloads (a start looks its workload up). When they are the
+    /// workloads of the last turn in the same order, some of them changed (most turns of a busy
+    /// cluster: the Job controller wrote a Job's status), only those are indexed again.
     pub(super) fn index_workloads(&mut self, inputs: &Inputs) {
         let k = &mut self.workloads;
-        if same_objects(&k.indexed, &inputs.workloads) {
-            k.list_changed = false;
+        let now = &inputs.workloads;
+        let same_ones = k.indexed.len() == now.len()
+            && (k.indexed.iter().zip(now)).all(|(a, b)| {
+                Arc::ptr_eq(a, b) || (a.metadata.uid.is_some() && a.metadata.uid == b.metadata.uid)
+            });
+        if same_ones {
+            k.others = false;
+            for (a, b) in k.indexed.iter_mut().zip(now) {
+                if Arc::ptr_eq(a, b) {
+                    continue;
+                }
+                // What was found of the object it replaces goes with it.
+                k.in_step.remove(&(Arc::as_ptr(a) as usize));
+                if let Some(key) = index_key(b) {
+                    k.index.insert(key, b.clone());
+                }
+                *a = b.clone();
+            }
             return;
         }
-        k.list_changed = true;
-        k.indexed.clone_from(&inputs.workloads);
-        let index = &mut k.index;
-        index.clear();
-        for w in &inputs.workloads {
-            let (Some(t), Some(ns), Some(name)) = (
-                w.types.as_ref(),
-                w.metadata.namespace.as_deref(),
-                w.metadata.name.as_deref(),
-            ) else {
-                continue;
-            };
-            index.insert(key(ns, &t.kind, name), w.clone());
+        k.others = true;
+        k.indexed.clone_from(now);
+        k.index.clear();
+        for w in now {
+            if let Some(key) = index_key(w) {
+                k.index.insert(key, w.clone());
+            }
         }
     }
 
@@ -215,12 +234,18 @@ impl State {
 
     /// Each labelled workload's GpuJob made or kept in step; workloads that run unplaced held.
     pub(super) fn workloads(&mut self, built: &world::Built, inputs: &Inputs) {
-        let pools_same = same_objects(&self.workloads.pools, &inputs.pools);
-        if !pools_same {
-            self.workloads.pools.clone_from(&inputs.pools);
+        let clusters = (inputs.pools.iter())
+            .filter(|p| p.spec.cluster.is_some())
+            .filter_map(|p| p.metadata.name.as_deref());
+        let clusters_same =
+            clusters
+                .clone()
+                .eq(self.workloads.cluster_pools.iter().map(String::as_str));
+        if !clusters_same {
+            self.workloads.cluster_pools = clusters.map(str::to_string).collect();
         }
-        // What is kept by workload is pruned when the workloads are not the same objects.
-        let prune = self.workloads.list_changed || !self.remember;
+        // What is kept by workload is pruned when some workloads came or went.
+        let prune = self.workloads.others || !self.remember;
         let mut live: HashSet<&str> = HashSet::default();
         // The GpuJobs of this turn's workloads: an apply sent for another is forgotten.
         let mut live_jobs: HashSet<String> = HashSet::default();
@@ -228,7 +253,8 @@ impl State {
             if prune && let Some(uid) = w.metadata.uid.as_deref() {
                 live.insert(uid);
             }
-            if self.remember && self.still_in_step(w, built, inputs, pools_same, &mut live_jobs) {
+            if self.remember && self.still_in_step(w, built, inputs, clusters_same, &mut live_jobs)
+            {
                 continue;
             }
             let Some(kind) = wl::kind_of(w) else { continue };
@@ -373,7 +399,7 @@ impl State {
         w: &Arc<DynamicObject>,
         built: &world::Built,
         inputs: &Inputs,
-        pools_same: bool,
+        clusters_same: bool,
         live_jobs: &mut HashSet<String>,
     ) -> bool {
         let at = Arc::as_ptr(w) as usize;
@@ -398,7 +424,7 @@ impl State {
         }
         let moved = self.moved_on(v);
         // A job's assumption is part of what its view was derived from; compared all the same.
-        let quiet = pools_same
+        let quiet = clusters_same
             && !moved
             && s.quiet.as_ref().is_some_and(|(qv, qa)| {
                 Arc::ptr_eq(qv, v) && self.assumed.get(&*id) == qa.as_ref()
@@ -417,7 +443,8 @@ impl State {
     /// Suspends `w` if it runs (unfinished, not suspended) without its job's placement: the
     /// job (`view`) not started, or started at another attempt than the workload's template
     /// says, or moved on this turn. Completes a run of its job that landed in part. True when
-    /// it needs neither, by `w`, `view`, what was assumed for the job and the pools alone.
+    /// it needs neither, by `w`, `view`, what was assumed for the job and which pools are other
+    /// clusters alone.
     fn hold(
         &mut self,
         w: &DynamicObject,
