@@ -1,6 +1,7 @@
 //! A labelled workload whose job moves on: moved home from the cloud (suspended, then run again
-//! on the private node held for it), and an operator that died between running a workload and
-//! writing its job's status (it finds the run, or holds the workload and places it again).
+//! on the private node held for it); an operator that died between running a workload and
+//! writing its job's status (it finds the run, or holds the workload and places it again); a
+//! running workload whose job's pool becomes another cluster's.
 
 use serde_json::json;
 
@@ -121,5 +122,44 @@ fn an_operator_that_died_after_running_a_workload_finds_its_pods_or_holds_it_aga
     assert_eq!(
         patches(&t).iter().map(|p| p.what).collect::<Vec<_>>(),
         ["run"]
+    );
+}
+
+/// A running workload is left alone through quiet turns while its pool's status is written
+/// (as it is whenever jobs start and end), and suspended once its job's pool is another
+/// cluster's: a job placed there runs as a copy, not as the workload here.
+#[test]
+fn a_quiet_running_workload_is_suspended_once_its_pool_is_another_clusters() {
+    let mut i = cluster();
+    i.nodes = vec![node("a", "onprem", 8)];
+    let mut w = workload("train", 1, true);
+    i.workloads = vec![dynamic(&w)];
+    let mut l = Loop::new();
+    let t = l.turn(&i, None, noon());
+    i.jobs = vec![stored(applied(&t).remove(0))];
+    let t = l.turn(&i, None, noon() + minutes(1));
+    let p = patches(&t);
+    assert_eq!(p.iter().map(|p| p.what).collect::<Vec<_>>(), ["run"]);
+    merge(&mut w, &p[0].patch);
+    w["metadata"]["resourceVersion"] = json!("2");
+    i.workloads = vec![dynamic(&w)];
+    i.pods = vec![job_pod(&w, 0, "a", "Running")];
+    written_status(&mut i, &t, "job-train");
+    // Quiet turns, the pool's status written anew before each: nothing is asked of it.
+    for k in 0..3 {
+        let mut pool = (*i.pools[0]).clone();
+        pool.status = Some(serde_json::from_value(json!({"hourlyUSD": f64::from(k)})).unwrap());
+        i.pools[0] = std::sync::Arc::new(pool);
+        let t = l.turn(&i, None, noon() + minutes(2));
+        assert!(patches(&t).is_empty(), "turn {k}: {:?}", kinds(&t));
+    }
+    // The pool of its job is another cluster's now.
+    i.pools[0] = cluster_pool("onprem", 1.0);
+    let t = l.turn(&i, None, noon() + minutes(3));
+    assert_eq!(
+        patches(&t).iter().map(|p| p.what).collect::<Vec<_>>(),
+        ["suspend"],
+        "{:?}",
+        kinds(&t)
     );
 }
