@@ -38,7 +38,7 @@ mod fast_map;
 mod index;
 mod invalid;
 mod names;
-mod offer_memo;
+pub(crate) mod offer_memo;
 mod private;
 mod reclaim;
 mod remote;
@@ -106,8 +106,6 @@ pub(crate) fn decide_resolved(
     })
 }
 
-pub(crate) use offer_memo::next_generation;
-
 /// [`decide`] without its shortcuts: every step of the cycle, whatever the snapshot (no short
 /// path for worlds with nothing to place), and the profile of free private GPUs built at the
 /// first job planned (not put off while every job starts now). The reference the shortcuts
@@ -117,23 +115,6 @@ pub fn decide_in_full(snapshot: &Snapshot, policy: &dyn Policy, now: Time) -> Pl
     let mut cycle = Cycle::new(snapshot, None, None, policy, now, &mut scratch);
     cycle.put_off_profile = false;
     cycle.run(&mut scratch)
-}
-
-/// The index of the queue or pool named `name`, looked up again only when the name differs
-/// from the last one (`last`): the jobs or instances of one queue mostly come one after another.
-fn index_in<'a, T: names::Named>(
-    table: &names::Names<'_, T>,
-    last: &mut Option<(&'a str, Option<usize>)>,
-    name: &'a str,
-) -> Option<usize> {
-    match *last {
-        Some((n, q)) if n == name => q,
-        _ => {
-            let q = table.get(name);
-            *last = Some((name, q));
-            q
-        }
-    }
 }
 
 /// A blocked job's claim on future private capacity.

@@ -202,13 +202,7 @@ impl Scheduler {
                     &i.id
                 })
             }
-            // Asked for only when they changed: the cycles keep what they found out about
-            // them while they have not (`Tracked::offerings_mut`).
-            Change::Offerings(o) if self.snap.snapshot().offerings == o => false,
-            Change::Offerings(o) => {
-                *self.snap.offerings_mut() = o;
-                true
-            }
+            Change::Offerings(o) => self.snap.set_offerings(&o),
             Change::Config(c) => {
                 let Config {
                     settings,
@@ -304,10 +298,7 @@ impl Scheduler {
                 count
             }
         };
-        if self.snap.snapshot().offerings != *offerings {
-            self.snap.offerings_mut().clone_from(offerings);
-            changed += 1;
-        }
+        changed += usize::from(self.snap.set_offerings(offerings));
         let held = self.snap.snapshot();
         let config = [
             held.settings != *settings,

@@ -55,7 +55,7 @@ impl Tracked {
             dirty: Vec::new(),
             node_pos: FastMap::default(),
             queue_pos: FastMap::default(),
-            generation: crate::decide::next_generation(),
+            generation: crate::decide::offer_memo::next_generation(),
         };
         t.index_names();
         t
@@ -71,7 +71,7 @@ impl Tracked {
     /// found again at the next cycle.
     pub fn change_whole(&mut self, f: impl FnOnce(&mut Snapshot)) {
         f(&mut self.snap);
-        self.generation = crate::decide::next_generation();
+        self.generation = crate::decide::offer_memo::next_generation();
         self.refs.clear();
         self.refs
             .resize_with(self.snap.jobs.len(), JobRefs::default);
@@ -164,10 +164,23 @@ impl Tracked {
         &mut self.snap.instances
     }
 
+    /// Makes the offerings `offerings`; false when they already were (what the cycles found out
+    /// about them is then kept).
+    pub fn set_offerings(&mut self, offerings: &[Offering]) -> bool {
+        if self.snap.offerings == offerings {
+            return false;
+        }
+        let held = self.offerings_mut();
+        held.clear();
+        held.extend_from_slice(offerings);
+        true
+    }
+
     /// The offerings, to change. What the cycles found out about the offerings is found again
-    /// at the next one: ask for them only to change them.
+    /// at the next one: ask for them only to change them ([`Tracked::set_offerings`] asks only
+    /// when they differ).
     pub fn offerings_mut(&mut self) -> &mut Vec<Offering> {
-        self.generation = crate::decide::next_generation();
+        self.generation = crate::decide::offer_memo::next_generation();
         &mut self.snap.offerings
     }
 

@@ -32,8 +32,7 @@ pub(crate) struct OfferingMemo {
     prices: Vec<Price>,
 }
 
-/// A GPU-hour price: for the shape whose list is at `list` (its address), the queue at `queue`
-/// (its address), spot or not; valid from `from` until before `until` (milliseconds).
+/// A GPU-hour price for `key`, valid from `from` until before `until` (milliseconds).
 struct Price {
     key: PriceKey,
     price: Option<f64>,

@@ -145,3 +145,20 @@ impl<'a> Cycle<'a> {
         }
     }
 }
+
+/// The index of the queue or pool named `name`, looked up again only when the name differs
+/// from the last one (`last`): the jobs or instances of one queue mostly come one after another.
+fn index_in<'a, T: names::Named>(
+    table: &names::Names<'_, T>,
+    last: &mut Option<(&'a str, Option<usize>)>,
+    name: &'a str,
+) -> Option<usize> {
+    match *last {
+        Some((n, q)) if n == name => q,
+        _ => {
+            let q = table.get(name);
+            *last = Some((name, q));
+            q
+        }
+    }
+}
