@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 use spillway_api::job::JobPhase;
@@ -175,12 +175,10 @@ async fn a_jobset_made_running_is_held_then_run_once_suspended_its_pods_pinned_b
     JobSetController::shared().await;
     let w = World::new("op-jobset-held").await;
     enable_namespace(&w.client, &w.ns).await.expect("label");
-    let nodes = w.nodes(1, 8, Some("H100")).await;
     // No Spillway webhook: the JobSet is made running, and its pods are made gated with no one
-    // to pin them as they are made.
-    let op = RunningOperator::start(w.client.clone(), None)
-        .await
-        .expect("operator");
+    // to pin them as they are made. It is made before there is a node to run on, so its first
+    // pods cannot run to their end unplaced before the operator holds it (on a busy machine
+    // they could, and what ran would be done).
     let api = jobsets(&w);
     api.create(
         &PostParams::default(),
@@ -188,6 +186,32 @@ async fn a_jobset_made_running_is_held_then_run_once_suspended_its_pods_pinned_b
     )
     .await
     .expect("create the JobSet");
+    let pod_api = Api::<Pod>::namespaced(w.client.clone(), &w.ns);
+    let workers = ListParams::default().labels("jobset.sigs.k8s.io/replicatedjob-name=workers");
+    let worker_pods = || async {
+        let l = pod_api.list(&workers).await.map_err(|e| e.to_string())?;
+        Ok::<usize, String>(l.items.len())
+    };
+    eventually(WAIT, "the JobSet's first worker pod", || async {
+        (worker_pods().await? > 0)
+            .then_some(())
+            .ok_or("none".to_string())
+    })
+    .await;
+    let op = RunningOperator::start(w.client.clone(), None)
+        .await
+        .expect("operator");
+    // Held: suspended, and its unplaced pods gone with its Jobs' suspension.
+    eventually(WAIT, "the operator to hold the JobSet", || async {
+        let js = api.get("eager").await.map_err(|e| e.to_string())?;
+        let suspend = js.data["spec"]["suspend"].clone();
+        let left = worker_pods().await?;
+        (suspend == json!(true) && left == 0)
+            .then_some(())
+            .ok_or(format!("suspend {suspend}, {left} worker pods"))
+    })
+    .await;
+    let nodes = w.nodes(1, 8, Some("H100")).await;
     let pods = gang_runs_where_placed(&w, "jobset-eager", 1).await;
     assert_eq!(
         pods[0].spec.as_ref().unwrap().node_name.as_deref(),
@@ -202,11 +226,7 @@ async fn a_jobset_made_running_is_held_then_run_once_suspended_its_pods_pinned_b
         c.contains("\"Completed\"").then_some(()).ok_or(c)
     })
     .await;
-    let all: Vec<Pod> = Api::<Pod>::namespaced(w.client.clone(), &w.ns)
-        .list(&Default::default())
-        .await
-        .expect("pods")
-        .items;
+    let all: Vec<Pod> = pod_api.list(&Default::default()).await.expect("pods").items;
     let succeeded =
         |p: &&Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded");
     let workers: Vec<&Pod> = (all.iter().filter(succeeded))
