@@ -3,8 +3,10 @@
 //! it ends. Tokens are signed only with keys the keys Secret already holds (seen in the cache),
 //! so no token can name a key that was never published. The tokens of one of a namespace's
 //! tokens Secrets ([`identity::tokens_secret_name`]) are written together whenever one of them
-//! is issued or its job stops running (its key is then left out, and server-side apply
-//! removes it). A job whose pods already mount a tokens Secret keeps that one.
+//! is issued; a job that stops running has its key left out (server-side apply removes it)
+//! at that Secret's next write, or [`REMOVAL_WAIT`] after it stopped if none comes sooner: in
+//! a busy namespace removals ride on the writes that issue tokens. A job whose pods already
+//! mount a tokens Secret keeps that one.
 
 use crate::hashing::{HashMap, HashSet, HashSetExt};
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,6 +23,12 @@ use crate::actions::{Action, SecretApply};
 use crate::identity::{self, IdentityConfig};
 use crate::pods::PodIdentity;
 use crate::world::{self, Inputs, Lifecycle};
+
+/// How long the key of a job that stopped running may stay in its tokens Secret at home
+/// waiting for the Secret's next write (a token stays valid until it expires whether or not
+/// it is in the Secret; this bounds how long the pods of a new job that mount the Secret can
+/// read it).
+pub(super) const REMOVAL_WAIT: Duration = Duration::from_secs(30);
 
 /// A token issued, and when to issue the next.
 #[derive(Clone, PartialEq)]
@@ -262,12 +270,31 @@ impl State {
                 Err(e) => tracing::error!(job = %view.id, error = %e, "cannot issue a token"),
             }
         }
+        let stale = &mut self.stale_tokens;
         self.tokens.retain(|id, t| {
             let keep = running.contains(id);
             if !keep {
-                write.insert(t.target());
+                match t.target() {
+                    Target::Home(namespace, name) => {
+                        stale.entry((namespace, name)).or_insert(now + REMOVAL_WAIT);
+                    }
+                    remote => {
+                        write.insert(remote);
+                    }
+                }
             }
             keep
+        });
+        // Keys to take out go with the Secret's next write, or once the oldest has waited.
+        stale.retain(|(namespace, name), due| {
+            let target = Target::Home(namespace.clone(), name.clone());
+            if now >= *due || write.contains(&target) {
+                write.insert(target);
+                false
+            } else {
+                wake = Some(wake.map_or(*due, |w| w.min(*due)));
+                true
+            }
         });
         let home = self.remote.home.clone().unwrap_or_default();
         for target in write {
@@ -303,7 +330,8 @@ impl State {
         wake
     }
 
-    /// A token write failed: issue that namespace's tokens again next turn.
+    /// A token write failed: issue that Secret's tokens again next turn, and write it then
+    /// even when none of its jobs runs any more (the keys it was to take out).
     pub(super) fn token_failed(&mut self, namespace: &str, name: &str) {
         if let Some(cfg) = self.identity_config()
             && cfg.namespace == namespace
@@ -315,6 +343,8 @@ impl State {
         if identity::is_tokens_secret(name) {
             self.tokens
                 .retain(|_, t| t.remote.is_some() || t.namespace != namespace || t.secret != name);
+            self.stale_tokens
+                .insert((namespace.into(), name.into()), Time::from_millis(i64::MIN));
         }
     }
 

@@ -173,6 +173,10 @@ pub struct State {
     keys_written: Option<spillway_identity::KeyRing>,
     /// Tokens issued, by job id.
     tokens: HashMap<String, identity::TokenRecord>,
+    /// Tokens Secrets at home (namespace, name) that still hold the key of a job that stopped
+    /// running, and when it is taken out at the latest (with the next token issued there, if
+    /// that comes first).
+    stale_tokens: std::collections::BTreeMap<(String, String), Time>,
     /// Jobs whose trace context annotation was written (until the cache shows it).
     annotated: HashSet<String>,
     /// The decision core kept across turns: it decides again only when the world, the rules
@@ -226,6 +230,7 @@ impl State {
             keys_written: None,
             spend_written: None,
             tokens: HashMap::new(),
+            stale_tokens: Default::default(),
             annotated: HashSet::new(),
             scheduler: core::Scheduler::default(),
             views: world::Memo::default(),

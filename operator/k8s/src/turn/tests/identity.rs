@@ -204,16 +204,86 @@ fn a_running_job_gets_a_token_that_verifies_with_its_claims_and_is_refreshed_at_
     assert!(secret(&t, TRAIN_SECRET).is_some(), "refreshed at 80 %");
     assert!(t.wake.is_some_and(|w| w <= noon() + minutes(48 + 48)));
 
-    // Finished: its key is taken out of the Secret, and no more refreshes.
+    // Finished: its key is taken out of the Secret within the removal wait (no token is
+    // issued there meanwhile), and no more refreshes.
     i.pods = vec![pod(&i.jobs[0], 0, 0, "a", "Succeeded")];
-    let t = l.turn(&i, None, noon() + minutes(50));
-    let s = secret(&t, TRAIN_SECRET).expect("the Secret without the job's key");
+    let ended = noon() + minutes(50);
+    let t = l.turn(&i, None, ended);
+    assert!(
+        secret(&t, TRAIN_SECRET).is_none(),
+        "waits for a write to ride on"
+    );
+    let removal = ended + crate::turn::identity::REMOVAL_WAIT;
+    assert!(t.wake.is_some_and(|w| w <= removal), "{:?}", t.wake);
+    let before = removal - Duration::from_millis(1);
+    assert!(secret(&l.turn(&i, None, before), TRAIN_SECRET).is_none());
+    let s = secret(&l.turn(&i, None, removal), TRAIN_SECRET).expect("the Secret without the key");
     assert!(
         s.data.as_ref().is_none_or(|d| d.is_empty()),
         "{:?}",
         s.data.as_ref().map(|d| d.keys().collect::<Vec<_>>())
     );
     assert!(secret(&l.turn(&i, None, noon() + minutes(200)), TRAIN_SECRET).is_none());
+}
+
+#[test]
+fn a_stopped_jobs_key_goes_out_with_the_next_token_issued_in_its_secret() {
+    let (mut i, _) = cluster_with_keys(noon());
+    i.nodes = vec![node("a", "onprem", 8)];
+    // Another job whose name hashes to the same Secret as `train`.
+    let other = (0..)
+        .map(|k| format!("other-{k}"))
+        .find(|n| crate::identity::tokens_secret_name(n) == TRAIN_SECRET)
+        .unwrap();
+    let train = job("train").status(json!({"phase": "Running"})).build();
+    i.pods = vec![pod(&train, 0, 0, "a", "Running")];
+    i.jobs = vec![train];
+    let mut l = with_identity();
+    assert!(secret(&l.turn(&i, None, noon()), TRAIN_SECRET).is_some());
+
+    i.pods = vec![pod(&i.jobs[0], 0, 0, "a", "Succeeded")];
+    assert!(secret(&l.turn(&i, None, noon() + minutes(1)), TRAIN_SECRET).is_none());
+    // The other starts before the removal wait is over: one write issues its token and takes
+    // the finished job's key out.
+    let o = job(&other).status(json!({"phase": "Running"})).build();
+    i.pods.push(pod(&o, 0, 0, "a", "Running"));
+    i.jobs.push(o);
+    let t = l.turn(&i, None, noon() + minutes(1) + Duration::from_secs(10));
+    let s = secret(&t, TRAIN_SECRET).expect("the other's token");
+    assert_eq!(
+        s.data.as_ref().unwrap().keys().collect::<Vec<_>>(),
+        [&other],
+        "the finished job's key is gone"
+    );
+    assert_eq!(secrets(&t).len(), 1, "{:?}", kinds(&t));
+    // Nothing left to take out: no write when the wait would have ended.
+    let t = l.turn(&i, None, noon() + minutes(2));
+    assert!(secret(&t, TRAIN_SECRET).is_none());
+}
+
+#[test]
+fn a_failed_write_that_was_to_take_keys_out_is_made_again() {
+    let (mut i, _) = cluster_with_keys(noon());
+    i.nodes = vec![node("a", "onprem", 8)];
+    let train = job("train").status(json!({"phase": "Running"})).build();
+    i.pods = vec![pod(&train, 0, 0, "a", "Running")];
+    i.jobs = vec![train];
+    let mut l = with_identity();
+    l.turn(&i, None, noon());
+    i.pods = vec![pod(&i.jobs[0], 0, 0, "a", "Succeeded")];
+    l.turn(&i, None, noon() + minutes(1));
+    let at = noon() + minutes(1) + crate::turn::identity::REMOVAL_WAIT;
+    let t = l.turn(&i, None, at);
+    let written = secret(&t, TRAIN_SECRET).expect("the removal");
+    // The API server refuses it: written again at the next turn, though no job runs there.
+    l.state.feedback(&crate::executor::Failure {
+        action: Action::ApplySecret(crate::actions::SecretApply(Box::new(written))),
+        error: crate::error::api_error(422, "Invalid", "the Secret is refused"),
+    });
+    let t = l.turn(&i, None, at + Duration::from_secs(1));
+    let s = secret(&t, TRAIN_SECRET).expect("written again");
+    assert!(s.data.as_ref().is_none_or(|d| d.is_empty()));
+    assert!(secret(&l.turn(&i, None, at + Duration::from_secs(2)), TRAIN_SECRET).is_none());
 }
 
 #[test]
