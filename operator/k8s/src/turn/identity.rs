@@ -330,9 +330,10 @@ impl State {
         wake
     }
 
-    /// A token write failed: issue that Secret's tokens again next turn, and write it then
-    /// even when none of its jobs runs any more (the keys it was to take out).
-    pub(super) fn token_failed(&mut self, namespace: &str, name: &str) {
+    /// A token write failed: issue that Secret's tokens again next turn; when the failure may
+    /// pass (`retryable`: not a namespace gone or a refusal), write it then even if none of
+    /// its jobs runs any more (the keys it was to take out).
+    pub(super) fn token_failed(&mut self, namespace: &str, name: &str, retryable: bool) {
         if let Some(cfg) = self.identity_config()
             && cfg.namespace == namespace
             && cfg.secret == name
@@ -343,8 +344,10 @@ impl State {
         if identity::is_tokens_secret(name) {
             self.tokens
                 .retain(|_, t| t.remote.is_some() || t.namespace != namespace || t.secret != name);
-            self.stale_tokens
-                .insert((namespace.into(), name.into()), Time::from_millis(i64::MIN));
+            if retryable {
+                self.stale_tokens
+                    .insert((namespace.into(), name.into()), Time::from_millis(i64::MIN));
+            }
         }
     }
 

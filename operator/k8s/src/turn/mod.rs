@@ -594,7 +594,8 @@ impl State {
             }
             Action::ApplySecret(secret) => {
                 tracing::warn!(secret = %format!("{}/{}", secret.namespace(), secret.name()), error = %f.error, "writing a Secret failed; writing it again at the next turn");
-                self.token_failed(secret.namespace(), secret.name());
+                let retryable = f.error.category().retryable();
+                self.token_failed(secret.namespace(), secret.name(), retryable);
                 Vec::new()
             }
             Action::RecordIndicators(_) => {

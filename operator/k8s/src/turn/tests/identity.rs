@@ -262,7 +262,7 @@ fn a_stopped_jobs_key_goes_out_with_the_next_token_issued_in_its_secret() {
 }
 
 #[test]
-fn a_failed_write_that_was_to_take_keys_out_is_made_again() {
+fn a_write_that_was_to_take_keys_out_is_made_again_after_a_failure_that_may_pass() {
     let (mut i, _) = cluster_with_keys(noon());
     i.nodes = vec![node("a", "onprem", 8)];
     let train = job("train").status(json!({"phase": "Running"})).build();
@@ -275,15 +275,22 @@ fn a_failed_write_that_was_to_take_keys_out_is_made_again() {
     let at = noon() + minutes(1) + crate::turn::identity::REMOVAL_WAIT;
     let t = l.turn(&i, None, at);
     let written = secret(&t, TRAIN_SECRET).expect("the removal");
-    // The API server refuses it: written again at the next turn, though no job runs there.
-    l.state.feedback(&crate::executor::Failure {
-        action: Action::ApplySecret(crate::actions::SecretApply(Box::new(written))),
-        error: crate::error::api_error(422, "Invalid", "the Secret is refused"),
-    });
+    let fail = |l: &mut Loop, code: u16, reason: &str| {
+        l.state.feedback(&crate::executor::Failure {
+            action: Action::ApplySecret(crate::actions::SecretApply(Box::new(written.clone()))),
+            error: crate::error::api_error(code, reason, "the write failed"),
+        });
+    };
+    // The API server is unavailable: written again at the next turn, though no job runs there.
+    fail(&mut l, 503, "ServiceUnavailable");
     let t = l.turn(&i, None, at + Duration::from_secs(1));
     let s = secret(&t, TRAIN_SECRET).expect("written again");
     assert!(s.data.as_ref().is_none_or(|d| d.is_empty()));
     assert!(secret(&l.turn(&i, None, at + Duration::from_secs(2)), TRAIN_SECRET).is_none());
+    // The namespace is gone: not asked again (at every turn it would only fail again).
+    fail(&mut l, 404, "NotFound");
+    let t = l.turn(&i, None, at + Duration::from_secs(3));
+    assert!(secret(&t, TRAIN_SECRET).is_none(), "{:?}", kinds(&t));
 }
 
 #[test]
