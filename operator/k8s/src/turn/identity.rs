@@ -48,7 +48,7 @@ pub(super) struct TokenRecord {
 
 /// A Secret tokens are written to.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Target {
+pub(super) enum Target {
     /// A tokens Secret of a home namespace (namespace, Secret): the tokens of its running jobs
     /// whose names hash to it, by job name.
     Home(String, String),
@@ -275,8 +275,8 @@ impl State {
             let keep = running.contains(id);
             if !keep {
                 match t.target() {
-                    Target::Home(namespace, name) => {
-                        stale.entry((namespace, name)).or_insert(now + REMOVAL_WAIT);
+                    home @ Target::Home(..) => {
+                        stale.entry(home).or_insert(now + REMOVAL_WAIT);
                     }
                     remote => {
                         write.insert(remote);
@@ -286,10 +286,9 @@ impl State {
             keep
         });
         // Keys to take out go with the Secret's next write, or once the oldest has waited.
-        stale.retain(|(namespace, name), due| {
-            let target = Target::Home(namespace.clone(), name.clone());
-            if now >= *due || write.contains(&target) {
-                write.insert(target);
+        stale.retain(|target, due| {
+            if now >= *due || write.contains(target) {
+                write.insert(target.clone());
                 false
             } else {
                 wake = Some(wake.map_or(*due, |w| w.min(*due)));
@@ -345,8 +344,8 @@ impl State {
             self.tokens
                 .retain(|_, t| t.remote.is_some() || t.namespace != namespace || t.secret != name);
             if retryable {
-                self.stale_tokens
-                    .insert((namespace.into(), name.into()), Time::from_millis(i64::MIN));
+                let home = Target::Home(namespace.into(), name.into());
+                self.stale_tokens.insert(home, Time::from_millis(i64::MIN));
             }
         }
     }

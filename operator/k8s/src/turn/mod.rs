@@ -173,10 +173,9 @@ pub struct State {
     keys_written: Option<spillway_identity::KeyRing>,
     /// Tokens issued, by job id.
     tokens: HashMap<String, identity::TokenRecord>,
-    /// Tokens Secrets at home (namespace, name) that still hold the key of a job that stopped
-    /// running, and when it is taken out at the latest (with the next token issued there, if
-    /// that comes first).
-    stale_tokens: std::collections::BTreeMap<(String, String), Time>,
+    /// Tokens Secrets at home that still hold the key of a job that stopped running, and when
+    /// it is taken out at the latest (with the next token issued there, if that comes first).
+    stale_tokens: std::collections::BTreeMap<identity::Target, Time>,
     /// Jobs whose trace context annotation was written (until the cache shows it).
     annotated: HashSet<String>,
     /// The decision core kept across turns: it decides again only when the world, the rules
